@@ -1,0 +1,1 @@
+"""PySpark data source over stored streams (reads ``store.keys``; never imports ``broker``)."""

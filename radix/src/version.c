@@ -1,0 +1,3 @@
+#include "radix.h"
+
+const char *radix_version(void) { return "0.1.0"; }
