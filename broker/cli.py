@@ -7,13 +7,27 @@ status so tests can call it in-process.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from broker import __version__
+from broker.config import DEFAULT_DATA_DIR, DEFAULT_LISTEN, BrokerConfig, ConfigError, load_config
 
-DEFAULT_LISTEN = "127.0.0.1:1883"
-DEFAULT_DATA_DIR = "./jetmq-data"
+
+def _add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, help="path to a jetmq.toml file")
+    parser.add_argument(
+        "--listen",
+        action="append",
+        default=None,
+        metavar="HOST:PORT",
+        help=f"address to listen on, repeatable (default {DEFAULT_LISTEN})",
+    )
+    parser.add_argument(
+        "--data-dir", default=None, help=f"data directory (default {DEFAULT_DATA_DIR})"
+    )
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -25,21 +39,39 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"jetmq {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    serve = sub.add_parser("serve", help="run the broker")
-    serve.add_argument(
-        "--listen", default=None, help=f"HOST:PORT to listen on (default {DEFAULT_LISTEN})"
+    _add_config_args(sub.add_parser("serve", help="run the broker"))
+    _add_config_args(
+        sub.add_parser("check-config", help="validate a configuration and print the result")
     )
-    serve.add_argument(
-        "--data-dir", default=None, help=f"data directory (default {DEFAULT_DATA_DIR})"
-    )
-    serve.add_argument("--config", default=None, help="path to a jetmq.toml file")
     return parser
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import importlib.util
+def _config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    overrides: dict[str, dict[str, Any]] = {}
+    if args.listen:
+        overrides["listener"] = {"listen": list(args.listen)}
+    if args.data_dir:
+        overrides["storage"] = {"data_dir": args.data_dir}
+    return load_config(args.config, overrides)
 
+
+def _check_config(args: argparse.Namespace) -> int:
+    try:
+        config = _config_from_args(args)
+    except ConfigError as exc:
+        print(f"jetmq: configuration error\n{exc}", file=sys.stderr)
+        return 1
+    print(f"configuration OK ({args.config or 'embedded defaults'})")
+    print(config.model_dump_json(indent=2))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        config = _config_from_args(args)
+    except ConfigError as exc:
+        print(f"jetmq: configuration error\n{exc}", file=sys.stderr)
+        return 1
     if importlib.util.find_spec("broker.server") is None:
         print(
             "jetmq serve: the broker is not built yet (broker.server is missing); "
@@ -47,18 +79,21 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    return 0  # pragma: no cover
+    from broker.server import run_broker  # type: ignore[import-not-found, unused-ignore]
+
+    result: int = run_broker(config)
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
     if args.command == "serve":
         return _serve(args)
-    parser.error(f"unknown command {args.command!r}")  # pragma: no cover
+    if args.command == "check-config":
+        return _check_config(args)
+    parser.print_help()
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import subprocess
 import sys
 
@@ -31,3 +32,18 @@ def test_serve_names_what_is_missing_until_the_broker_lands() -> None:
     out = _jetmq("serve")
     assert out.returncode == 2
     assert "broker.server is missing" in out.stderr
+
+
+def test_check_config_reports_errors_with_the_key(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "j.toml"
+    path.write_text("[mqtt]\nmaximum_qos = 7\n")
+    out = _jetmq("check-config", "--config", str(path))
+    assert out.returncode == 1
+    assert "mqtt.maximum_qos (line 2)" in out.stderr
+
+
+def test_check_config_accepts_the_example() -> None:
+    example = pathlib.Path(__file__).resolve().parents[1] / "etc" / "jetmq.toml"
+    out = _jetmq("check-config", "--config", str(example))
+    assert out.returncode == 0, out.stderr
+    assert "configuration OK" in out.stdout

@@ -1,0 +1,179 @@
+"""Broker configuration: one TOML file validated by pydantic.
+
+Every setting has an embedded default, so ``jetmq serve`` runs with no file at
+all. Unknown keys are errors (a typo must not be silently ignored), and every
+error names the dotted key, the line where it stands when it can be found, and
+what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_PORT = 1883
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
+DEFAULT_DATA_DIR = "./jetmq-data"
+
+U16 = Annotated[int, Field(ge=0, le=65_535)]
+U32 = Annotated[int, Field(ge=0, le=0xFFFF_FFFF)]
+
+
+class ConfigError(Exception):
+    """A configuration problem, phrased for the operator (key, line, what is wrong)."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6); raise ValueError with the reason."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65_535:
+        raise ValueError(f"port must be an integer 0..65535, got {port_text!r}")
+    return host, int(port_text)
+
+
+class ListenerConfig(_Section):
+    listen: list[str] = Field(default_factory=lambda: [DEFAULT_LISTEN])
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one HOST:PORT is required")
+        for item in value:
+            parse_listen(item)
+        return value
+
+    def addresses(self) -> list[tuple[str, int]]:
+        return [parse_listen(item) for item in self.listen]
+
+
+class StorageConfig(_Section):
+    data_dir: str = DEFAULT_DATA_DIR
+    # "always": fsync every group commit (a PUBACK means the message is on disk).
+    # "batch": no fsync per commit; a crash of the machine (not of the process) may lose
+    # the commits since the last OS flush. See docs.
+    sync: Literal["always", "batch"] = "always"
+
+
+class MqttConfig(_Section):
+    """What the broker announces in CONNACK and enforces on every connection."""
+
+    max_packet_size: Annotated[int, Field(ge=32, le=268_435_455)] = 1_048_576
+    receive_maximum: Annotated[int, Field(ge=1, le=65_535)] = 1024
+    topic_alias_maximum: U16 = 64
+    maximum_qos: Literal[0, 1, 2] = 2
+    retain_available: bool = True
+    wildcard_subscription_available: bool = True
+    subscription_identifiers_available: bool = True
+    shared_subscriptions_available: bool = True
+    # 0 = accept the client's keep alive; otherwise the Server Keep Alive ceiling we impose.
+    max_keepalive: U16 = 0
+    connect_timeout: Annotated[float, Field(gt=0, le=3600)] = 10.0
+    max_client_id_length: Annotated[int, Field(ge=23, le=65_535)] = 256
+    # Cap on the Session Expiry Interval a client may ask for (0xFFFFFFFF = never expires).
+    max_session_expiry_interval: U32 = 0xFFFF_FFFF
+    # Payload Format Indicator 1 with a payload that is not UTF-8: reject with 0x99.
+    validate_utf8_payload: bool = True
+
+
+class SessionConfig(_Section):
+    """Per-session limits for messages queued while a client is offline or slow."""
+
+    max_queued_messages: Annotated[int, Field(ge=0)] = 10_000
+    max_queued_bytes: Annotated[int, Field(ge=0)] = 0  # 0 = unlimited
+    overflow: Literal["drop_oldest", "drop_newest"] = "drop_oldest"
+    queue_qos0: bool = False
+    max_outbound_queue: Annotated[int, Field(ge=16)] = 4096
+
+
+class LogConfig(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class BrokerConfig(_Section):
+    listener: ListenerConfig = Field(default_factory=ListenerConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    mqtt: MqttConfig = Field(default_factory=MqttConfig)
+    sessions: SessionConfig = Field(default_factory=SessionConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+
+
+def _find_line(text: str, loc: Sequence[str | int]) -> int | None:
+    """Best-effort line of a dotted key in TOML text (tables and ``key =`` lines)."""
+    keys = [str(k) for k in loc if isinstance(k, str)]
+    if not keys:
+        return None
+    table: list[str] = []
+    header = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\- ]+?)\s*\]\s*(#.*)?$")
+    for number, line in enumerate(text.splitlines(), start=1):
+        m = header.match(line)
+        if m:
+            table = [part.strip() for part in m.group(1).split(".")]
+            if table == keys:
+                return number
+            continue
+        m = re.match(r"^\s*([A-Za-z0-9_\-]+)\s*=", line)
+        if m and [*table, m.group(1)] == keys:
+            return number
+    return None
+
+
+def _format_errors(err: ValidationError, text: str | None, source: str) -> str:
+    lines = []
+    for item in err.errors():
+        loc = item["loc"]
+        key = ".".join(str(k) for k in loc) or "(top level)"
+        where = ""
+        if text is not None:
+            line = _find_line(text, loc)
+            if line is not None:
+                where = f" (line {line})"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"{source}: {key}{where}: {message}")
+    return "\n".join(lines)
+
+
+def load_config(
+    path: str | pathlib.Path | None = None, overrides: Mapping[str, Mapping[str, Any]] | None = None
+) -> BrokerConfig:
+    """Read and validate a config file (or the embedded defaults when ``path`` is None).
+
+    ``overrides`` (e.g. from ``--listen``) are applied per section on top of the file.
+    Raises ConfigError naming the key, its line and the problem.
+    """
+    data: dict[str, Any] = {}
+    text: str | None = None
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        try:
+            text = pathlib.Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read config file: {exc.strerror}") from exc
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
+    for section, values in (overrides or {}).items():
+        merged = dict(data.get(section, {}))
+        merged.update(values)
+        data[section] = merged
+    try:
+        return BrokerConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, text, source)) from exc
