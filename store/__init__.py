@@ -1,4 +1,68 @@
 """LMDB storage engine: streams, consumers, acks, sessions and retained messages.
 
-Imports lmdb and the standard library only; never ``broker`` or trio.
+Imports lmdb, pydantic and the standard library only; never ``broker`` or trio.
+The public API is :class:`store.api.Store` with the operations of :mod:`store.ops`;
+see ``store/DESIGN.md``.
 """
+
+from store.api import Store
+from store.errors import JetStreamError
+from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo, StreamState
+from store.ops import (
+    Ack,
+    AckKind,
+    Advisory,
+    CreateConsumer,
+    CreateStream,
+    DeleteConsumer,
+    DeleteMsg,
+    DeleteStream,
+    Delivery,
+    Event,
+    GetConsumerInfo,
+    GetStreamInfo,
+    Op,
+    OpResult,
+    PubAck,
+    Publish,
+    Pull,
+    PullStatus,
+    PurgeResult,
+    PurgeStream,
+    SetPushInterest,
+    StoredMsg,
+    Tick,
+)
+
+__all__ = [
+    "Ack",
+    "AckKind",
+    "Advisory",
+    "ConsumerConfig",
+    "ConsumerInfo",
+    "CreateConsumer",
+    "CreateStream",
+    "DeleteConsumer",
+    "DeleteMsg",
+    "DeleteStream",
+    "Delivery",
+    "Event",
+    "GetConsumerInfo",
+    "GetStreamInfo",
+    "JetStreamError",
+    "Op",
+    "OpResult",
+    "PubAck",
+    "Publish",
+    "Pull",
+    "PullStatus",
+    "PurgeResult",
+    "PurgeStream",
+    "SetPushInterest",
+    "Store",
+    "StoredMsg",
+    "StreamConfig",
+    "StreamInfo",
+    "StreamState",
+    "Tick",
+]

@@ -1,0 +1,370 @@
+"""The public face of the store: :class:`Store`.
+
+Write path: :meth:`Store.submit` takes a list of operations (:mod:`store.ops`) and returns
+a ``concurrent.futures.Future`` of one result per operation, completed on the writer
+thread once the group commit holding them is durable. The ``*_sync`` style helpers
+(``create_stream``, ``publish``...) submit one operation and wait; they raise the
+operation's :class:`JetStreamError`. They must not be called from the writer thread (a
+future callback or the event hook): that would wait for itself.
+
+Read path (any thread): ``get_msg``, ``last_by_subject``, ``next_by_subject``,
+``iter_msgs``, ``stream_names`` read committed data in short read transactions.
+``stream_info`` and ``consumer_info`` go through the writer (cheap, no fsync) so they
+see the exact in-memory state (waiting pull requests, push interest).
+
+Timers: the engine owns no timer thread. :meth:`next_deadline` says when something is due
+(ack-wait redelivery, ``max_age`` expiry, pull request expiry, inactivity); the caller
+submits :class:`Tick` (or calls :meth:`tick`) at or after that time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from store import keys
+from store.engine import Engine
+from store.env import DEFAULT_MAP_SIZE, Env
+from store.errors import JetStreamError, js_error
+from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo, StreamState
+from store.ops import (
+    Ack,
+    AckKind,
+    CreateConsumer,
+    CreateStream,
+    DeleteConsumer,
+    DeleteMsg,
+    DeleteStream,
+    Event,
+    GetConsumerInfo,
+    GetStreamInfo,
+    Headers,
+    Op,
+    OpResult,
+    PubAck,
+    Publish,
+    Pull,
+    PurgeResult,
+    PurgeStream,
+    SetPushInterest,
+    StoredMsg,
+    Tick,
+)
+from store.subjects import is_literal, subject_matches, subjects_overlap
+from store.writer import GroupCommitWriter
+
+log = logging.getLogger("jetmq.store")
+
+EventHook = Callable[[Sequence[Event]], None]
+
+
+class Store:
+    """An open jetmq store: one LMDB environment, one writer thread."""
+
+    def __init__(
+        self,
+        env: Env,
+        *,
+        sync: Literal["always", "batch"],
+        clock: Callable[[], int],
+        on_event: EventHook | None,
+        node_name: str,
+    ) -> None:
+        self.env = env
+        self.sync = sync
+        self.clock = clock
+        self._hook = on_event
+        self._engine = Engine(env, clock, node_name)
+        self._writer = GroupCommitWriter(
+            env,
+            self._engine.apply,
+            on_abort=self._engine.reset,
+            after_commit=self._after_commit,
+            sync_always=sync == "always",
+        )
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Any,
+        *,
+        sync: Literal["always", "batch"] = "always",
+        clock: Callable[[], int] = time.time_ns,
+        map_size: int = DEFAULT_MAP_SIZE,
+        on_event: EventHook | None = None,
+        node_name: str = "jetmq",
+    ) -> Store:
+        """Open (creating if needed) the store at directory ``path``.
+
+        ``sync="always"`` fsyncs every group commit; ``"batch"`` commits without fsync
+        and syncs when the writer goes idle or every 50 ms under load: a crash of the
+        machine (not of the process) may lose up to that window of acknowledged writes.
+        """
+        if sync not in ("always", "batch"):
+            raise ValueError("sync must be 'always' or 'batch'")
+        env = Env(path, sync=sync == "always", map_size=map_size)
+        return cls(env, sync=sync, clock=clock, on_event=on_event, node_name=node_name)
+
+    def set_event_hook(self, hook: EventHook | None) -> None:
+        """Where deliveries, pull statuses and advisories go (called on the writer thread)."""
+        self._hook = hook
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Finish queued batches, stop the writer, close LMDB. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._writer.close()
+        self.env.close()
+
+    # -- write path ----------------------------------------------------------------------
+
+    def submit(self, ops: Sequence[Op]) -> Future[list[OpResult]]:
+        """Queue ``ops`` for the next group commit; the future gets one result per op."""
+        return self._writer.submit(ops)
+
+    def _after_commit(self, events: list[Event]) -> None:
+        if events and self._hook is not None:
+            try:
+                self._hook(events)
+            except Exception:
+                log.exception("store event hook failed")
+
+    def _call(self, op: Op) -> Any:
+        if self._writer.on_writer_thread:
+            raise RuntimeError("synchronous store calls cannot be made from the writer thread")
+        res = self.submit([op]).result()[0]
+        if isinstance(res, JetStreamError):
+            raise res
+        return res
+
+    def next_deadline(self) -> int | None:
+        """The earliest clock time (ns) at which :meth:`tick` has work, or None."""
+        return self._engine.next_deadline()
+
+    def tick(self, now: int | None = None) -> Future[list[OpResult]]:
+        return self.submit([Tick(now)])
+
+    def create_stream(self, config: StreamConfig | dict[str, Any]) -> StreamInfo:
+        cfg = config if isinstance(config, StreamConfig) else StreamConfig.from_wire(config)
+        info: StreamInfo = self._call(CreateStream(cfg))
+        return info
+
+    def update_stream(self, config: StreamConfig | dict[str, Any]) -> StreamInfo:
+        cfg = config if isinstance(config, StreamConfig) else StreamConfig.from_wire(config)
+        info: StreamInfo = self._call(CreateStream(cfg, update=True))
+        return info
+
+    def delete_stream(self, name: str) -> None:
+        self._call(DeleteStream(name))
+
+    def purge_stream(
+        self,
+        name: str,
+        *,
+        filter: str | None = None,
+        seq: int | None = None,
+        keep: int | None = None,
+    ) -> int:
+        res: PurgeResult = self._call(PurgeStream(name, filter, seq, keep))
+        return res.purged
+
+    def delete_msg(self, stream: str, seq: int) -> None:
+        self._call(DeleteMsg(stream, seq))
+
+    def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        headers: Headers = (),
+        *,
+        stream: str | None = None,
+    ) -> PubAck | None:
+        """Store one message and wait for its commit; None when no stream captures it."""
+        res: PubAck | None = self._call(Publish(subject, payload, headers, stream))
+        return res
+
+    def create_consumer(
+        self, stream: str, config: ConsumerConfig | dict[str, Any], action: str = ""
+    ) -> ConsumerInfo:
+        cfg = config if isinstance(config, ConsumerConfig) else ConsumerConfig.from_wire(config)
+        if action not in ("", "create", "update"):
+            raise js_error("bad_request")
+        info: ConsumerInfo = self._call(CreateConsumer(stream, cfg, action))
+        return info
+
+    def delete_consumer(self, stream: str, name: str) -> None:
+        self._call(DeleteConsumer(stream, name))
+
+    def ack(
+        self, stream: str, consumer: str, seq: int, kind: AckKind = AckKind.ACK, **kw: Any
+    ) -> None:
+        self._call(Ack(stream, consumer, seq, kind, **kw))
+
+    def pull(
+        self,
+        stream: str,
+        consumer: str,
+        reply: str,
+        *,
+        batch: int = 1,
+        expires_ns: int = 0,
+        no_wait: bool = False,
+        max_bytes: int = 0,
+    ) -> None:
+        self._call(Pull(stream, consumer, reply, batch, expires_ns, no_wait, max_bytes))
+
+    def set_push_interest(self, stream: str, consumer: str, bound: bool) -> None:
+        self._call(SetPushInterest(stream, consumer, bound))
+
+    def stream_info(
+        self, name: str, *, subjects_filter: str | None = None, deleted_details: bool = False
+    ) -> StreamInfo:
+        info: StreamInfo = self._call(GetStreamInfo(name, subjects_filter, deleted_details))
+        return info
+
+    def stream_state(self, name: str) -> StreamState:
+        return self.stream_info(name).state
+
+    def consumer_info(self, stream: str, consumer: str) -> ConsumerInfo:
+        info: ConsumerInfo = self._call(GetConsumerInfo(stream, consumer))
+        return info
+
+    # -- read path (any thread) ----------------------------------------------------------
+
+    def _sid(self, txn: Any, stream: str) -> int:
+        raw = txn.get(stream.encode(), db=self.env.dbs[keys.DB_STREAMS])
+        if raw is None:
+            raise js_error("stream_not_found")
+        sid, _, _ = keys.unpack_named_record(bytes(raw), keys.STREAM_RECORD_VERSION)
+        return sid
+
+    @staticmethod
+    def _msg(seq: int, record: bytes) -> StoredMsg:
+        t, subj, hdr, payload = keys.unpack_msg(bytes(record))
+        return StoredMsg(seq, t, subj, keys.decode_headers(hdr), payload)
+
+    def get_msg(self, stream: str, seq: int) -> StoredMsg:
+        """Message ``seq`` of ``stream``; JetStreamError 10037 if not stored."""
+        with self.env.read() as txn:
+            sid = self._sid(txn, stream)
+            rec = txn.get(keys.msg_key(sid, seq), db=self.env.dbs[keys.DB_MSGS])
+            if rec is None:
+                raise js_error("no_message_found")
+            return self._msg(seq, rec)
+
+    def last_by_subject(self, stream: str, subject: str) -> StoredMsg:
+        """The newest message on ``subject`` (wildcards allowed); 10037 if none."""
+        with self.env.read() as txn:
+            sid = self._sid(txn, stream)
+            best = 0
+            for subj in self._subjects(txn, sid):
+                if subj == subject or (not is_literal(subject) and subject_matches(subject, subj)):
+                    best = max(best, self._last_seq_of(txn, sid, subj))
+            if not best:
+                raise js_error("no_message_found")
+            rec = txn.get(keys.msg_key(sid, best), db=self.env.dbs[keys.DB_MSGS])
+            if rec is None:
+                raise js_error("no_message_found")
+            return self._msg(best, rec)
+
+    def next_by_subject(self, stream: str, subject: str, seq: int = 0) -> StoredMsg:
+        """The first message with sequence >= ``seq`` whose subject matches; 10037 if none."""
+        for msg in self.iter_msgs(stream, start=seq):
+            if subject_matches(subject, msg.subject):
+                return msg
+        raise js_error("no_message_found")
+
+    def iter_msgs(
+        self, stream: str, start: int = 0, end: int | None = None, chunk: int = 1024
+    ) -> Iterator[StoredMsg]:
+        """Messages with ``start <= seq <= end`` in order, read in chunks of short transactions."""
+        nxt = start
+        while True:
+            batch: list[StoredMsg] = []
+            with self.env.read() as txn:
+                sid = self._sid(txn, stream)
+                cur = txn.cursor(db=self.env.dbs[keys.DB_MSGS])
+                prefix = keys.sid_prefix(sid)
+                if cur.set_range(keys.msg_key(sid, nxt)):
+                    for k, v in cur.iternext():
+                        if not k.startswith(prefix):
+                            break
+                        seq = keys.read_u64(k, 8)
+                        if end is not None and seq > end:
+                            break
+                        batch.append(self._msg(seq, v))
+                        if len(batch) >= chunk:
+                            break
+            yield from batch
+            if len(batch) < chunk:
+                return
+            nxt = batch[-1].seq + 1
+
+    def _subjects(self, txn: Any, sid: int) -> Iterator[str]:
+        cur = txn.cursor(db=self.env.dbs[keys.DB_SUBJCOUNT])
+        prefix = keys.sid_prefix(sid)
+        if not cur.set_range(prefix):
+            return
+        for k in cur.iternext(keys=True, values=False):
+            if not k.startswith(prefix):
+                return
+            yield bytes(k[8:]).decode()
+
+    def _last_seq_of(self, txn: Any, sid: int, subject: str) -> int:
+        prefix = keys.subject_prefix(sid, subject)
+        cur = txn.cursor(db=self.env.dbs[keys.DB_SUBJECTS])
+        ok = cur.prev() if cur.set_range(prefix + b"\xff" * 8) else cur.last()
+        if ok:
+            k = cur.key()
+            if k.startswith(prefix) and len(k) == len(prefix) + 8:
+                return keys.read_u64(k, len(prefix))
+        return 0
+
+    def stream_names(self, subject: str | None = None) -> list[str]:
+        """Stream names, sorted; with ``subject``, only streams whose subjects intersect it."""
+        out: list[str] = []
+        with self.env.read() as txn:
+            for k, v in txn.cursor(db=self.env.dbs[keys.DB_STREAMS]).iternext():
+                if subject:
+                    _, _, cfg_json = keys.unpack_named_record(bytes(v), keys.STREAM_RECORD_VERSION)
+                    cfg = StreamConfig.model_validate_json(cfg_json)
+                    if not any(subjects_overlap(subject, s) for s in cfg.subjects):
+                        continue
+                out.append(bytes(k).decode())
+        return sorted(out)
+
+    def stream_list(self, subject: str | None = None) -> list[StreamInfo]:
+        return [self.stream_info(n) for n in self.stream_names(subject)]
+
+    def consumer_names(self, stream: str) -> list[str]:
+        with self.env.read() as txn:
+            sid = self._sid(txn, stream)
+            prefix = keys.sid_prefix(sid)
+            cur = txn.cursor(db=self.env.dbs[keys.DB_CONSUMERS])
+            out: list[str] = []
+            if cur.set_range(prefix):
+                for k in cur.iternext(keys=True, values=False):
+                    if not k.startswith(prefix):
+                        break
+                    out.append(bytes(k[8:]).decode())
+        return sorted(out)
+
+    def consumer_list(self, stream: str) -> list[ConsumerInfo]:
+        return [self.consumer_info(stream, n) for n in self.consumer_names(stream)]

@@ -1,0 +1,490 @@
+"""Consumers inside a write transaction: delivery, acks, redelivery, pull requests (spec §1.6-1.9).
+
+Writer thread only. A :class:`ConsumerRt` is the writer's copy of one consumer: its
+config, its delivered / ack-floor positions, the pending map
+``stream seq -> (consumer seq, delivery count, ack deadline, exhausted)`` (mirrored in
+the ``pending`` database), the redelivery queue (a heap of stream seqs: redeliveries go
+out in stream order, before new messages) and the waiting pull requests (memory only:
+a pull request does not survive a restart, as in nats-server).
+
+``pending`` is a dict whose insertion order is stream order: a new delivery always has a
+higher stream seq than anything pending, and a redelivery updates its entry in place. So
+the first key is the lowest pending seq, which gives the ack floor in O(1).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from store import keys
+from store.models import ConsumerConfig
+from store.ops import Advisory, Delivery, PullStatus, StoredMsg
+from store.subjects import is_literal, matches_any
+
+if TYPE_CHECKING:
+    from store.streams import Ctx, StreamRt
+
+NEVER = keys.MAX_U64
+
+
+class PendingEntry:
+    __slots__ = ("count", "cseq", "deadline", "exhausted")
+
+    def __init__(self, cseq: int, count: int, deadline: int, exhausted: bool) -> None:
+        self.cseq = cseq
+        self.count = count
+        self.deadline = deadline
+        self.exhausted = exhausted
+
+
+@dataclass
+class PullRequest:
+    reply: str
+    batch: int
+    expires_at: int  # 0 = never
+    no_wait: bool
+    max_bytes: int  # remaining; 0 = no limit
+    delivered: int = 0
+
+
+class ConsumerRt:
+    """The writer's copy of one consumer."""
+
+    def __init__(
+        self, stream: StreamRt, name: str, cid: int, config: ConsumerConfig, created_ns: int
+    ) -> None:
+        self.stream = stream
+        self.name = name
+        self.cid = cid
+        self.config = config
+        self.created_ns = created_ns
+        self.filters = config.filters
+        self.delivered_cseq = 0
+        self.delivered_sseq = 0
+        self.ack_cseq = 0
+        self.ack_sseq = 0
+        self.last_delivered_ns = 0
+        self.last_ack_ns = 0
+        self.lps_end = 0
+        self.pending: dict[int, PendingEntry] = {}
+        self.num_ack_pending = 0
+        self.redeliver: list[int] = []
+        self.deadlines: list[tuple[int, int]] = []
+        self.waiting: deque[PullRequest] = deque()
+        self.push_bound = False
+        self.last_activity_ns = created_ns
+        self.scan_floor = 0  # no filtered match exists at or below this seq (memory only)
+        self.num_pending_cache: int | None = None
+
+    # -- persistence ---------------------------------------------------------------------
+
+    def load(self, ctx: Ctx, state: bytes) -> None:
+        (
+            self.delivered_cseq,
+            self.delivered_sseq,
+            self.ack_cseq,
+            self.ack_sseq,
+            self.last_delivered_ns,
+            self.last_ack_ns,
+            self.lps_end,
+        ) = keys.unpack_consumer_state(state)
+        self.last_activity_ns = max(self.last_activity_ns, self.last_delivered_ns, self.last_ack_ns)
+        prefix = keys.u64(self.cid)
+        cur = ctx.txn.cursor(db=ctx.db(keys.DB_PENDING))
+        if cur.set_range(prefix):
+            for k, v in cur.iternext():
+                if not k.startswith(prefix):
+                    break
+                cseq, count, deadline, flags = keys.unpack_pending(v)
+                e = PendingEntry(cseq, count, deadline, bool(flags & keys.PENDING_EXHAUSTED))
+                seq = keys.read_u64(k, 8)
+                self.pending[seq] = e
+                if not e.exhausted:
+                    self.num_ack_pending += 1
+                    heapq.heappush(self.deadlines, (deadline, seq))
+
+    def save(self, ctx: Ctx) -> None:
+        ctx.txn.put(
+            keys.u64(self.cid),
+            keys.pack_consumer_state(
+                self.delivered_cseq,
+                self.delivered_sseq,
+                self.ack_cseq,
+                self.ack_sseq,
+                self.last_delivered_ns,
+                self.last_ack_ns,
+                self.lps_end,
+            ),
+            db=ctx.db(keys.DB_CSTATE),
+        )
+
+    def _put_pending(self, ctx: Ctx, seq: int, e: PendingEntry) -> None:
+        ctx.txn.put(
+            keys.pending_key(self.cid, seq),
+            keys.pack_pending(
+                e.cseq, e.count, e.deadline, keys.PENDING_EXHAUSTED if e.exhausted else 0
+            ),
+            db=ctx.db(keys.DB_PENDING),
+        )
+
+    def _drop_pending(self, ctx: Ctx, seq: int) -> PendingEntry | None:
+        e = self.pending.pop(seq, None)
+        if e is None:
+            return None
+        ctx.txn.delete(keys.pending_key(self.cid, seq), db=ctx.db(keys.DB_PENDING))
+        if not e.exhausted:
+            self.num_ack_pending -= 1
+        return e
+
+    # -- positions -----------------------------------------------------------------------
+
+    def matches(self, subject: str) -> bool:
+        return matches_any(self.filters, subject)
+
+    def needs(self, seq: int) -> bool:
+        """Interest/workqueue retention: does this consumer still need stream seq ``seq``?"""
+        if seq <= self.ack_sseq:
+            return False
+        return seq > self.delivered_sseq or seq in self.pending
+
+    def update_ack_floor(self) -> None:
+        if self.pending:
+            first = next(iter(self.pending))
+            self.ack_sseq = first - 1
+            self.ack_cseq = max(0, self.pending[first].cseq - 1)
+        else:
+            self.ack_sseq = self.delivered_sseq
+            self.ack_cseq = self.delivered_cseq
+
+    def ack_deadline(self, now: int, count: int) -> int:
+        backoff = self.config.backoff
+        if backoff:
+            return now + backoff[min(count - 1, len(backoff) - 1)]
+        return now + (self.config.ack_wait or 0)
+
+    def num_pending(self, ctx: Ctx) -> int:
+        """Messages matching the filter with seq > delivered.stream_seq (spec §1.7)."""
+        if self.num_pending_cache is None:
+            self.num_pending_cache = self._count_pending(ctx)
+        return self.num_pending_cache
+
+    def _count_pending(self, ctx: Ctx) -> int:
+        st = self.stream
+        start = max(self.delivered_sseq + 1, st.first_seq)
+        if start > st.last_seq or not st.messages:
+            return 0
+        if not self.filters:
+            if start <= st.first_seq:
+                return st.messages
+            return sum(1 for _ in st.seqs_from(ctx, start))
+        if all(is_literal(f) for f in self.filters):
+            return sum(sum(1 for _ in st.subject_seqs(ctx, f, start)) for f in self.filters)
+        n = 0
+        for subj in st.subjects(ctx):
+            if self.matches(subj):
+                n += sum(1 for _ in st.subject_seqs(ctx, subj, start))
+        return n
+
+    def on_append(self, seq: int, subject: str) -> None:
+        if (
+            self.num_pending_cache is not None
+            and seq > self.delivered_sseq
+            and self.matches(subject)
+        ):
+            self.num_pending_cache += 1
+
+    def on_remove(self, ctx: Ctx, seq: int, subject: str) -> None:
+        if seq > self.delivered_sseq:
+            if self.num_pending_cache is not None and self.matches(subject):
+                self.num_pending_cache -= 1
+        elif seq in self.pending:
+            self._drop_pending(ctx, seq)
+            self.update_ack_floor()
+
+    # -- finding the next message --------------------------------------------------------
+
+    def _next_new(self, ctx: Ctx) -> tuple[int, bytes] | None:
+        st = self.stream
+        start = max(self.delivered_sseq + 1, st.first_seq, 1)
+        if start > st.last_seq:
+            return None
+        if not self.filters:
+            for seq, rec in st.seqs_from(ctx, start):
+                return seq, rec
+            return None
+        if all(is_literal(f) for f in self.filters):
+            best = 0
+            for f in self.filters:
+                for s in st.subject_seqs(ctx, f, start):
+                    if not best or s < best:
+                        best = s
+                    break
+            if not best:
+                return None
+            found = st.get_record(ctx, best)
+            return (best, found) if found is not None else None
+        start = max(start, self.scan_floor + 1)
+        for seq, rec in st.seqs_from(ctx, start):
+            if self.matches(keys.msg_subject(rec)):
+                return seq, rec
+        self.scan_floor = st.last_seq
+        return None
+
+    def _skip_for_lps(self, ctx: Ctx, seq: int, rec: bytes) -> bool:
+        """deliver_policy last_per_subject: skip messages superseded before creation."""
+        if not self.lps_end or seq > self.lps_end:
+            return False
+        for later in self.stream.subject_seqs(ctx, keys.msg_subject(rec), seq + 1):
+            return later <= self.lps_end
+        return False
+
+    # -- delivery ------------------------------------------------------------------------
+
+    def deliver(self, ctx: Ctx) -> bool:
+        """Deliver as much as targets and limits allow. True if anything changed."""
+        changed = False
+        cfg = self.config
+        explicit = cfg.ack_policy != "none"
+        max_ap = cfg.max_ack_pending or -1
+        while True:
+            req: PullRequest | None = None
+            if cfg.is_push:
+                if not self.push_bound:
+                    break
+                reply = cfg.deliver_subject or ""
+            else:
+                if not self.waiting:
+                    break
+                req = self.waiting[0]
+                reply = req.reply
+            seq = 0
+            rec: bytes | None = None
+            redelivery = False
+            while self.redeliver:
+                s = heapq.heappop(self.redeliver)
+                e = self.pending.get(s)
+                if e is None or e.exhausted:
+                    continue
+                r = self.stream.get_record(ctx, s)
+                if r is None:
+                    self._drop_pending(ctx, s)
+                    self.update_ack_floor()
+                    continue
+                seq, rec, redelivery = s, r, True
+                break
+            if rec is None:
+                if explicit and max_ap > 0 and self.num_ack_pending >= max_ap:
+                    break
+                found = self._next_new(ctx)
+                if found is None:
+                    break
+                seq, rec = found
+                if self._skip_for_lps(ctx, seq, rec):
+                    self.delivered_sseq = seq
+                    if self.num_pending_cache is not None:
+                        self.num_pending_cache -= 1
+                    if not explicit or not self.pending:
+                        self.update_ack_floor()
+                    changed = True
+                    continue
+            size = keys.record_bytes(rec)
+            if req is not None and req.max_bytes:
+                if size > req.max_bytes:
+                    if redelivery:
+                        heapq.heappush(self.redeliver, seq)
+                    desc = (
+                        "Message Size Exceeds MaxBytes" if not req.delivered else "Batch Completed"
+                    )
+                    self.waiting.popleft()
+                    ctx.events.append(self._status(req, 409, desc, ctx))
+                    changed = True
+                    continue
+                req.max_bytes -= size
+                if not req.max_bytes:
+                    req.max_bytes = -1  # exhausted after this message
+            self.delivered_cseq += 1
+            cseq = self.delivered_cseq
+            self.last_delivered_ns = ctx.now
+            if redelivery:
+                e = self.pending[seq]
+                e.count += 1
+                e.cseq = cseq
+                count = e.count
+                e.deadline = self.ack_deadline(ctx.now, count)
+                heapq.heappush(self.deadlines, (e.deadline, seq))
+                self._put_pending(ctx, seq, e)
+            else:
+                count = 1
+                self.delivered_sseq = seq
+                if self.num_pending_cache is not None:
+                    self.num_pending_cache -= 1
+                if explicit:
+                    e = PendingEntry(cseq, 1, self.ack_deadline(ctx.now, 1), False)
+                    self.pending[seq] = e
+                    self.num_ack_pending += 1
+                    heapq.heappush(self.deadlines, (e.deadline, seq))
+                    self._put_pending(ctx, seq, e)
+                else:
+                    self.update_ack_floor()
+            t, subj, hdr, payload = keys.unpack_msg(rec)
+            msg = StoredMsg(seq, t, subj, keys.decode_headers(hdr), payload)
+            ctx.events.append(
+                Delivery(
+                    self.stream.name, self.name, reply, msg, count, cseq, self.num_pending(ctx)
+                )
+            )
+            changed = True
+            if not explicit and self.stream.config.retention != "limits":
+                ctx.retention_check.append((self.stream, seq))
+            if req is not None:
+                req.delivered += 1
+                req.batch -= 1
+                if req.batch <= 0 or req.max_bytes < 0:
+                    self.waiting.popleft()
+                    if req.max_bytes < 0 and req.batch > 0:
+                        ctx.events.append(self._status(req, 409, "Batch Completed", ctx))
+        # no_wait requests that could not be filled end now.
+        while self.waiting and self.waiting[0].no_wait and not self._has_work(ctx):
+            req = self.waiting.popleft()
+            if req.delivered:
+                ctx.events.append(self._status(req, 408, "Request Timeout", ctx))
+            else:
+                ctx.events.append(self._status(req, 404, "No Messages", ctx))
+            changed = True
+        return changed
+
+    def _has_work(self, ctx: Ctx) -> bool:
+        if any(s in self.pending and not self.pending[s].exhausted for s in self.redeliver):
+            return True
+        if self.config.ack_policy != "none":
+            max_ap = self.config.max_ack_pending or -1
+            if max_ap > 0 and self.num_ack_pending >= max_ap:
+                return False
+        return self._next_new(ctx) is not None
+
+    def _status(self, req: PullRequest, code: int, desc: str, ctx: Ctx) -> PullStatus:
+        return PullStatus(
+            self.stream.name,
+            self.name,
+            req.reply,
+            code,
+            desc,
+            pending_msgs=max(0, req.batch),
+            pending_bytes=max(0, req.max_bytes),
+        )
+
+    # -- acks ----------------------------------------------------------------------------
+
+    def ack(self, ctx: Ctx, seq: int, term: bool = False, reason: str = "") -> list[int]:
+        """``+ACK`` / ``+TERM``: returns the stream seqs released (for retention)."""
+        self.last_ack_ns = ctx.now
+        self.last_activity_ns = ctx.now
+        released: list[int] = []
+        if self.config.ack_policy == "none":
+            return released
+        if self.config.ack_policy == "all" and not term:
+            for s in list(self.pending):
+                if s > seq:
+                    break
+                self._drop_pending(ctx, s)
+                released.append(s)
+        else:
+            e = self._drop_pending(ctx, seq)
+            if e is not None:
+                released.append(seq)
+                if term:
+                    ctx.events.append(
+                        Advisory("terminated", self.stream.name, self.name, seq, e.count, reason)
+                    )
+        if released:
+            self.update_ack_floor()
+        return released
+
+    def nak(self, ctx: Ctx, seq: int, delay_ns: int) -> None:
+        self.last_activity_ns = ctx.now
+        e = self.pending.get(seq)
+        if e is None or e.exhausted:
+            return
+        if delay_ns > 0:
+            e.deadline = ctx.now + delay_ns
+            heapq.heappush(self.deadlines, (e.deadline, seq))
+        else:
+            e.deadline = NEVER
+            heapq.heappush(self.redeliver, seq)
+        self._put_pending(ctx, seq, e)
+
+    def progress(self, ctx: Ctx, seq: int) -> None:
+        """``+WPI``: restart the ack-wait timer of ``seq``."""
+        self.last_activity_ns = ctx.now
+        e = self.pending.get(seq)
+        if e is None or e.exhausted:
+            return
+        e.deadline = self.ack_deadline(ctx.now, e.count)
+        heapq.heappush(self.deadlines, (e.deadline, seq))
+        self._put_pending(ctx, seq, e)
+
+    # -- timers --------------------------------------------------------------------------
+
+    def expire_acks(self, ctx: Ctx) -> bool:
+        """Move pending messages whose ack deadline passed to the redelivery queue."""
+        changed = False
+        md = self.config.max_deliver
+        while self.deadlines and self.deadlines[0][0] <= ctx.now:
+            deadline, seq = heapq.heappop(self.deadlines)
+            e = self.pending.get(seq)
+            if e is None or e.exhausted or e.deadline != deadline:
+                continue
+            changed = True
+            if md > 0 and e.count >= md:
+                e.exhausted = True
+                e.deadline = NEVER
+                self.num_ack_pending -= 1
+                self._put_pending(ctx, seq, e)
+                ctx.events.append(
+                    Advisory("max_deliver", self.stream.name, self.name, seq, e.count)
+                )
+                continue
+            e.deadline = NEVER
+            heapq.heappush(self.redeliver, seq)
+        return changed
+
+    def expire_requests(self, ctx: Ctx) -> None:
+        keep: deque[PullRequest] = deque()
+        for req in self.waiting:
+            if req.expires_at and req.expires_at <= ctx.now:
+                ctx.events.append(self._status(req, 408, "Request Timeout", ctx))
+            else:
+                keep.append(req)
+        self.waiting = keep
+
+    def inactive_deadline(self) -> int:
+        """When this consumer is deleted for inactivity (0 = never)."""
+        th = self.config.inactive_threshold or 0
+        if th <= 0:
+            return 0
+        if self.config.is_push and self.push_bound:
+            return 0
+        if not self.config.is_push and self.waiting:
+            return 0
+        return self.last_activity_ns + th
+
+    def next_deadline(self) -> int:
+        best = 0
+        while self.deadlines:
+            d, s = self.deadlines[0]
+            e = self.pending.get(s)
+            if e is None or e.exhausted or e.deadline != d:
+                heapq.heappop(self.deadlines)
+                continue
+            best = d
+            break
+        for req in self.waiting:
+            if req.expires_at and (not best or req.expires_at < best):
+                best = req.expires_at
+        ia = self.inactive_deadline()
+        if ia and (not best or ia < best):
+            best = ia
+        return best

@@ -1,0 +1,356 @@
+"""The on-disk layout of the jetmq LMDB environment: every database, key and record.
+
+This module is the only place that packs and unpacks keys and records. ``pipeline``
+(the Spark reader) imports it; nothing else should know these byte layouts.
+
+All integers are unsigned, big-endian and fixed width, so LMDB's bytewise key order
+is numeric order. ``u8``/``u16``/``u32``/``u64`` are 1/2/4/8 bytes. Strings are UTF-8.
+``sid`` is a stream id (u64, allocated from ``meta/next_id``, never reused); ``cid`` is
+a consumer id from the same counter. Times are Unix nanoseconds (u64), 0 = no time.
+
++---------------+--------------------------------------+--------------------------------------------+
+| database      | key                                  | value                                      |
++===============+======================================+============================================+
+| ``meta``      | ``b"schema"``                        | u32 schema version (``SCHEMA_VERSION``)    |
+|               | ``b"next_id"``                       | u64 next stream/consumer id to hand out    |
++---------------+--------------------------------------+--------------------------------------------+
+| ``streams``   | stream name (UTF-8)                  | stream record: u8 version (1), u64 sid,    |
+|               |                                      | u64 created time, then the StreamConfig    |
+|               |                                      | as its wire JSON (UTF-8) to the end        |
++---------------+--------------------------------------+--------------------------------------------+
+| ``sstate``    | u64 sid                              | stream state: u8 version (1), then u64     |
+|               |                                      | first seq, last seq, messages, bytes,      |
+|               |                                      | first time, last time, number of distinct  |
+|               |                                      | subjects                                   |
++---------------+--------------------------------------+--------------------------------------------+
+| ``msgs``      | u64 sid, u64 seq                     | message record version 1: u8 version (1),  |
+|               |                                      | u64 time, u16 subject length, subject,     |
+|               |                                      | u32 header length, header block (the NATS  |
+|               |                                      | ``NATS/1.0\\r\\n`` text form; length 0 =   |
+|               |                                      | no headers), then the payload to the end   |
++---------------+--------------------------------------+--------------------------------------------+
+| ``subjects``  | u64 sid, subject, byte 0x00, u64 seq | empty (index: messages of one subject in   |
+|               |                                      | sequence order; subjects never hold 0x00)  |
++---------------+--------------------------------------+--------------------------------------------+
+| ``subjcount`` | u64 sid, subject                     | u64 number of stored messages on subject   |
++---------------+--------------------------------------+--------------------------------------------+
+| ``dedupe``    | u64 sid, msg id (UTF-8)              | u64 seq, u64 time of the original message  |
+| ``dedupeseq`` | u64 sid, u64 seq                     | msg id (UTF-8): eviction order of dedupe   |
++---------------+--------------------------------------+--------------------------------------------+
+| ``consumers`` | u64 sid, consumer name (UTF-8)       | consumer record: u8 version (1), u64 cid,  |
+|               |                                      | u64 created time, then the ConsumerConfig  |
+|               |                                      | as its wire JSON                           |
++---------------+--------------------------------------+--------------------------------------------+
+| ``cstate``    | u64 cid                              | consumer state: u8 version (1), then u64   |
+|               |                                      | delivered consumer seq, delivered stream   |
+|               |                                      | seq, ack floor consumer seq, ack floor     |
+|               |                                      | stream seq, last delivery time, last ack   |
+|               |                                      | time, last-per-subject end seq (0 = none)  |
++---------------+--------------------------------------+--------------------------------------------+
+| ``pending``   | u64 cid, u64 stream seq              | pending ack: u64 consumer seq, u32         |
+|               |                                      | delivery count, u64 ack deadline, u8 flags |
+|               |                                      | (bit 0: max deliveries reached)            |
++---------------+--------------------------------------+--------------------------------------------+
+
+Readers must treat an unknown record version as an error, never guess. A schema
+change bumps ``SCHEMA_VERSION`` and adds a migration in ``store.env``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+SCHEMA_VERSION: Final = 1
+
+DB_META: Final = b"meta"
+DB_STREAMS: Final = b"streams"
+DB_SSTATE: Final = b"sstate"
+DB_MSGS: Final = b"msgs"
+DB_SUBJECTS: Final = b"subjects"
+DB_SUBJCOUNT: Final = b"subjcount"
+DB_DEDUPE: Final = b"dedupe"
+DB_DEDUPESEQ: Final = b"dedupeseq"
+DB_CONSUMERS: Final = b"consumers"
+DB_CSTATE: Final = b"cstate"
+DB_PENDING: Final = b"pending"
+
+ALL_DBS: Final = (
+    DB_META,
+    DB_STREAMS,
+    DB_SSTATE,
+    DB_MSGS,
+    DB_SUBJECTS,
+    DB_SUBJCOUNT,
+    DB_DEDUPE,
+    DB_DEDUPESEQ,
+    DB_CONSUMERS,
+    DB_CSTATE,
+    DB_PENDING,
+)
+
+META_SCHEMA: Final = b"schema"
+META_NEXT_ID: Final = b"next_id"
+
+MSG_RECORD_VERSION: Final = 1
+STREAM_RECORD_VERSION: Final = 1
+STATE_RECORD_VERSION: Final = 1
+CONSUMER_RECORD_VERSION: Final = 1
+
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_U64X2 = struct.Struct(">QQ")
+_MSG_HEAD = struct.Struct(">BQH")  # version, time, subject length
+_REC_HEAD = struct.Struct(">BQQ")  # version, id, created
+_SSTATE = struct.Struct(">B7Q")
+_CSTATE = struct.Struct(">B7Q")
+_PENDING = struct.Struct(">QIQB")
+
+MAX_U64: Final = (1 << 64) - 1
+
+
+class RecordError(ValueError):
+    """A stored record has an unknown version or a damaged layout."""
+
+
+def u32(n: int) -> bytes:
+    return _U32.pack(n)
+
+
+def u64(n: int) -> bytes:
+    return _U64.pack(n)
+
+
+def read_u32(b: bytes) -> int:
+    return int(_U32.unpack(b)[0])
+
+
+def read_u64(b: bytes, offset: int = 0) -> int:
+    return int(_U64.unpack_from(b, offset)[0])
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+def msg_key(sid: int, seq: int) -> bytes:
+    return _U64X2.pack(sid, seq)
+
+
+def split_msg_key(key: bytes) -> tuple[int, int]:
+    sid, seq = _U64X2.unpack(key)
+    return int(sid), int(seq)
+
+
+def sid_prefix(sid: int) -> bytes:
+    return _U64.pack(sid)
+
+
+def subject_key(sid: int, subject: str, seq: int) -> bytes:
+    return _U64.pack(sid) + subject.encode() + b"\x00" + _U64.pack(seq)
+
+
+def subject_prefix(sid: int, subject: str) -> bytes:
+    """Prefix of every ``subjects`` key of one exact subject (ends with the 0x00)."""
+    return _U64.pack(sid) + subject.encode() + b"\x00"
+
+
+def split_subject_key(key: bytes) -> tuple[int, str, int]:
+    sid = read_u64(key)
+    seq = read_u64(key, len(key) - 8)
+    return sid, key[8:-9].decode(), seq
+
+
+def subjcount_key(sid: int, subject: str) -> bytes:
+    return _U64.pack(sid) + subject.encode()
+
+
+def dedupe_key(sid: int, msg_id: str) -> bytes:
+    return _U64.pack(sid) + msg_id.encode()
+
+
+def consumer_key(sid: int, name: str) -> bytes:
+    return _U64.pack(sid) + name.encode()
+
+
+def pending_key(cid: int, seq: int) -> bytes:
+    return _U64X2.pack(cid, seq)
+
+
+# -- records ---------------------------------------------------------------------------------
+
+
+def pack_msg(time_ns: int, subject: str, header_block: bytes, payload: bytes) -> bytes:
+    subj = subject.encode()
+    return b"".join(
+        (
+            _MSG_HEAD.pack(MSG_RECORD_VERSION, time_ns, len(subj)),
+            subj,
+            _U32.pack(len(header_block)),
+            header_block,
+            payload,
+        )
+    )
+
+
+def unpack_msg(record: bytes) -> tuple[int, str, bytes, bytes]:
+    """Return ``(time_ns, subject, header_block, payload)`` of a message record."""
+    if len(record) < _MSG_HEAD.size + 4:
+        raise RecordError("message record too short")
+    version, time_ns, slen = _MSG_HEAD.unpack_from(record)
+    if version != MSG_RECORD_VERSION:
+        raise RecordError(f"unknown message record version {version}")
+    pos = _MSG_HEAD.size
+    subject = bytes(record[pos : pos + slen]).decode()
+    pos += slen
+    (hlen,) = _U32.unpack_from(record, pos)
+    pos += 4
+    if pos + hlen > len(record):
+        raise RecordError("message record header block overruns the record")
+    hdr = bytes(record[pos : pos + hlen])
+    return int(time_ns), subject, hdr, bytes(record[pos + hlen :])
+
+
+def msg_time(record: bytes) -> int:
+    """Only the time of a message record (cheap; no decoding)."""
+    version, time_ns, _ = _MSG_HEAD.unpack_from(record)
+    if version != MSG_RECORD_VERSION:
+        raise RecordError(f"unknown message record version {version}")
+    return int(time_ns)
+
+
+def msg_subject(record: bytes) -> str:
+    version, _, slen = _MSG_HEAD.unpack_from(record)
+    if version != MSG_RECORD_VERSION:
+        raise RecordError(f"unknown message record version {version}")
+    return bytes(record[_MSG_HEAD.size : _MSG_HEAD.size + slen]).decode()
+
+
+def pack_named_record(version: int, ident: int, created_ns: int, config_json: bytes) -> bytes:
+    """Stream and consumer records: version, id, created time, config JSON."""
+    return _REC_HEAD.pack(version, ident, created_ns) + config_json
+
+
+def unpack_named_record(record: bytes, version: int) -> tuple[int, int, bytes]:
+    """Return ``(id, created_ns, config_json)``."""
+    v, ident, created = _REC_HEAD.unpack_from(record)
+    if v != version:
+        raise RecordError(f"unknown record version {v}")
+    return int(ident), int(created), bytes(record[_REC_HEAD.size :])
+
+
+def pack_stream_state(
+    first_seq: int,
+    last_seq: int,
+    messages: int,
+    nbytes: int,
+    first_ts: int,
+    last_ts: int,
+    num_subjects: int,
+) -> bytes:
+    return _SSTATE.pack(
+        STATE_RECORD_VERSION, first_seq, last_seq, messages, nbytes, first_ts, last_ts, num_subjects
+    )
+
+
+def unpack_stream_state(record: bytes) -> tuple[int, int, int, int, int, int, int]:
+    v, *rest = _SSTATE.unpack(record)
+    if v != STATE_RECORD_VERSION:
+        raise RecordError(f"unknown stream state version {v}")
+    a, b, c, d, e, f, g = (int(x) for x in rest)
+    return a, b, c, d, e, f, g
+
+
+def pack_consumer_state(
+    delivered_cseq: int,
+    delivered_sseq: int,
+    ack_cseq: int,
+    ack_sseq: int,
+    last_delivered_ns: int,
+    last_ack_ns: int,
+    lps_end: int,
+) -> bytes:
+    return _CSTATE.pack(
+        STATE_RECORD_VERSION,
+        delivered_cseq,
+        delivered_sseq,
+        ack_cseq,
+        ack_sseq,
+        last_delivered_ns,
+        last_ack_ns,
+        lps_end,
+    )
+
+
+def unpack_consumer_state(record: bytes) -> tuple[int, int, int, int, int, int, int]:
+    v, *rest = _CSTATE.unpack(record)
+    if v != STATE_RECORD_VERSION:
+        raise RecordError(f"unknown consumer state version {v}")
+    a, b, c, d, e, f, g = (int(x) for x in rest)
+    return a, b, c, d, e, f, g
+
+
+PENDING_EXHAUSTED: Final = 1
+
+
+def pack_pending(cseq: int, count: int, deadline_ns: int, flags: int) -> bytes:
+    return _PENDING.pack(cseq, count, deadline_ns, flags)
+
+
+def unpack_pending(record: bytes) -> tuple[int, int, int, int]:
+    """Return ``(consumer_seq, delivery_count, deadline_ns, flags)``."""
+    a, b, c, d = _PENDING.unpack(record)
+    return int(a), int(b), int(c), int(d)
+
+
+# -- NATS header blocks ----------------------------------------------------------------------
+
+_HDR_LINE = b"NATS/1.0\r\n"
+
+
+def encode_headers(headers: tuple[tuple[str, str], ...]) -> bytes:
+    """The ``NATS/1.0`` header block for ``headers`` (empty bytes when there are none)."""
+    if not headers:
+        return b""
+    parts = [_HDR_LINE]
+    for k, v in headers:
+        parts.append(f"{k}: {v}\r\n".encode())
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def decode_headers(block: bytes) -> tuple[tuple[str, str], ...]:
+    if not block:
+        return ()
+    text = block.decode()
+    lines = text.split("\r\n")
+    if not lines or not lines[0].startswith("NATS/1.0"):
+        raise RecordError("header block does not start with NATS/1.0")
+    out: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        if not line:
+            continue
+        k, sep, v = line.partition(":")
+        if not sep:
+            raise RecordError(f"malformed header line {line!r}")
+        out.append((k.strip(), v.strip()))
+    return tuple(out)
+
+
+def msg_bytes(subject_len: int, header_len: int, payload_len: int) -> int:
+    """Bytes a message counts for ``bytes``/``max_bytes``: nats-server's file-store formula.
+
+    ``22 + len(subject) + len(payload) + 8``, plus ``4 + len(headers)`` when there are
+    headers (spec §1.4, "Byte accounting").
+    """
+    n = 30 + subject_len + payload_len
+    if header_len:
+        n += 4 + header_len
+    return n
+
+
+def record_bytes(record: bytes) -> int:
+    """:func:`msg_bytes` of a stored message record, without decoding it."""
+    _, _, slen = _MSG_HEAD.unpack_from(record)
+    (hlen,) = _U32.unpack_from(record, _MSG_HEAD.size + slen)
+    plen = len(record) - _MSG_HEAD.size - slen - 4 - hlen
+    return msg_bytes(slen, int(hlen), plen)

@@ -1,0 +1,416 @@
+"""Wire-shaped pydantic models: StreamConfig/State/Info and ConsumerConfig/Info (spec §1.4-1.7).
+
+``to_wire()`` gives exactly the JSON object nats-server sends (omitempty fields are left
+out); ``from_wire()`` validates a request body and raises :class:`JetStreamError` with the
+JetStream ``err_code`` on bad input. Durations are integer nanoseconds; times are RFC 3339
+strings with nanoseconds (``0001-01-01T00:00:00Z`` is the zero time).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from store.errors import JetStreamError, js_error
+
+ZERO_TIME = "0001-01-01T00:00:00Z"
+SECOND = 1_000_000_000
+MIN_DURATION = 100_000_000  # 100 ms: smallest max_age / duplicate_window / heartbeat
+DEFAULT_DUPLICATE_WINDOW = 120 * SECOND
+DEFAULT_ACK_WAIT = 30 * SECOND
+DEFAULT_MAX_ACK_PENDING = 1000
+DEFAULT_MAX_WAITING = 512
+DEFAULT_EPHEMERAL_INACTIVE = 5 * SECOND
+
+_TIME_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
+
+
+def format_time(ns: int) -> str:
+    """RFC 3339 UTC with nanoseconds (trailing zeros trimmed, as Go does)."""
+    if ns <= 0:
+        return ZERO_TIME
+    secs, frac = divmod(ns, SECOND)
+    base = _dt.datetime.fromtimestamp(secs, tz=_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    if frac:
+        return f"{base}.{frac:09d}".rstrip("0") + "Z"
+    return base + "Z"
+
+
+def parse_time(text: str) -> int:
+    """Parse an RFC 3339 time to Unix nanoseconds (zero time -> 0); ValueError if malformed."""
+    if text == ZERO_TIME:
+        return 0
+    m = _TIME_RE.match(text)
+    if m is None:
+        raise ValueError(f"invalid time {text!r}")
+    base, frac, tz = m.groups()
+    tzs = "+00:00" if tz == "Z" else tz
+    dt = _dt.datetime.fromisoformat(base + tzs)
+    return int(dt.timestamp()) * SECOND + int((frac or "0").ljust(9, "0"))
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_wire(), separators=(",", ":"), sort_keys=False).encode()
+
+    @classmethod
+    def _parse(cls, body: dict[str, Any] | str | bytes, error: str) -> Self:
+        try:
+            if isinstance(body, str | bytes):
+                data = json.loads(body) if body else {}
+            else:
+                data = body
+        except ValueError as exc:
+            raise js_error("invalid_json", err=str(exc)) from None
+        if not isinstance(data, dict):
+            raise js_error("invalid_json", err="expected a JSON object")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"])
+            raise js_error(error, err=f"{loc}: {first['msg']}") from None
+
+
+Retention = Literal["limits", "interest", "workqueue"]
+Storage = Literal["file", "memory"]
+Discard = Literal["old", "new"]
+AckPolicy = Literal["none", "all", "explicit"]
+DeliverPolicy = Literal[
+    "all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject"
+]
+ReplayPolicy = Literal["instant", "original"]
+
+
+class ConsumerLimits(_Wire):
+    inactive_threshold: int | None = None
+    max_ack_pending: int | None = None
+
+
+class StreamConfig(_Wire):
+    """A stream configuration; :meth:`normalized` fills defaults and validates (spec §1.4)."""
+
+    name: str
+    description: str | None = Field(default=None, max_length=4096)
+    subjects: list[str] = Field(default_factory=list)
+    retention: Retention = "limits"
+    max_consumers: int = -1
+    max_msgs: int = -1
+    max_bytes: int = -1
+    max_age: int = 0
+    max_msgs_per_subject: int = -1
+    max_msg_size: int = -1
+    discard: Discard = "old"
+    storage: Storage = "file"
+    num_replicas: int = 1
+    duplicate_window: int = 0
+    compression: Literal["none", "s2"] = "none"
+    allow_direct: bool = False
+    mirror_direct: bool = False
+    sealed: bool = False
+    deny_delete: bool = False
+    deny_purge: bool = False
+    allow_rollup_hdrs: bool = False
+    consumer_limits: ConsumerLimits = Field(default_factory=ConsumerLimits)
+    allow_msg_ttl: bool = False
+    discard_new_per_subject: bool | None = None
+    no_ack: bool | None = None
+    first_seq: int | None = None
+    metadata: dict[str, str] | None = None
+    mirror: dict[str, Any] | None = None
+    sources: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def from_wire(cls, body: dict[str, Any] | str | bytes) -> StreamConfig:
+        return cls._parse(body, "stream_invalid_config").normalized()
+
+    def normalized(self) -> StreamConfig:
+        """Defaults filled, every rule of spec §1.4 checked (raises JetStreamError)."""
+        from store.subjects import is_valid_name, is_valid_subject, subjects_overlap
+
+        def bad(msg: str) -> JetStreamError:
+            return js_error("stream_invalid_config", err=msg)
+
+        if not is_valid_name(self.name):
+            raise bad("invalid stream name")
+        if self.mirror is not None or self.sources:
+            raise bad("mirrors and sources are not supported")
+        if self.compression != "none":
+            raise bad("compression is not supported")
+        if self.allow_msg_ttl:
+            raise bad("per-message TTL is not supported")
+        if self.num_replicas > 1:
+            raise js_error("stream_replicas_not_supported")
+        if self.num_replicas < 0:
+            raise bad("replicas count cannot be negative")
+        upd: dict[str, Any] = {"num_replicas": 1}
+        for field in (
+            "max_consumers",
+            "max_msgs",
+            "max_bytes",
+            "max_msgs_per_subject",
+            "max_msg_size",
+        ):
+            v = getattr(self, field)
+            if v == 0:
+                upd[field] = -1
+            elif v < -1:
+                raise bad(f"{field} can not be negative")
+        if self.max_age < 0:
+            raise bad("max age needs to be >= 0")
+        if 0 < self.max_age < MIN_DURATION:
+            raise bad("max age needs to be >= 100ms")
+        dw = self.duplicate_window
+        if dw < 0:
+            raise bad("duplicates window can not be negative")
+        if dw == 0:
+            dw = DEFAULT_DUPLICATE_WINDOW
+            if 0 < self.max_age < dw:
+                dw = self.max_age
+        elif dw < MIN_DURATION:
+            raise bad("duplicates window needs to be >= 100ms")
+        elif self.max_age and dw > self.max_age:
+            raise bad("duplicates window can not be larger then max age")
+        upd["duplicate_window"] = dw
+        subjects = list(self.subjects) or [self.name]
+        if len(set(subjects)) != len(subjects):
+            raise bad("duplicate subjects detected")
+        for s in subjects:
+            if not is_valid_subject(s):
+                raise bad(f"invalid subject {s!r}")
+            if s == ">" and not self.no_ack:
+                raise bad("stream subjects can not be the full wildcard '>'")
+            for reserved in ("$JS.>", "$JSC.>", "$NRG.>", "$SYS.>"):
+                if subjects_overlap(s, reserved) and not self.no_ack:
+                    if s.startswith(("$JS.EVENT.", "$SYS.ACCOUNT.")):
+                        continue
+                    raise bad("subjects that overlap with jetstream api require no-ack to be true")
+        for i, a in enumerate(subjects):
+            for b in subjects[i + 1 :]:
+                if subjects_overlap(a, b):
+                    raise bad("subjects overlap")
+        upd["subjects"] = subjects
+        if self.discard_new_per_subject:
+            mmps = upd.get("max_msgs_per_subject", self.max_msgs_per_subject)
+            if self.discard != "new":
+                raise bad("discard new per subject requires discard new policy to be set")
+            if mmps <= 0:
+                raise bad("discard new per subject requires max msgs per subject > 0")
+        if self.allow_rollup_hdrs and self.deny_purge:
+            raise bad("roll-ups require the purge permission")
+        if self.first_seq is not None and self.first_seq < 0:
+            raise bad("first sequence can not be negative")
+        return self.model_copy(update=upd)
+
+
+class StreamState(_Wire):
+    messages: int = 0
+    bytes: int = 0
+    first_seq: int = 0
+    first_ts: str = ZERO_TIME
+    last_seq: int = 0
+    last_ts: str = ZERO_TIME
+    num_subjects: int | None = None
+    subjects: dict[str, int] | None = None
+    num_deleted: int | None = None
+    deleted: list[int] | None = None
+    consumer_count: int = 0
+
+
+class ClusterInfo(_Wire):
+    leader: str
+
+
+class StreamInfo(_Wire):
+    config: StreamConfig
+    created: str
+    state: StreamState
+    cluster: ClusterInfo | None = None
+    ts: str
+
+
+class ConsumerConfig(_Wire):
+    """A consumer configuration; :meth:`normalized` fills defaults (spec §1.6)."""
+
+    durable_name: str | None = None
+    name: str | None = None
+    description: str | None = None
+    deliver_policy: DeliverPolicy = "all"
+    opt_start_seq: int | None = None
+    opt_start_time: str | None = None
+    ack_policy: AckPolicy = "none"
+    ack_wait: int | None = None
+    max_deliver: int = -1
+    backoff: list[int] | None = None
+    filter_subject: str | None = None
+    filter_subjects: list[str] | None = None
+    replay_policy: ReplayPolicy = "instant"
+    rate_limit_bps: int | None = None
+    sample_freq: str | None = None
+    max_waiting: int | None = None
+    max_ack_pending: int | None = None
+    max_batch: int | None = None
+    max_expires: int | None = None
+    max_bytes: int | None = None
+    deliver_subject: str | None = None
+    deliver_group: str | None = None
+    idle_heartbeat: int | None = None
+    flow_control: bool | None = None
+    headers_only: bool | None = None
+    inactive_threshold: int | None = None
+    num_replicas: int = 0
+    mem_storage: bool | None = None
+    metadata: dict[str, str] | None = None
+
+    @classmethod
+    def from_wire(cls, body: dict[str, Any] | str | bytes) -> ConsumerConfig:
+        return cls._parse(body, "consumer_create")
+
+    @property
+    def is_push(self) -> bool:
+        return bool(self.deliver_subject)
+
+    @property
+    def filters(self) -> tuple[str, ...]:
+        if self.filter_subjects:
+            return tuple(self.filter_subjects)
+        if self.filter_subject:
+            return (self.filter_subject,)
+        return ()
+
+    @property
+    def consumer_name(self) -> str | None:
+        return self.name or self.durable_name
+
+    def normalized(self, limits: ConsumerLimits | None = None) -> ConsumerConfig:
+        """Defaults filled and field rules checked (stream-dependent rules live in the engine)."""
+        from store.subjects import is_literal, is_valid_name, is_valid_subject, subjects_overlap
+
+        def policy(msg: str) -> JetStreamError:
+            return js_error("consumer_invalid_policy", err=msg)
+
+        def create(msg: str) -> JetStreamError:
+            return js_error("consumer_create", err=msg)
+
+        upd: dict[str, Any] = {}
+        if self.durable_name and self.name and self.durable_name != self.name:
+            raise js_error("durable_name_mismatch")
+        for n in (self.durable_name, self.name):
+            if n is not None and not is_valid_name(n):
+                raise create("consumer name is not valid")
+        if self.durable_name and not self.name:
+            upd["name"] = self.durable_name
+        dp = self.deliver_policy
+        if self.opt_start_seq is not None and dp != "by_start_sequence":
+            raise policy(
+                f"consumer delivery policy is deliver {_policy_words(dp)}, but optional start sequence is also set"
+            )
+        if self.opt_start_time is not None and dp != "by_start_time":
+            raise policy(
+                f"consumer delivery policy is deliver {_policy_words(dp)}, but optional start time is also set"
+            )
+        if dp == "by_start_sequence" and not self.opt_start_seq:
+            raise policy(
+                "consumer delivery policy is deliver by start sequence, but optional start sequence is not set"
+            )
+        if dp == "by_start_time":
+            if self.opt_start_time is None:
+                raise policy(
+                    "consumer delivery policy is deliver by start time, but optional start time is not set"
+                )
+            try:
+                parse_time(self.opt_start_time)
+            except ValueError:
+                raise policy("optional start time is not a valid time") from None
+        if self.filter_subject and self.filter_subjects:
+            raise create("consumer can not have both filter subject and filter subjects")
+        filters = self.filters
+        for f in filters:
+            if not is_valid_subject(f):
+                raise create(
+                    f"consumer filter subject is not a valid subset of the interest subjects: {f}"
+                )
+        for i, a in enumerate(filters):
+            for b in filters[i + 1 :]:
+                if subjects_overlap(a, b):
+                    raise create("consumer subject filters cannot overlap")
+        if dp == "last_per_subject" and not filters:
+            raise policy(
+                "consumer delivery policy is deliver last per subject, but optional filter subject is not set"
+            )
+        if self.ack_policy != "none":
+            if self.ack_wait is None or self.ack_wait <= 0:
+                upd["ack_wait"] = DEFAULT_ACK_WAIT
+            if self.max_ack_pending is None or self.max_ack_pending == 0:
+                mp = limits.max_ack_pending if limits and limits.max_ack_pending else None
+                upd["max_ack_pending"] = mp or DEFAULT_MAX_ACK_PENDING
+        elif self.ack_wait is None or self.ack_wait <= 0:
+            upd["ack_wait"] = DEFAULT_ACK_WAIT
+        if self.max_deliver == 0 or self.max_deliver < -1:
+            upd["max_deliver"] = -1
+        md = upd.get("max_deliver", self.max_deliver)
+        if self.backoff:
+            if any(b < 0 for b in self.backoff):
+                raise create("backoff values can not be negative")
+            if md != -1 and md <= len(self.backoff):
+                raise js_error("max_deliver_backoff")
+        if self.deliver_subject:
+            if not is_valid_subject(self.deliver_subject):
+                raise create("deliver subject is not valid")
+            if not is_literal(self.deliver_subject):
+                raise js_error("deliver_subject_wildcards")
+            if self.max_waiting:
+                raise js_error("push_max_waiting")
+            if self.idle_heartbeat is not None and 0 < self.idle_heartbeat < MIN_DURATION:
+                raise js_error("small_heartbeat")
+        else:
+            if self.idle_heartbeat:
+                raise js_error("heartbeat_requires_push")
+            if self.flow_control:
+                raise js_error("fc_requires_push")
+            if self.deliver_group:
+                raise create("consumer deliver group requires a push based consumer")
+            if not self.max_waiting:
+                upd["max_waiting"] = DEFAULT_MAX_WAITING
+        if self.inactive_threshold is not None and self.inactive_threshold < 0:
+            raise create("consumer inactive threshold can not be negative")
+        if not self.durable_name and not self.inactive_threshold:
+            lim = limits.inactive_threshold if limits and limits.inactive_threshold else None
+            upd["inactive_threshold"] = lim or DEFAULT_EPHEMERAL_INACTIVE
+        if self.num_replicas > 1:
+            raise create("replicas > 1 not supported in non-clustered mode")
+        return self.model_copy(update=upd)
+
+
+def _policy_words(dp: str) -> str:
+    return dp.replace("_", " ")
+
+
+class SequenceInfo(_Wire):
+    consumer_seq: int
+    stream_seq: int
+    last_active: str | None = None
+
+
+class ConsumerInfo(_Wire):
+    stream_name: str
+    name: str
+    created: str
+    config: ConsumerConfig
+    delivered: SequenceInfo
+    ack_floor: SequenceInfo
+    num_ack_pending: int
+    num_redelivered: int
+    num_waiting: int
+    num_pending: int
+    push_bound: bool | None = None
+    ts: str

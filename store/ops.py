@@ -1,0 +1,255 @@
+"""Operations submitted to the writer, their results, and the events the engine emits.
+
+One group-commit batch may mix any of these. Each operation gets its own result, and a
+failing operation (a :class:`~store.errors.JetStreamError` as its result) does not fail
+the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from store.errors import JetStreamError
+from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo
+
+Headers = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMsg:
+    seq: int
+    time_ns: int
+    subject: str
+    headers: Headers
+    payload: bytes
+
+    def header(self, name: str) -> str | None:
+        """The last value of header ``name`` (case-sensitive, as NATS), or None."""
+        for k, v in reversed(self.headers):
+            if k == name:
+                return v
+        return None
+
+
+# -- operations ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Store a message in the stream whose subjects match ``subject`` (or exactly ``stream``).
+
+    Result: :class:`PubAck`, :class:`JetStreamError`, or ``None`` when no stream captures
+    the subject (and ``stream`` was not given).
+    """
+
+    subject: str
+    payload: bytes = b""
+    headers: Headers = ()
+    stream: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreateStream:
+    config: StreamConfig
+    update: bool = False  # True: STREAM.UPDATE (stream must exist)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteStream:
+    stream: str
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeStream:
+    stream: str
+    filter: str | None = None
+    seq: int | None = None  # purge strictly below seq
+    keep: int | None = None  # keep the newest n
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteMsg:
+    stream: str
+    seq: int
+
+
+class AckKind(Enum):
+    ACK = "+ACK"
+    NAK = "-NAK"
+    WPI = "+WPI"
+    TERM = "+TERM"
+    NEXT = "+NXT"
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """An ack for ``seq`` (stream sequence) on a consumer. Result: ``None``.
+
+    ``delay_ns`` is the ``-NAK`` delay; ``reason`` the ``+TERM`` reason. For ``+NXT``,
+    ``next_reply`` and ``next_batch`` register a pull request after the ack.
+    """
+
+    stream: str
+    consumer: str
+    seq: int
+    kind: AckKind = AckKind.ACK
+    delay_ns: int = 0
+    reason: str = ""
+    next_reply: str = ""
+    next_batch: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CreateConsumer:
+    stream: str
+    config: ConsumerConfig
+    action: str = ""  # "" | "create" | "update"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteConsumer:
+    stream: str
+    consumer: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pull:
+    """A pull request (MSG.NEXT); messages and statuses arrive as events with ``reply``."""
+
+    stream: str
+    consumer: str
+    reply: str
+    batch: int = 1
+    expires_ns: int = 0
+    no_wait: bool = False
+    max_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SetPushInterest:
+    """The broker reports whether a push consumer's deliver subject has a subscriber."""
+
+    stream: str
+    consumer: str
+    bound: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Run timers due at ``now`` (ack-wait redelivery, max_age, inactivity, pull expiry)."""
+
+    now: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GetStreamInfo:
+    stream: str
+    subjects_filter: str | None = None
+    deleted_details: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GetConsumerInfo:
+    stream: str
+    consumer: str
+
+
+Op = (
+    Publish
+    | CreateStream
+    | DeleteStream
+    | PurgeStream
+    | DeleteMsg
+    | Ack
+    | CreateConsumer
+    | DeleteConsumer
+    | Pull
+    | SetPushInterest
+    | Tick
+    | GetStreamInfo
+    | GetConsumerInfo
+)
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PubAck:
+    stream: str
+    seq: int
+    duplicate: bool = False
+
+    def to_wire(self) -> dict[str, object]:
+        out: dict[str, object] = {"stream": self.stream, "seq": self.seq}
+        if self.duplicate:
+            out["duplicate"] = True
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeResult:
+    purged: int
+
+
+OpResult = PubAck | PurgeResult | JetStreamError | None | bool | StreamInfo | ConsumerInfo | int
+
+
+# -- events (emitted on the writer thread after the commit that produced them) --------------
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A message for a consumer: to its push ``deliver_subject`` or a pull request's inbox."""
+
+    stream: str
+    consumer: str
+    reply: str
+    msg: StoredMsg
+    delivered_count: int
+    consumer_seq: int
+    num_pending: int
+
+    @property
+    def ack_subject(self) -> str:
+        """The v1 ack reply subject of spec §1.9.1."""
+        return (
+            f"$JS.ACK.{self.stream}.{self.consumer}.{self.delivered_count}."
+            f"{self.msg.seq}.{self.consumer_seq}.{self.msg.time_ns}.{self.num_pending}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PullStatus:
+    """A status message for a pull request (404 / 408 / 409), spec §1.9.3."""
+
+    stream: str
+    consumer: str
+    reply: str
+    code: int
+    description: str
+    pending_msgs: int = 0
+    pending_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Advisory:
+    """``max_deliver`` reached, message terminated, consumer deleted by inactivity."""
+
+    kind: str  # "max_deliver" | "terminated" | "consumer_deleted"
+    stream: str
+    consumer: str
+    stream_seq: int = 0
+    deliveries: int = 0
+    reason: str = ""
+
+
+Event = Delivery | PullStatus | Advisory
+
+
+@dataclass(slots=True)
+class EventSink:
+    """Events collected during one batch; flushed to the hook after the commit."""
+
+    events: list[Event] = field(default_factory=list)

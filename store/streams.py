@@ -1,0 +1,427 @@
+"""Streams inside a write transaction: append with every limit and header check, removal,
+purge, expiry, dedupe. Writer thread only.
+
+A :class:`StreamRt` is the writer's cached copy of one stream (config + state). It is
+mutated only inside a batch; if the batch aborts the engine drops every cached object and
+reloads from LMDB, so the cache never runs ahead of what is committed.
+
+State invariants (spec §1.5): an empty new stream has ``first_seq = last_seq = 0``; when
+the last message goes, ``first_seq = last_seq + 1`` and ``first_ts`` is zero; interior gaps
+are ``num_deleted = last_seq - first_seq + 1 - messages``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from store import keys
+from store.errors import JetStreamError, js_error
+from store.models import StreamConfig
+from store.ops import Headers, PubAck
+from store.subjects import is_literal, is_valid_subject, subject_matches
+
+if TYPE_CHECKING:
+    from store.consumers import ConsumerRt
+
+_HEADER_BAD = frozenset("\r\n")
+MAX_SUBJECT = 480  # bytes: keeps every index key under LMDB's 511-byte key limit
+
+
+@dataclass
+class Ctx:
+    """One batch: its write transaction, databases and time."""
+
+    txn: Any
+    dbs: dict[bytes, Any]
+    now: int
+    events: list[Any] = field(default_factory=list)
+    retention_check: list[tuple[StreamRt, int]] = field(default_factory=list)
+    touched: set[StreamRt] = field(default_factory=set)
+    dirty_consumers: set[ConsumerRt] = field(default_factory=set)
+
+    def db(self, name: bytes) -> Any:
+        return self.dbs[name]
+
+
+class StreamRt:
+    """The writer's copy of one stream."""
+
+    def __init__(self, name: str, sid: int, config: StreamConfig, created_ns: int) -> None:
+        self.name = name
+        self.sid = sid
+        self.config = config
+        self.created_ns = created_ns
+        self.first_seq = 0
+        self.last_seq = 0
+        self.messages = 0
+        self.bytes = 0
+        self.first_ts = 0
+        self.last_ts = 0
+        self.num_subjects = 0
+        self.consumers: dict[str, ConsumerRt] = {}
+        self.on_remove: Callable[[Ctx, StreamRt, int, str], None] | None = None
+
+    # -- persistence ---------------------------------------------------------------------
+
+    def load_state(self, record: bytes) -> None:
+        (
+            self.first_seq,
+            self.last_seq,
+            self.messages,
+            self.bytes,
+            self.first_ts,
+            self.last_ts,
+            self.num_subjects,
+        ) = keys.unpack_stream_state(record)
+
+    def save_state(self, ctx: Ctx) -> None:
+        ctx.txn.put(
+            keys.u64(self.sid),
+            keys.pack_stream_state(
+                self.first_seq,
+                self.last_seq,
+                self.messages,
+                self.bytes,
+                self.first_ts,
+                self.last_ts,
+                self.num_subjects,
+            ),
+            db=ctx.db(keys.DB_SSTATE),
+        )
+
+    # -- lookups -------------------------------------------------------------------------
+
+    def subject_count(self, ctx: Ctx, subject: str) -> int:
+        raw = ctx.txn.get(keys.subjcount_key(self.sid, subject), db=ctx.db(keys.DB_SUBJCOUNT))
+        return keys.read_u64(raw) if raw else 0
+
+    def subject_seqs(self, ctx: Ctx, subject: str, start: int = 0) -> Iterator[int]:
+        """Stored sequences of one literal subject, ascending, from ``start``."""
+        prefix = keys.subject_prefix(self.sid, subject)
+        cur = ctx.txn.cursor(db=ctx.db(keys.DB_SUBJECTS))
+        if not cur.set_range(prefix + keys.u64(start)):
+            return
+        for k in cur.iternext(keys=True, values=False):
+            if not k.startswith(prefix) or len(k) != len(prefix) + 8:
+                return
+            yield keys.read_u64(k, len(prefix))
+
+    def last_seq_of_subject(self, ctx: Ctx, subject: str) -> int:
+        """Last stored seq for ``subject`` (wildcards allowed); 0 when none."""
+        if is_literal(subject):
+            prefix = keys.subject_prefix(self.sid, subject)
+            cur = ctx.txn.cursor(db=ctx.db(keys.DB_SUBJECTS))
+            if cur.set_range(prefix + b"\xff" * 8):
+                ok = cur.prev()
+            else:
+                ok = cur.last()
+            if ok:
+                k = cur.key()
+                if k.startswith(prefix) and len(k) == len(prefix) + 8:
+                    return keys.read_u64(k, len(prefix))
+            return 0
+        best = 0
+        for subj in self.subjects(ctx):
+            if subject_matches(subject, subj):
+                best = max(best, self.last_seq_of_subject(ctx, subj))
+        return best
+
+    def subjects(self, ctx: Ctx) -> Iterator[str]:
+        prefix = keys.sid_prefix(self.sid)
+        cur = ctx.txn.cursor(db=ctx.db(keys.DB_SUBJCOUNT))
+        if not cur.set_range(prefix):
+            return
+        for k in cur.iternext(keys=True, values=False):
+            if not k.startswith(prefix):
+                return
+            yield bytes(k[8:]).decode()
+
+    def get_record(self, ctx: Ctx, seq: int) -> bytes | None:
+        raw = ctx.txn.get(keys.msg_key(self.sid, seq), db=ctx.db(keys.DB_MSGS))
+        return bytes(raw) if raw is not None else None
+
+    def seqs_from(self, ctx: Ctx, start: int) -> Iterator[tuple[int, bytes]]:
+        """``(seq, record)`` of stored messages with seq >= start, ascending."""
+        cur = ctx.txn.cursor(db=ctx.db(keys.DB_MSGS))
+        if not cur.set_range(keys.msg_key(self.sid, start)):
+            return
+        prefix = keys.sid_prefix(self.sid)
+        for k, v in cur.iternext():
+            if not k.startswith(prefix):
+                return
+            yield keys.read_u64(k, 8), v
+
+    # -- append --------------------------------------------------------------------------
+
+    def publish(
+        self, ctx: Ctx, subject: str, payload: bytes, headers: Headers, has_interest: bool
+    ) -> PubAck | JetStreamError:
+        """Spec §1.8 in its order of checks. Nothing is written unless every check passes."""
+        cfg = self.config
+        if cfg.sealed:
+            return js_error("stream_sealed")
+        if not is_valid_subject(subject, wildcards=False) or len(subject.encode()) > MAX_SUBJECT:
+            return js_error("bad_header", err=f"invalid subject {subject[:64]!r}")
+        hdr: dict[str, str] = {}
+        for k, v in headers:
+            if not k or any(c in _HEADER_BAD or c == ":" or c.isspace() for c in k):
+                return js_error("bad_header", err=f"invalid header name {k!r}")
+            if any(c in _HEADER_BAD for c in v):
+                return js_error("bad_header", err=f"invalid header value for {k!r}")
+            hdr[k] = v
+        exp_stream = hdr.get("Nats-Expected-Stream")
+        if exp_stream is not None and exp_stream != self.name:
+            return js_error("stream_not_match")
+        subj_seq_subject = hdr.get("Nats-Expected-Last-Subject-Sequence-Subject")
+        raw = hdr.get("Nats-Expected-Last-Subject-Sequence")
+        if raw is not None:
+            want = _parse_u64(raw)
+            if want is None:
+                return js_error("bad_header", err="invalid Nats-Expected-Last-Subject-Sequence")
+            on = subj_seq_subject or subject
+            if not is_valid_subject(on):
+                return js_error("bad_header", err="invalid expected last subject sequence subject")
+            actual = self.last_seq_of_subject(ctx, on)
+            if actual != want:
+                return js_error("wrong_last_sequence", seq=actual)
+        elif subj_seq_subject is not None:
+            return js_error("expected_subject_seq_required")
+        raw = hdr.get("Nats-Expected-Last-Sequence")
+        if raw is not None:
+            want = _parse_u64(raw)
+            if want is None:
+                return js_error("bad_header", err="invalid Nats-Expected-Last-Sequence")
+            if self.last_seq != want:
+                return js_error("wrong_last_sequence", seq=self.last_seq)
+        msg_id = hdr.get("Nats-Msg-Id")
+        if msg_id:
+            found = self.dedupe_lookup(ctx, msg_id)
+            if found is not None:
+                return PubAck(self.name, found, duplicate=True)
+        exp_id = hdr.get("Nats-Expected-Last-Msg-Id")
+        if exp_id is not None:
+            last_id = self.msg_id_of(ctx, self.last_seq)
+            if last_id != exp_id:
+                return js_error("wrong_last_msg_id", id=last_id)
+        rollup = hdr.get("Nats-Rollup")
+        if rollup is not None:
+            if not cfg.allow_rollup_hdrs or cfg.deny_purge:
+                return js_error("rollup_failed", err="rollup not permitted")
+            if rollup not in ("sub", "all"):
+                return js_error("rollup_failed", err=f'rollup value invalid: "{rollup}"')
+        if "Nats-TTL" in hdr:
+            return js_error("msg_ttl_disabled")
+        block = keys.encode_headers(headers)
+        size = len(block) + len(payload)
+        if cfg.max_msg_size >= 0 and size > cfg.max_msg_size:
+            return js_error("message_exceeds_maximum")
+        subj_b = subject.encode()
+        nbytes = keys.msg_bytes(len(subj_b), len(block), len(payload))
+        seq = self.last_seq + 1
+        if cfg.retention == "interest" and not has_interest:
+            # Spec §1.5: the publish is acknowledged with a new seq, nothing is stored.
+            self.last_seq = seq
+            if not self.messages:
+                self.first_seq = seq + 1
+            if msg_id:
+                self.dedupe_record(ctx, msg_id, seq)
+            self.save_state(ctx)
+            return PubAck(self.name, seq)
+        if cfg.discard == "new":
+            if cfg.max_msgs > 0 and self.messages + 1 > cfg.max_msgs:
+                return js_error("store_failed", err="maximum messages exceeded")
+            if cfg.max_bytes > 0 and self.bytes + nbytes > cfg.max_bytes:
+                return js_error("store_failed", err="maximum bytes exceeded")
+        mmps = cfg.max_msgs_per_subject
+        if mmps > 0 and cfg.discard_new_per_subject and self.subject_count(ctx, subject) >= mmps:
+            return js_error("store_failed", err="maximum messages per subject exceeded")
+        # -- every check passed: write ------------------------------------------------
+        txn = ctx.txn
+        now = ctx.now
+        txn.put(
+            keys.msg_key(self.sid, seq),
+            keys.pack_msg(now, subject, block, payload),
+            db=ctx.db(keys.DB_MSGS),
+        )
+        txn.put(keys.subject_key(self.sid, subject, seq), b"", db=ctx.db(keys.DB_SUBJECTS))
+        count = self._bump_subject(ctx, subject, +1)
+        if not self.messages:
+            self.first_seq = seq
+            self.first_ts = now
+        self.last_seq = seq
+        self.last_ts = now
+        self.messages += 1
+        self.bytes += nbytes
+        if msg_id:
+            self.dedupe_record(ctx, msg_id, seq)
+        # Limits that drop old messages.
+        if mmps > 0 and count > mmps:
+            for old in list(self.subject_seqs(ctx, subject))[: count - mmps]:
+                self.remove(ctx, old)
+        if cfg.discard == "old":
+            while cfg.max_msgs > 0 and self.messages > cfg.max_msgs:
+                self.remove(ctx, self.first_seq)
+            while cfg.max_bytes > 0 and self.bytes > cfg.max_bytes and self.messages > 1:
+                self.remove(ctx, self.first_seq)
+        if rollup == "sub":
+            for old in list(self.subject_seqs(ctx, subject)):
+                if old < seq:
+                    self.remove(ctx, old)
+        elif rollup == "all":
+            for old, _ in list(self.seqs_from(ctx, 0)):
+                if old >= seq:
+                    break
+                self.remove(ctx, old)
+        self.save_state(ctx)
+        return PubAck(self.name, seq)
+
+    def _bump_subject(self, ctx: Ctx, subject: str, delta: int) -> int:
+        key = keys.subjcount_key(self.sid, subject)
+        db = ctx.db(keys.DB_SUBJCOUNT)
+        raw = ctx.txn.get(key, db=db)
+        old = keys.read_u64(raw) if raw else 0
+        new = old + delta
+        if new <= 0:
+            ctx.txn.delete(key, db=db)
+            if old:
+                self.num_subjects -= 1
+            return 0
+        ctx.txn.put(key, keys.u64(new), db=db)
+        if not old:
+            self.num_subjects += 1
+        return new
+
+    # -- dedupe --------------------------------------------------------------------------
+
+    def dedupe_lookup(self, ctx: Ctx, msg_id: str) -> int | None:
+        raw = ctx.txn.get(keys.dedupe_key(self.sid, msg_id), db=ctx.db(keys.DB_DEDUPE))
+        if raw is None:
+            return None
+        seq = keys.read_u64(raw)
+        ts = keys.read_u64(raw, 8)
+        if ts + self.config.duplicate_window <= ctx.now:
+            return None
+        return seq
+
+    def dedupe_record(self, ctx: Ctx, msg_id: str, seq: int) -> None:
+        ctx.txn.put(
+            keys.dedupe_key(self.sid, msg_id),
+            keys.u64(seq) + keys.u64(ctx.now),
+            db=ctx.db(keys.DB_DEDUPE),
+        )
+        ctx.txn.put(keys.msg_key(self.sid, seq), msg_id.encode(), db=ctx.db(keys.DB_DEDUPESEQ))
+
+    def msg_id_of(self, ctx: Ctx, seq: int) -> str:
+        raw = ctx.txn.get(keys.msg_key(self.sid, seq), db=ctx.db(keys.DB_DEDUPESEQ))
+        return bytes(raw).decode() if raw is not None else ""
+
+    def evict_dedupe(self, ctx: Ctx, limit: int = 10_000) -> None:
+        """Forget msg ids older than the duplicate window (oldest first, bounded work)."""
+        cur = ctx.txn.cursor(db=ctx.db(keys.DB_DEDUPESEQ))
+        prefix = keys.sid_prefix(self.sid)
+        ddb = ctx.db(keys.DB_DEDUPE)
+        if not cur.set_range(prefix):
+            return
+        for _ in range(limit):
+            k = cur.key()
+            if not k.startswith(prefix):
+                return
+            seq = keys.read_u64(k, 8)
+            dkey = keys.dedupe_key(self.sid, bytes(cur.value()).decode())
+            raw = ctx.txn.get(dkey, db=ddb)
+            if raw is not None and keys.read_u64(raw) == seq:
+                if keys.read_u64(raw, 8) + self.config.duplicate_window > ctx.now:
+                    return
+                ctx.txn.delete(dkey, db=ddb)
+            if not cur.delete():
+                return
+
+    def oldest_dedupe_time(self, ctx: Ctx) -> int:
+        cur = ctx.txn.cursor(db=ctx.db(keys.DB_DEDUPESEQ))
+        prefix = keys.sid_prefix(self.sid)
+        if not cur.set_range(prefix) or not cur.key().startswith(prefix):
+            return 0
+        raw = ctx.txn.get(
+            keys.dedupe_key(self.sid, bytes(cur.value()).decode()), db=ctx.db(keys.DB_DEDUPE)
+        )
+        return keys.read_u64(raw, 8) if raw is not None else ctx.now
+
+    # -- removal -------------------------------------------------------------------------
+
+    def remove(self, ctx: Ctx, seq: int) -> bool:
+        """Remove one message (limits, delete, purge, retention). False if not stored."""
+        key = keys.msg_key(self.sid, seq)
+        mdb = ctx.db(keys.DB_MSGS)
+        record = ctx.txn.get(key, db=mdb)
+        if record is None:
+            return False
+        record = bytes(record)
+        subject = keys.msg_subject(record)
+        ctx.txn.delete(key, db=mdb)
+        ctx.txn.delete(keys.subject_key(self.sid, subject, seq), db=ctx.db(keys.DB_SUBJECTS))
+        self._bump_subject(ctx, subject, -1)
+        self.messages -= 1
+        self.bytes -= keys.record_bytes(record)
+        if not self.messages:
+            self.first_seq = self.last_seq + 1
+            self.first_ts = 0
+        elif seq == self.first_seq:
+            for nseq, rec in self.seqs_from(ctx, seq + 1):
+                self.first_seq = nseq
+                self.first_ts = keys.msg_time(rec)
+                break
+        if self.on_remove is not None:
+            self.on_remove(ctx, self, seq, subject)
+        return True
+
+    def purge(self, ctx: Ctx, filter_: str | None, below: int | None, keep: int | None) -> int:
+        """STREAM.PURGE: all, or by ``filter_``, below seq ``below``, keeping ``keep`` newest."""
+        victims: list[int]
+        if filter_ and is_literal(filter_):
+            victims = list(self.subject_seqs(ctx, filter_))
+        else:
+            victims = [
+                s
+                for s, rec in self.seqs_from(ctx, 0)
+                if not filter_ or subject_matches(filter_, keys.msg_subject(rec))
+            ]
+        if below is not None:
+            victims = [s for s in victims if s < below]
+        if keep is not None:
+            victims = victims[: max(0, len(victims) - keep)]
+        for s in victims:
+            self.remove(ctx, s)
+        if not filter_ and keep is None and below is not None and below > self.last_seq + 1:
+            # Purging past the end moves the stream forward (nats-server's "compact").
+            self.last_seq = below - 1
+            self.first_seq = below
+        self.save_state(ctx)
+        return len(victims)
+
+    def expire(self, ctx: Ctx) -> None:
+        """Remove messages older than ``max_age`` (oldest first)."""
+        max_age = self.config.max_age
+        if max_age <= 0 or not self.messages:
+            return
+        cutoff = ctx.now - max_age
+        changed = False
+        while self.messages and self.first_ts and self.first_ts <= cutoff:
+            self.remove(ctx, self.first_seq)
+            changed = True
+        if changed:
+            self.save_state(ctx)
+
+    def next_expiry(self) -> int:
+        if self.config.max_age <= 0 or not self.messages or not self.first_ts:
+            return 0
+        return self.first_ts + self.config.max_age
+
+
+def _parse_u64(raw: str) -> int | None:
+    raw = raw.strip()
+    if not raw.isdigit():
+        return None
+    n = int(raw)
+    return n if n <= keys.MAX_U64 else None

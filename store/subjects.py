@@ -1,0 +1,103 @@
+"""NATS subject rules used by streams and consumers: validity, matching, overlap.
+
+A subject is ``.``-separated tokens. ``*`` matches exactly one token, ``>`` (only as
+the last token) matches one or more tokens. Wildcards are whole tokens only; ``a*``
+is a literal token (as in nats-server). Asset names (streams, consumers) follow
+``isValidAssetName`` of spec §1.1.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+_BAD_SUBJECT_CHARS = frozenset(" \t\r\n\f\x00")
+_BAD_NAME_CHARS = frozenset(" \t\r\n\f.*>\\/\x00")
+
+
+def is_valid_subject(subject: str, *, wildcards: bool = True) -> bool:
+    """True when ``subject`` is a well-formed subject (a literal one if not ``wildcards``)."""
+    if not subject or any(c in _BAD_SUBJECT_CHARS for c in subject):
+        return False
+    tokens = subject.split(".")
+    for i, tok in enumerate(tokens):
+        if not tok:
+            return False
+        if tok in ("*", ">"):
+            if not wildcards:
+                return False
+            if tok == ">" and i != len(tokens) - 1:
+                return False
+    return True
+
+
+def is_literal(subject: str) -> bool:
+    return not any(t in ("*", ">") for t in subject.split("."))
+
+
+def is_valid_name(name: str) -> bool:
+    return bool(name) and len(name.encode()) <= 255 and not any(c in _BAD_NAME_CHARS for c in name)
+
+
+@lru_cache(maxsize=65536)
+def _tokens(subject: str) -> tuple[str, ...]:
+    return tuple(subject.split("."))
+
+
+def subject_matches(filter_: str, subject: str) -> bool:
+    """Does the literal ``subject`` match ``filter_`` (which may hold wildcards)?"""
+    if filter_ == subject or filter_ == ">":
+        return True
+    ft = _tokens(filter_)
+    st = _tokens(subject)
+    n = len(ft)
+    for i, f in enumerate(ft):
+        if f == ">":
+            return len(st) > i
+        if i >= len(st):
+            return False
+        if f != "*" and f != st[i]:
+            return False
+    return n == len(st)
+
+
+def subjects_overlap(a: str, b: str) -> bool:
+    """True when some literal subject matches both ``a`` and ``b``."""
+    at = _tokens(a)
+    bt = _tokens(b)
+    for i in range(max(len(at), len(bt))):
+        x = at[i] if i < len(at) else None
+        y = bt[i] if i < len(bt) else None
+        if x is None or y is None:
+            return False
+        if x == ">" or y == ">":
+            return True
+        if x == "*" or y == "*" or x == y:
+            continue
+        return False
+    return True
+
+
+def subset_of(sub: str, sup: str) -> bool:
+    """True when every subject matched by ``sub`` is also matched by ``sup``."""
+    st = _tokens(sub)
+    pt = _tokens(sup)
+    for i, p in enumerate(pt):
+        if p == ">":
+            return len(st) > i
+        if i >= len(st):
+            return False
+        s = st[i]
+        if s == ">":
+            return False
+        if p == "*":
+            continue
+        if s == "*" or s != p:
+            return False
+    return len(st) == len(pt)
+
+
+def matches_any(filters: tuple[str, ...], subject: str) -> bool:
+    """Empty ``filters`` means "everything"."""
+    if not filters:
+        return True
+    return any(subject_matches(f, subject) for f in filters)

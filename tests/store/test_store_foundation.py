@@ -1,0 +1,209 @@
+"""Key layout, environment (schema, map growth, close) and the group-commit writer."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store import JetStreamError, PubAck, Publish, Store, keys
+from store.env import Env, SchemaError, StoreClosedError
+from store.writer import GroupCommitWriter, Job
+from tests.store.conftest import FakeClock
+
+_subject = st.text(
+    alphabet=st.characters(blacklist_characters="\x00\r\n", blacklist_categories=["Cs"]),
+    min_size=1,
+    max_size=40,
+)
+_headers = st.lists(
+    st.tuples(
+        st.from_regex(r"[A-Za-z][A-Za-z0-9-]{0,15}", fullmatch=True),
+        st.from_regex(r"[ -~]{0,20}", fullmatch=True).map(str.strip),
+    ),
+    max_size=4,
+).map(tuple)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    t=st.integers(0, keys.MAX_U64),
+    subject=_subject,
+    headers=_headers,
+    payload=st.binary(max_size=200),
+)
+def test_msg_record_round_trips(
+    t: int, subject: str, headers: tuple[tuple[str, str], ...], payload: bytes
+) -> None:
+    block = keys.encode_headers(headers)
+    rec = keys.pack_msg(t, subject, block, payload)
+    assert keys.unpack_msg(rec) == (t, subject, block, payload)
+    assert keys.decode_headers(block) == headers
+    assert keys.msg_time(rec) == t
+    assert keys.msg_subject(rec) == subject
+    assert keys.record_bytes(rec) == keys.msg_bytes(len(subject.encode()), len(block), len(payload))
+
+
+def test_msg_bytes_is_the_file_store_formula() -> None:
+    assert keys.msg_bytes(5, 0, 100) == 22 + 5 + 100 + 8
+    assert keys.msg_bytes(5, 20, 100) == 22 + 5 + 100 + 8 + 4 + 20
+
+
+def test_unknown_record_version_is_an_error() -> None:
+    rec = bytearray(keys.pack_msg(1, "a", b"", b"x"))
+    rec[0] = 9
+    with pytest.raises(keys.RecordError):
+        keys.unpack_msg(bytes(rec))
+
+
+@settings(max_examples=100, deadline=None)
+@given(a=st.integers(0, keys.MAX_U64), b=st.integers(0, keys.MAX_U64))
+def test_key_order_is_numeric_order(a: int, b: int) -> None:
+    assert (keys.msg_key(1, a) < keys.msg_key(1, b)) == (a < b)
+    assert keys.split_msg_key(keys.msg_key(7, a)) == (7, a)
+
+
+def test_subject_key_prefix_separates_subjects() -> None:
+    k = keys.subject_key(3, "a.b", 9)
+    assert k.startswith(keys.subject_prefix(3, "a.b"))
+    assert not keys.subject_key(3, "a.bc", 1).startswith(keys.subject_prefix(3, "a.b"))
+    assert keys.split_subject_key(k) == (3, "a.b", 9)
+
+
+def test_schema_is_recorded_and_newer_schema_refused(tmp_path: Path) -> None:
+    env = Env(tmp_path / "e", map_size=1 << 20)
+    assert env.schema_version == keys.SCHEMA_VERSION
+    txn = env.begin_write()
+    txn.put(keys.META_SCHEMA, keys.u32(keys.SCHEMA_VERSION + 1), db=env.dbs[keys.DB_META])
+    txn.commit()
+    env.close()
+    with pytest.raises(SchemaError):
+        Env(tmp_path / "e", map_size=1 << 20)
+
+
+def test_read_only_reader_sees_committed_data(tmp_path: Path, clock: FakeClock) -> None:
+    with Store.open(tmp_path / "db", clock=clock) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        s.publish("s.1", b"hello")
+    ro = Env(tmp_path / "db", readonly=True)
+    with ro.read() as txn:
+        raw = txn.get(keys.msg_key(1, 1), db=ro.dbs[keys.DB_MSGS])
+        assert raw is not None
+        assert keys.unpack_msg(bytes(raw))[3] == b"hello"
+    ro.close()
+
+
+def test_map_grows_on_demand(tmp_path: Path, clock: FakeClock) -> None:
+    with Store.open(tmp_path / "db", clock=clock, map_size=1 << 16) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        before = s.env.map_size
+        for i in range(50):
+            ack = s.publish(f"s.{i}", bytes(4000))
+            assert ack is not None
+            assert ack.seq == i + 1
+        assert s.env.map_size > before
+        assert s.stream_state("S").messages == 50
+        assert s.get_msg("S", 50).payload == bytes(4000)
+
+
+def test_use_after_close_is_a_clear_error(tmp_path: Path, clock: FakeClock) -> None:
+    s = Store.open(tmp_path / "db", clock=clock)
+    s.close()
+    s.close()
+    with pytest.raises(StoreClosedError):
+        s.submit([Publish("x")])
+    with pytest.raises(StoreClosedError):
+        s.get_msg("S", 1)
+
+
+def test_group_commit_batches_concurrent_submitters(store: Store) -> None:
+    store.create_stream({"name": "S", "subjects": ["s.>"]})
+    commits_before = store._writer.commits
+    n_threads, per = 16, 50
+    seqs: list[int] = []
+    lock = threading.Lock()
+
+    def worker(i: int) -> None:
+        for j in range(per):
+            res = store.submit([Publish(f"s.{i}", str(j).encode())]).result(timeout=30)
+            ack = res[0]
+            assert isinstance(ack, PubAck)
+            with lock:
+                seqs.append(ack.seq)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(seqs) == list(range(1, n_threads * per + 1))
+    assert store._writer.commits - commits_before < n_threads * per
+
+
+def test_one_batch_mixes_operations_and_isolates_failures(store: Store) -> None:
+    store.create_stream({"name": "A", "subjects": ["a.>"]})
+    store.create_stream(
+        {
+            "name": "KV",
+            "subjects": ["kv.>"],
+            "max_msgs_per_subject": 1,
+            "discard": "new",
+            "discard_new_per_subject": True,
+        }
+    )
+    res = store.submit(
+        [
+            Publish("a.1", b"one"),
+            Publish("kv.k", b"v1"),
+            Publish("kv.k", b"v2"),  # discard-new-per-subject: fails alone
+            Publish("nowhere", b""),
+            Publish("a.2", b"two"),
+        ]
+    ).result(timeout=30)
+    assert [getattr(r, "seq", None) for r in res] == [1, 1, None, None, 2]
+    err = res[2]
+    assert getattr(err, "err_code", None) == 10077
+    assert res[3] is None
+    assert store.get_msg("KV", 1).payload == b"v1"
+
+
+def test_unexpected_error_fails_only_its_job(tmp_path: Path) -> None:
+    env = Env(tmp_path / "e", map_size=1 << 20)
+    gate = threading.Event()
+
+    def apply(txn: Any, jobs: list[Job]) -> list[Any]:
+        gate.wait(10)
+        for job in jobs:
+            for op in job.ops:
+                if op == "boom":
+                    raise ValueError("boom")
+                txn.put(op.encode(), b"1", db=env.dbs[keys.DB_META])
+                job.results.append(op)
+        return []
+
+    w = GroupCommitWriter(
+        env, apply, on_abort=lambda: None, after_commit=lambda t: None, sync_always=True
+    )
+    futs = [w.submit(["k1"]), w.submit(["boom"]), w.submit(["k2"])]
+    gate.set()
+    assert futs[0].result(timeout=10) == ["k1"]
+    with pytest.raises(ValueError, match="boom"):
+        futs[1].result(timeout=10)
+    assert futs[2].result(timeout=10) == ["k2"]
+    w.close()
+    with env.read() as txn:
+        assert txn.get(b"k1", db=env.dbs[keys.DB_META]) == b"1"
+        assert txn.get(b"k2", db=env.dbs[keys.DB_META]) == b"1"
+    env.close()
+
+
+def test_overlong_subject_is_rejected_not_crashing(store: Store) -> None:
+    store.create_stream({"name": "A", "subjects": ["a.>"]})
+    with pytest.raises(JetStreamError) as ei:
+        store.publish("a." + "x" * 600, b"")
+    assert ei.value.err_code == 10003
+    assert store.stream_state("A").messages == 0
