@@ -1,0 +1,441 @@
+"""Stream semantics of spec §1.4, §1.5 and §1.8, one rule per test, LMDB on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store import JetStreamError, PubAck, Publish, Store, StreamConfig
+from store.models import format_time, parse_time
+from tests.store.conftest import SEC, T0, Events, FakeClock
+
+
+def _err(fn: Any, *args: Any, **kw: Any) -> JetStreamError:
+    with pytest.raises(JetStreamError) as ei:
+        fn(*args, **kw)
+    return ei.value
+
+
+def _pub(store: Store, subject: str, payload: bytes = b"x", **headers: str) -> PubAck:
+    hdrs = tuple((k.replace("_", "-"), v) for k, v in headers.items())
+    ack = store.publish(subject, payload, hdrs)
+    assert ack is not None
+    return ack
+
+
+def _stream(store: Store, **cfg: Any) -> None:
+    cfg.setdefault("name", "S")
+    cfg.setdefault("subjects", ["s.>"])
+    store.create_stream(cfg)
+
+
+# -- config ----------------------------------------------------------------------------------
+
+
+def test_defaults_are_filled_as_nats_does(store: Store) -> None:
+    info = store.create_stream({"name": "ORDERS"})
+    cfg = info.to_wire()["config"]
+    assert cfg["subjects"] == ["ORDERS"]
+    assert cfg["retention"] == "limits"
+    assert cfg["max_msgs"] == -1
+    assert cfg["max_bytes"] == -1
+    assert cfg["max_age"] == 0
+    assert cfg["max_msg_size"] == -1
+    assert cfg["duplicate_window"] == 120 * SEC
+    assert cfg["num_replicas"] == 1
+    assert cfg["discard"] == "old"
+    assert cfg["consumer_limits"] == {}
+    state = info.to_wire()["state"]
+    assert state == {
+        "messages": 0,
+        "bytes": 0,
+        "first_seq": 0,
+        "first_ts": "0001-01-01T00:00:00Z",
+        "last_seq": 0,
+        "last_ts": "0001-01-01T00:00:00Z",
+        "consumer_count": 0,
+    }
+
+
+def test_zero_limits_mean_unlimited_and_dupe_window_follows_max_age() -> None:
+    cfg = StreamConfig.from_wire({"name": "A", "max_msgs": 0, "max_age": 10 * SEC})
+    assert cfg.max_msgs == -1
+    assert cfg.duplicate_window == 10 * SEC
+
+
+@pytest.mark.parametrize(
+    ("body", "err_code"),
+    [
+        ({"name": "a.b"}, 10052),
+        ({"name": "a b"}, 10052),
+        ({"name": ""}, 10052),
+        ({"name": "A", "subjects": ["a..b"]}, 10052),
+        ({"name": "A", "subjects": ["a.>.b"]}, 10052),
+        ({"name": "A", "subjects": ["a.*", "a.b"]}, 10052),
+        ({"name": "A", "subjects": [">"]}, 10052),
+        ({"name": "A", "subjects": ["$JS.API.>"]}, 10052),
+        ({"name": "A", "max_age": 1000}, 10052),
+        ({"name": "A", "max_age": 10 * SEC, "duplicate_window": 20 * SEC}, 10052),
+        ({"name": "A", "max_msgs": -5}, 10052),
+        ({"name": "A", "num_replicas": 3}, 10074),
+        ({"name": "A", "retention": "bogus"}, 10052),
+        ({"name": "A", "discard_new_per_subject": True}, 10052),
+        ({"name": "A", "allow_rollup_hdrs": True, "deny_purge": True}, 10052),
+        ({"name": "A", "sealed": True}, 10052),
+        ({"subjects": ["x"]}, 10052),
+        ('{"name": ', 10025),
+    ],
+)
+def test_invalid_configs_are_refused_and_change_nothing(
+    store: Store, body: Any, err_code: int
+) -> None:
+    e = _err(store.create_stream, body)
+    assert e.err_code == err_code
+    assert store.stream_names() == []
+
+
+def test_recreate_identical_is_idempotent_and_different_is_10058(store: Store) -> None:
+    _stream(store)
+    _stream(store)
+    assert _err(_stream, store, max_msgs=5).err_code == 10058
+
+
+def test_subject_overlap_between_streams_is_10065(store: Store) -> None:
+    _stream(store, name="A", subjects=["a.*"])
+    assert _err(_stream, store, name="B", subjects=["a.b"]).err_code == 10065
+    assert _err(_stream, store, name="C", subjects=[">"], no_ack=True).err_code == 10065
+    _stream(store, name="D", subjects=["a.b.c"])  # a.* does not match three tokens
+    assert store.stream_names() == ["A", "D"]
+    assert store.stream_names(subject="a.x") == ["A"]
+
+
+def test_update_rules(store: Store) -> None:
+    _stream(store, deny_delete=True)
+    base = {"name": "S", "subjects": ["s.>"], "deny_delete": True}
+    assert _err(store.update_stream, {**base, "storage": "memory"}).err_code == 10052
+    assert _err(store.update_stream, {**base, "retention": "workqueue"}).err_code == 10052
+    assert _err(store.update_stream, {**base, "deny_delete": False}).err_code == 10052
+    assert _err(store.update_stream, {"name": "X"}).err_code == 10059
+    info = store.update_stream({**base, "max_msgs": 2, "description": "d"})
+    assert info.config.max_msgs == 2
+    store.update_stream({**base, "sealed": True})
+    assert _err(store.update_stream, base).err_code == 10052
+
+
+def test_update_applies_tighter_limits(store: Store) -> None:
+    _stream(store)
+    for i in range(5):
+        _pub(store, f"s.{i}")
+    store.update_stream({"name": "S", "subjects": ["s.>"], "max_msgs": 2})
+    st = store.stream_state("S")
+    assert (st.messages, st.first_seq, st.last_seq) == (2, 4, 5)
+
+
+# -- limits ----------------------------------------------------------------------------------
+
+
+def test_max_msgs_discard_old_at_limit_and_limit_plus_one(store: Store) -> None:
+    _stream(store, max_msgs=3)
+    for i in range(3):
+        _pub(store, "s.a", bytes([i]))
+    st = store.stream_state("S")
+    assert (st.messages, st.first_seq, st.last_seq) == (3, 1, 3)
+    _pub(store, "s.a", b"\x03")
+    st = store.stream_state("S")
+    assert (st.messages, st.first_seq, st.last_seq) == (3, 2, 4)
+
+
+def test_max_msgs_discard_new_rejects_with_10077(store: Store) -> None:
+    _stream(store, max_msgs=2, discard="new")
+    _pub(store, "s.a")
+    _pub(store, "s.a")
+    e = _err(_pub, store, "s.a")
+    assert (e.err_code, e.code, e.description) == (10077, 503, "maximum messages exceeded")
+    assert store.stream_state("S").last_seq == 2
+
+
+def test_max_bytes_old_and_new(store: Store) -> None:
+    per = 22 + 3 + 10 + 8
+    _stream(store, max_bytes=per * 2)
+    for _ in range(3):
+        _pub(store, "s.a", bytes(10))
+    st = store.stream_state("S")
+    assert (st.messages, st.bytes, st.first_seq) == (2, per * 2, 2)
+    _stream(store, name="N", subjects=["n.>"], max_bytes=per * 2, discard="new")
+    _pub(store, "n.a", bytes(10))
+    _pub(store, "n.a", bytes(10))
+    assert _err(_pub, store, "n.a", bytes(10)).description == "maximum bytes exceeded"
+
+
+def test_max_msgs_per_subject_drops_oldest_of_that_subject(store: Store) -> None:
+    _stream(store, max_msgs_per_subject=2, discard="new")
+    for s in ("s.a", "s.b", "s.a", "s.a"):
+        _pub(store, s)
+    st = store.stream_info("S", subjects_filter=">").state
+    assert st.subjects == {"s.a": 2, "s.b": 1}
+    assert (st.messages, st.first_seq, st.num_deleted) == (3, 2, None)
+    with pytest.raises(JetStreamError):
+        store.get_msg("S", 1)
+
+
+def test_discard_new_per_subject_rejects(store: Store) -> None:
+    _stream(store, max_msgs_per_subject=1, discard="new", discard_new_per_subject=True)
+    _pub(store, "s.q.1")
+    e = _err(_pub, store, "s.q.1")
+    assert e.description == "maximum messages per subject exceeded"
+    _pub(store, "s.q.2")
+
+
+def test_max_msg_size_counts_headers_and_payload(store: Store) -> None:
+    _stream(store, max_msg_size=10)
+    _pub(store, "s.a", bytes(10))
+    assert _err(_pub, store, "s.a", bytes(11)).err_code == 10054
+    assert _err(_pub, store, "s.a", b"", X="1").err_code == 10054
+
+
+def test_max_age_expires_on_tick(store: Store, clock: FakeClock) -> None:
+    _stream(store, max_age=10 * SEC)
+    _pub(store, "s.a")
+    clock.advance(5 * SEC)
+    _pub(store, "s.b")
+    assert store.next_deadline() == T0 + 10 * SEC
+    store.tick(T0 + 10 * SEC).result(timeout=10)
+    st = store.stream_state("S")
+    assert (st.messages, st.first_seq) == (1, 2)
+    store.tick(T0 + 15 * SEC).result(timeout=10)
+    st = store.stream_state("S")
+    assert (st.messages, st.first_seq, st.last_seq) == (0, 3, 2)
+    assert st.first_ts == "0001-01-01T00:00:00Z"
+    assert store.next_deadline() is None
+
+
+# -- headers ---------------------------------------------------------------------------------
+
+
+def test_dedupe_window(store: Store, clock: FakeClock) -> None:
+    _stream(store, duplicate_window=SEC)
+    a = _pub(store, "s.a", Nats_Msg_Id="m1")
+    b = _pub(store, "s.a", Nats_Msg_Id="m1")
+    assert (a.seq, a.duplicate, b.seq, b.duplicate) == (1, False, 1, True)
+    assert store.stream_state("S").last_seq == 1
+    clock.advance(SEC)
+    c = _pub(store, "s.a", Nats_Msg_Id="m1")
+    assert (c.seq, c.duplicate) == (2, False)
+
+
+def test_dedupe_survives_restart(tmp_path: Path, clock: FakeClock) -> None:
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        _stream(s)
+        _pub(s, "s.a", Nats_Msg_Id="x")
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        assert _pub(s, "s.a", Nats_Msg_Id="x").duplicate
+
+
+def test_expected_stream(store: Store) -> None:
+    _stream(store)
+    assert _err(_pub, store, "s.a", Nats_Expected_Stream="OTHER").err_code == 10060
+    _pub(store, "s.a", Nats_Expected_Stream="S")
+
+
+def test_expected_last_sequence(store: Store) -> None:
+    _stream(store)
+    _pub(store, "s.a", Nats_Expected_Last_Sequence="0")
+    e = _err(_pub, store, "s.a", Nats_Expected_Last_Sequence="0")
+    assert (e.err_code, e.description) == (10071, "wrong last sequence: 1")
+    _pub(store, "s.a", Nats_Expected_Last_Sequence="1")
+
+
+def test_expected_last_subject_sequence_is_kv_compare_and_swap(store: Store) -> None:
+    _stream(store)
+    _pub(store, "s.k", Nats_Expected_Last_Subject_Sequence="0")
+    _pub(store, "s.other")
+    e = _err(_pub, store, "s.k", Nats_Expected_Last_Subject_Sequence="0")
+    assert e.description == "wrong last sequence: 1"
+    _pub(store, "s.k", Nats_Expected_Last_Subject_Sequence="1")
+    # Evaluated against another (wildcard) subject.
+    _pub(
+        store,
+        "s.k",
+        Nats_Expected_Last_Subject_Sequence="3",
+        Nats_Expected_Last_Subject_Sequence_Subject="s.*",
+    )
+    assert (
+        _err(_pub, store, "s.k", Nats_Expected_Last_Subject_Sequence_Subject="s.k").err_code
+        == 10193
+    )
+
+
+def test_expected_last_msg_id(store: Store) -> None:
+    _stream(store)
+    _pub(store, "s.a")
+    e = _err(_pub, store, "s.a", Nats_Expected_Last_Msg_Id="a")
+    assert e.description == "wrong last msg ID: "
+    _pub(store, "s.a", Nats_Msg_Id="a")
+    _pub(store, "s.a", Nats_Expected_Last_Msg_Id="a")
+
+
+def test_rollup_sub_and_all(store: Store) -> None:
+    _stream(store, allow_rollup_hdrs=True)
+    for s in ("s.a", "s.b", "s.a", "s.b"):
+        _pub(store, s)
+    _pub(store, "s.a", Nats_Rollup="sub")
+    st = store.stream_info("S", subjects_filter=">").state
+    assert st.subjects == {"s.a": 1, "s.b": 2}
+    _pub(store, "s.c", Nats_Rollup="all")
+    st = store.stream_state("S")
+    assert (st.messages, st.first_seq, st.last_seq) == (1, 6, 6)
+
+
+def test_rollup_not_permitted_and_invalid(store: Store) -> None:
+    _stream(store)
+    e = _err(_pub, store, "s.a", Nats_Rollup="sub")
+    assert (e.err_code, e.description) == (10111, "rollup not permitted")
+    _stream(store, name="R", subjects=["r.>"], allow_rollup_hdrs=True)
+    e = _err(_pub, store, "r.a", Nats_Rollup="x")
+    assert e.description == 'rollup value invalid: "x"'
+    assert store.stream_state("R").last_seq == 0
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        (("Bad Name", "v"),),
+        (("X", "a\r\nb"),),
+        (("", "v"),),
+        (("Nats-Expected-Last-Sequence", "abc"),),
+        (("Nats-TTL", "1s"),),
+    ],
+)
+def test_bad_headers_refused_and_change_nothing(
+    store: Store, headers: tuple[tuple[str, str], ...]
+) -> None:
+    _stream(store)
+    with pytest.raises(JetStreamError):
+        store.publish("s.a", b"", headers)
+    assert store.stream_state("S").last_seq == 0
+
+
+def test_bad_publish_subjects(store: Store) -> None:
+    _stream(store)
+    assert _err(store.publish, "s.*", b"", stream="S").err_code in (10003, 10060)
+    assert store.publish("nope", b"") is None
+    assert _err(store.publish, "s.a", b"", stream="NOPE").err_code == 10059
+
+
+def test_sealed_stream_refuses_everything(store: Store) -> None:
+    _stream(store)
+    _pub(store, "s.a")
+    store.update_stream({"name": "S", "subjects": ["s.>"], "sealed": True})
+    assert _err(_pub, store, "s.a").err_code == 10109
+    assert _err(store.purge_stream, "S").err_code == 10109
+    assert _err(store.delete_msg, "S", 1).err_code == 10109
+
+
+# -- purge, delete, get ----------------------------------------------------------------------
+
+
+def test_purge_all_keeps_sequence_going(store: Store) -> None:
+    _stream(store)
+    for _ in range(3):
+        _pub(store, "s.a")
+    assert store.purge_stream("S") == 3
+    st = store.stream_state("S")
+    assert (st.messages, st.first_seq, st.last_seq) == (0, 4, 3)
+    assert _pub(store, "s.a").seq == 4
+
+
+def test_purge_filter_seq_keep(store: Store) -> None:
+    _stream(store)
+    for s in ("s.a", "s.b", "s.a", "s.b", "s.a"):
+        _pub(store, s)
+    assert store.purge_stream("S", filter="s.a", keep=1) == 2
+    assert store.purge_stream("S", seq=3) == 1  # seq 2 only (1 and 3 are gone)
+    assert [m.seq for m in store.iter_msgs("S")] == [4, 5]
+    assert _err(store.purge_stream, "S", seq=1, keep=1).err_code == 10003
+
+
+def test_deny_purge_and_deny_delete(store: Store) -> None:
+    _stream(store, deny_purge=True, deny_delete=True)
+    _pub(store, "s.a")
+    e = _err(store.purge_stream, "S")
+    assert (e.err_code, e.description) == (10110, "stream purge not permitted")
+    e = _err(store.delete_msg, "S", 1)
+    assert (e.err_code, e.description) == (10057, "message delete not permitted")
+
+
+def test_delete_msg_and_num_deleted(store: Store) -> None:
+    _stream(store)
+    for _ in range(4):
+        _pub(store, "s.a")
+    store.delete_msg("S", 2)
+    store.delete_msg("S", 3)
+    st = store.stream_info("S", deleted_details=True).state
+    assert (st.messages, st.first_seq, st.num_deleted, st.deleted) == (2, 1, 2, [2, 3])
+    e = _err(store.delete_msg, "S", 2)
+    assert (e.err_code, e.description) == (10043, "sequence 2 not found")
+    store.delete_msg("S", 1)
+    assert store.stream_state("S").first_seq == 4
+
+
+def test_get_last_next_by_subject(store: Store) -> None:
+    _stream(store)
+    for s in ("s.a", "s.b", "s.a"):
+        _pub(store, s, s.encode())
+    assert store.get_msg("S", 2).subject == "s.b"
+    assert store.last_by_subject("S", "s.a").seq == 3
+    assert store.last_by_subject("S", "s.*").seq == 3
+    assert store.next_by_subject("S", "s.a", 2).seq == 3
+    assert _err(store.get_msg, "S", 9).err_code == 10037
+    assert _err(store.last_by_subject, "S", "s.zz").err_code == 10037
+    assert _err(store.get_msg, "NOPE", 1).err_code == 10059
+
+
+def test_headers_and_time_are_stored(store: Store, clock: FakeClock) -> None:
+    _stream(store)
+    _pub(store, "s.a", b"p", X_A="1")
+    m = store.get_msg("S", 1)
+    assert m.headers == (("X-A", "1"),)
+    assert m.header("X-A") == "1"
+    assert m.time_ns == T0
+    assert parse_time(format_time(T0 + 123)) == T0 + 123
+
+
+def test_delete_stream_removes_everything(store: Store) -> None:
+    _stream(store)
+    _pub(store, "s.a", Nats_Msg_Id="x")
+    store.create_consumer("S", {"durable_name": "c", "ack_policy": "explicit"})
+    store.delete_stream("S")
+    assert store.stream_names() == []
+    assert _err(store.stream_info, "S").err_code == 10059
+    _stream(store)
+    assert _pub(store, "s.a", Nats_Msg_Id="x").seq == 1
+    for name, stat in store.env.stat().items():
+        if name in ("msgs", "subjects", "subjcount", "dedupe", "dedupeseq"):
+            assert stat["entries"] == 1, name
+
+
+def test_state_survives_restart(tmp_path: Path, clock: FakeClock) -> None:
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        _stream(s, max_msgs=2)
+        for _ in range(3):
+            _pub(s, "s.a")
+        before = s.stream_info("S").state
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        assert s.stream_info("S").state == before
+        assert _pub(s, "s.a").seq == 4
+
+
+def test_interest_stream_without_consumers_stores_nothing(store: Store) -> None:
+    _stream(store, retention="interest")
+    assert _pub(store, "s.a").seq == 1
+    st = store.stream_state("S")
+    assert (st.messages, st.first_seq, st.last_seq) == (0, 2, 1)
+
+
+def test_batch_submission_from_events_is_not_required(store: Store, events: Events) -> None:
+    _stream(store)
+    res = store.submit([Publish("s.a"), Publish("s.b")]).result(timeout=10)
+    assert [r.seq for r in res if isinstance(r, PubAck)] == [1, 2]
+    assert events.take() == []
