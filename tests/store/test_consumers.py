@@ -1,0 +1,523 @@
+"""Consumer semantics of spec §1.6-1.9, one rule per test, with an injected clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store import (
+    Ack,
+    AckKind,
+    Advisory,
+    ConsumerInfo,
+    Delivery,
+    JetStreamError,
+    PullStatus,
+    Store,
+)
+from store.models import format_time
+from tests.store.conftest import SEC, T0, Events, FakeClock
+
+
+def _stream(store: Store, **cfg: Any) -> None:
+    cfg.setdefault("name", "S")
+    cfg.setdefault("subjects", ["s.>"])
+    store.create_stream(cfg)
+
+
+def _consumer(store: Store, name: str = "c", **cfg: Any) -> ConsumerInfo:
+    cfg.setdefault("durable_name", name)
+    cfg.setdefault("ack_policy", "explicit")
+    return store.create_consumer("S", cfg)
+
+
+def _fill(store: Store, *subjects: str) -> None:
+    for s in subjects:
+        assert store.publish(s, s.encode()) is not None
+
+
+def _pull(store: Store, events: Events, batch: int = 1, c: str = "c", **kw: Any) -> list[Any]:
+    store.pull("S", c, "inbox", batch=batch, **kw)
+    return events.take()
+
+
+def _seqs(evs: list[Any]) -> list[int]:
+    return [e.msg.seq for e in evs if isinstance(e, Delivery)]
+
+
+def _statuses(evs: list[Any]) -> list[tuple[int, str]]:
+    return [(e.code, e.description) for e in evs if isinstance(e, PullStatus)]
+
+
+def _err(fn: Any, *args: Any, **kw: Any) -> JetStreamError:
+    with pytest.raises(JetStreamError) as ei:
+        fn(*args, **kw)
+    return ei.value
+
+
+# -- basics ----------------------------------------------------------------------------------
+
+
+def test_pull_delivers_in_order_and_info_counts(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b", "s.c")
+    _consumer(store)
+    evs = _pull(store, events, batch=2)
+    assert _seqs(evs) == [1, 2]
+    d = evs[0]
+    assert isinstance(d, Delivery)
+    assert d.ack_subject == f"$JS.ACK.S.c.1.1.1.{T0}.2"
+    info = store.consumer_info("S", "c")
+    assert (info.delivered.consumer_seq, info.delivered.stream_seq) == (2, 2)
+    assert (info.ack_floor.consumer_seq, info.ack_floor.stream_seq) == (0, 0)
+    assert (info.num_ack_pending, info.num_pending, info.num_waiting) == (2, 1, 0)
+    store.ack("S", "c", 1)
+    info = store.consumer_info("S", "c")
+    assert (info.ack_floor.stream_seq, info.num_ack_pending) == (1, 1)
+    store.ack("S", "c", 2)
+    info = store.consumer_info("S", "c")
+    assert (info.ack_floor.consumer_seq, info.ack_floor.stream_seq) == (2, 2)
+    assert info.num_ack_pending == 0
+
+
+def test_filter_subject_is_applied(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b", "s.a.x", "s.b")
+    _consumer(store, filter_subject="s.b")
+    assert store.consumer_info("S", "c").num_pending == 2
+    assert _seqs(_pull(store, events, batch=5)) == [2, 4]
+    _consumer(store, "w", filter_subjects=["s.a", "s.*.x"])
+    assert _seqs(_pull(store, events, batch=5, c="w")) == [1, 3]
+
+
+def test_ack_removes_from_pending_and_is_not_redelivered(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    _stream(store)
+    _fill(store, "s.a")
+    _consumer(store, ack_wait=SEC)
+    _pull(store, events)
+    store.ack("S", "c", 1)
+    store.ack("S", "c", 1)  # acking an acked seq is ignored
+    store.pull("S", "c", "inbox")
+    store.tick(clock.advance(5 * SEC)).result(timeout=10)
+    assert _seqs(events.take()) == []
+    assert store.consumer_info("S", "c").num_ack_pending == 0
+
+
+# -- deliver policies ------------------------------------------------------------------------
+
+
+def test_deliver_last(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b", "s.a")
+    _consumer(store, deliver_policy="last")
+    assert _seqs(_pull(store, events, batch=5)) == [3]
+    _consumer(store, "f", deliver_policy="last", filter_subject="s.b")
+    assert _seqs(_pull(store, events, batch=5, c="f")) == [2]
+
+
+def test_deliver_new(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a")
+    _consumer(store, deliver_policy="new")
+    assert _pull(store, events) == []
+    _fill(store, "s.b")
+    assert _seqs(events.take()) == [2]
+
+
+def test_deliver_by_start_sequence(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b", "s.c")
+    info = _consumer(store, deliver_policy="by_start_sequence", opt_start_seq=2)
+    assert info.delivered.stream_seq == 1
+    assert _seqs(_pull(store, events, batch=5)) == [2, 3]
+
+
+def test_deliver_by_start_time(store: Store, events: Events, clock: FakeClock) -> None:
+    _stream(store)
+    _fill(store, "s.a")
+    clock.advance(SEC)
+    _fill(store, "s.b")
+    _consumer(store, deliver_policy="by_start_time", opt_start_time=format_time(T0 + SEC))
+    assert _seqs(_pull(store, events, batch=5)) == [2]
+
+
+def test_deliver_last_per_subject(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b", "s.a", "s.c", "s.b")
+    _consumer(store, deliver_policy="last_per_subject", filter_subject="s.*")
+    assert _seqs(_pull(store, events, batch=10)) == [3, 4, 5]
+    _fill(store, "s.a")
+    assert _seqs(_pull(store, events)) == [6]
+
+
+@pytest.mark.parametrize(
+    ("cfg", "err_code"),
+    [
+        ({"deliver_policy": "all", "opt_start_seq": 3}, 10094),
+        ({"deliver_policy": "by_start_sequence"}, 10094),
+        ({"deliver_policy": "by_start_time"}, 10094),
+        ({"deliver_policy": "last_per_subject"}, 10094),
+        ({"filter_subject": "other.>"}, 10012),
+        ({"filter_subject": "s.a", "filter_subjects": ["s.b"]}, 10012),
+        ({"filter_subjects": ["s.*", "s.a"]}, 10012),
+        ({"max_deliver": 2, "backoff": [SEC, SEC, SEC]}, 10116),
+        ({"deliver_subject": "d.*"}, 10079),
+        ({"deliver_subject": "s.loop"}, 10081),
+        ({"deliver_subject": "d", "max_waiting": 5}, 10080),
+        ({"idle_heartbeat": SEC}, 10088),
+        ({"flow_control": True}, 10089),
+        ({"durable_name": "a.b"}, 10012),
+        ({"ack_policy": "sometimes"}, 10012),
+    ],
+)
+def test_invalid_consumer_configs(store: Store, cfg: dict[str, Any], err_code: int) -> None:
+    _stream(store)
+    cfg.setdefault("durable_name", "c")
+    assert _err(store.create_consumer, "S", cfg).err_code == err_code
+    assert store.consumer_names("S") == []
+
+
+def test_create_update_actions(store: Store) -> None:
+    _stream(store)
+    base = {"durable_name": "c", "ack_policy": "explicit"}
+    store.create_consumer("S", base, action="create")
+    store.create_consumer("S", base, action="create")  # identical: fine
+    e = _err(store.create_consumer, "S", {**base, "ack_wait": 5 * SEC}, action="create")
+    assert e.err_code == 10148
+    e = _err(store.create_consumer, "S", {**base, "durable_name": "x"}, action="update")
+    assert e.err_code == 10149
+    info = store.create_consumer("S", {**base, "ack_wait": 5 * SEC, "filter_subject": "s.a"})
+    assert info.config.ack_wait == 5 * SEC
+    e = _err(store.create_consumer, "S", {**base, "ack_policy": "all"})
+    assert (e.err_code, e.description) == (10012, "ack policy can not be updated")
+    assert _err(store.consumer_info, "S", "nope").err_code == 10014
+    assert _err(store.consumer_info, "NOPE", "c").err_code == 10059
+
+
+def test_max_consumers(store: Store) -> None:
+    _stream(store, max_consumers=1)
+    _consumer(store, "a")
+    assert _err(_consumer, store, "b").err_code == 10026
+
+
+def test_ephemeral_gets_a_name_and_inactive_threshold(store: Store) -> None:
+    _stream(store)
+    info = store.create_consumer("S", {"ack_policy": "explicit"})
+    assert len(info.name) == 8
+    assert info.config.inactive_threshold == 5 * SEC
+
+
+# -- ack policies ----------------------------------------------------------------------------
+
+
+def test_ack_policy_none_counts_delivered_as_acked(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b")
+    _consumer(store, ack_policy="none")
+    _pull(store, events, batch=2)
+    info = store.consumer_info("S", "c")
+    assert (info.ack_floor.stream_seq, info.num_ack_pending) == (2, 0)
+
+
+def test_ack_policy_all_acks_everything_below(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b", "s.c")
+    _consumer(store, ack_policy="all")
+    _pull(store, events, batch=3)
+    store.ack("S", "c", 2)
+    info = store.consumer_info("S", "c")
+    assert (info.ack_floor.stream_seq, info.num_ack_pending) == (2, 1)
+
+
+# -- redelivery ------------------------------------------------------------------------------
+
+
+def test_ack_wait_redelivers_in_stream_order_before_new(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b", "s.c")
+    _consumer(store, ack_wait=10 * SEC)
+    _pull(store, events, batch=2)
+    assert store.next_deadline() == T0 + 10 * SEC
+    store.tick(clock.advance(10 * SEC)).result(timeout=10)
+    evs = _pull(store, events, batch=3)
+    assert _seqs(evs) == [1, 2, 3]
+    counts = [e.delivered_count for e in evs if isinstance(e, Delivery)]
+    assert counts == [2, 2, 1]
+    info = store.consumer_info("S", "c")
+    assert (info.delivered.consumer_seq, info.num_redelivered) == (5, 2)
+
+
+def test_backoff_sets_each_deadline(store: Store, events: Events, clock: FakeClock) -> None:
+    _stream(store)
+    _fill(store, "s.a")
+    _consumer(store, backoff=[SEC, 5 * SEC], max_deliver=5)
+    _pull(store, events)
+    assert store.next_deadline() == T0 + SEC
+    store.tick(clock.advance(SEC)).result(timeout=10)
+    _pull(store, events)
+    assert store.next_deadline() == clock.now + 5 * SEC
+
+
+def test_max_deliver_stops_and_advises(store: Store, events: Events, clock: FakeClock) -> None:
+    _stream(store)
+    _fill(store, "s.a")
+    _consumer(store, ack_wait=SEC, max_deliver=2)
+    _pull(store, events)
+    store.tick(clock.advance(SEC)).result(timeout=10)
+    assert _seqs(_pull(store, events)) == [1]
+    store.tick(clock.advance(SEC)).result(timeout=10)
+    evs = events.take()
+    adv = [e for e in evs if isinstance(e, Advisory)]
+    assert [(a.kind, a.stream_seq, a.deliveries) for a in adv] == [("max_deliver", 1, 2)]
+    store.tick(clock.advance(SEC)).result(timeout=10)
+    assert _seqs(_pull(store, events)) == []
+    info = store.consumer_info("S", "c")
+    assert (info.num_ack_pending, info.num_redelivered) == (0, 1)
+    assert info.ack_floor.stream_seq == 0
+
+
+def test_max_ack_pending_stops_delivery(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b", "s.c")
+    _consumer(store, max_ack_pending=2)
+    assert _seqs(_pull(store, events, batch=3)) == [1, 2]
+    store.ack("S", "c", 1)
+    assert _seqs(events.take()) == [3]
+
+
+def test_nak_now_and_with_delay(store: Store, events: Events, clock: FakeClock) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b")
+    _consumer(store)
+    _pull(store, events)
+    store.ack("S", "c", 1, AckKind.NAK)
+    assert _seqs(_pull(store, events)) == [1]
+    store.ack("S", "c", 1, AckKind.NAK, delay_ns=3 * SEC)
+    assert _seqs(_pull(store, events)) == [2]
+    store.pull("S", "c", "inbox")
+    store.tick(clock.advance(3 * SEC)).result(timeout=10)
+    evs = events.take()
+    assert _seqs(evs) == [1]
+    assert [e.delivered_count for e in evs if isinstance(e, Delivery)] == [3]
+
+
+def test_wpi_resets_the_timer(store: Store, events: Events, clock: FakeClock) -> None:
+    _stream(store)
+    _fill(store, "s.a")
+    _consumer(store, ack_wait=10 * SEC)
+    _pull(store, events)
+    clock.advance(8 * SEC)
+    store.ack("S", "c", 1, AckKind.WPI)
+    store.pull("S", "c", "inbox")
+    store.tick(clock.advance(4 * SEC)).result(timeout=10)
+    assert _seqs(events.take()) == []
+    store.tick(clock.advance(6 * SEC)).result(timeout=10)
+    assert _seqs(events.take()) == [1]
+
+
+def test_term_stops_redelivery_and_advises(store: Store, events: Events, clock: FakeClock) -> None:
+    _stream(store)
+    _fill(store, "s.a")
+    _consumer(store, ack_wait=SEC)
+    _pull(store, events)
+    store.ack("S", "c", 1, AckKind.TERM, reason="bad payload")
+    evs = events.take()
+    assert [(a.kind, a.reason) for a in evs if isinstance(a, Advisory)] == [
+        ("terminated", "bad payload")
+    ]
+    store.pull("S", "c", "inbox")
+    store.tick(clock.advance(5 * SEC)).result(timeout=10)
+    assert _seqs(events.take()) == []
+    assert store.consumer_info("S", "c").ack_floor.stream_seq == 1
+
+
+def test_nxt_acks_and_requests_more(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b")
+    _consumer(store)
+    _pull(store, events)
+    store.submit([Ack("S", "c", 1, AckKind.NEXT, next_reply="inbox2")]).result(timeout=10)
+    evs = events.take()
+    assert [(e.reply, e.msg.seq) for e in evs if isinstance(e, Delivery)] == [("inbox2", 2)]
+    assert store.consumer_info("S", "c").ack_floor.stream_seq == 1
+
+
+# -- pull statuses ---------------------------------------------------------------------------
+
+
+def test_no_wait_with_nothing_is_404(store: Store, events: Events) -> None:
+    _stream(store)
+    _consumer(store)
+    assert _statuses(_pull(store, events, no_wait=True)) == [(404, "No Messages")]
+    assert store.consumer_info("S", "c").num_waiting == 0
+
+
+def test_expires_gives_408_with_pending_counts(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    _stream(store)
+    _fill(store, "s.a")
+    _consumer(store)
+    evs = _pull(store, events, batch=3, expires_ns=5 * SEC)
+    assert _seqs(evs) == [1]
+    assert store.consumer_info("S", "c").num_waiting == 1
+    assert store.next_deadline() == T0 + 5 * SEC
+    store.tick(clock.advance(5 * SEC)).result(timeout=10)
+    st = [e for e in events.take() if isinstance(e, PullStatus)]
+    assert [(s.code, s.description, s.pending_msgs) for s in st] == [(408, "Request Timeout", 2)]
+
+
+def test_max_bytes_409(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b")
+    _consumer(store)
+    assert _statuses(_pull(store, events, max_bytes=5)) == [(409, "Message Size Exceeds MaxBytes")]
+    one = 22 + 3 + 3 + 8
+    evs = _pull(store, events, batch=5, max_bytes=one)
+    assert _seqs(evs) == [1]
+    assert _statuses(evs) == [(409, "Batch Completed")]
+
+
+def test_request_caps_409(store: Store, events: Events) -> None:
+    _stream(store)
+    _consumer(store, max_batch=2, max_expires=SEC, max_bytes=100, max_waiting=1)
+    assert _statuses(_pull(store, events, batch=3)) == [(409, "Exceeded MaxRequestBatch of 2")]
+    assert _statuses(_pull(store, events, expires_ns=2 * SEC)) == [
+        (409, "Exceeded MaxRequestExpires of 1000000000")
+    ]
+    assert _statuses(_pull(store, events, max_bytes=200)) == [
+        (409, "Exceeded MaxRequestMaxBytes of 100")
+    ]
+    assert _pull(store, events) == []
+    assert _statuses(_pull(store, events)) == [(409, "Exceeded MaxWaiting")]
+
+
+def test_pull_on_push_consumer_is_409(store: Store, events: Events) -> None:
+    _stream(store)
+    _consumer(store, deliver_subject="out")
+    assert _statuses(_pull(store, events)) == [(409, "Consumer is push based")]
+
+
+def test_waiting_pull_gets_new_messages_and_consumer_deleted(store: Store, events: Events) -> None:
+    _stream(store)
+    _consumer(store)
+    assert _pull(store, events, batch=2) == []
+    _fill(store, "s.a")
+    assert _seqs(events.take()) == [1]
+    store.delete_consumer("S", "c")
+    assert _statuses(events.take()) == [(409, "Consumer Deleted")]
+
+
+# -- push ------------------------------------------------------------------------------------
+
+
+def test_push_delivers_only_with_interest(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a")
+    _consumer(store, deliver_subject="out.c")
+    assert events.take() == []
+    store.set_push_interest("S", "c", True)
+    evs = events.take()
+    assert [(e.reply, e.msg.seq) for e in evs if isinstance(e, Delivery)] == [("out.c", 1)]
+    assert store.consumer_info("S", "c").push_bound is True
+    _fill(store, "s.b")
+    assert _seqs(events.take()) == [2]
+    store.set_push_interest("S", "c", False)
+    _fill(store, "s.c")
+    assert events.take() == []
+
+
+def test_inactive_ephemeral_is_deleted(store: Store, events: Events, clock: FakeClock) -> None:
+    _stream(store)
+    info = store.create_consumer("S", {"ack_policy": "explicit", "inactive_threshold": 2 * SEC})
+    assert store.next_deadline() == T0 + 2 * SEC
+    store.tick(clock.advance(2 * SEC)).result(timeout=10)
+    assert store.consumer_names("S") == []
+    assert [(e.kind, e.consumer) for e in events.take() if isinstance(e, Advisory)] == [
+        ("consumer_deleted", info.name)
+    ]
+
+
+# -- retention -------------------------------------------------------------------------------
+
+
+def test_interest_removed_when_every_matching_consumer_acked(store: Store, events: Events) -> None:
+    _stream(store, retention="interest")
+    _consumer(store, "a")
+    _consumer(store, "b")
+    _fill(store, "s.x")
+    _pull(store, events, c="a")
+    _pull(store, events, c="b")
+    store.ack("S", "a", 1)
+    assert store.stream_state("S").messages == 1
+    store.ack("S", "b", 1)
+    st = store.stream_state("S")
+    assert (st.messages, st.first_seq, st.last_seq) == (0, 2, 1)
+
+
+def test_interest_consumer_delete_releases(store: Store) -> None:
+    _stream(store, retention="interest")
+    _consumer(store, "a")
+    _fill(store, "s.x", "s.y")
+    store.delete_consumer("S", "a")
+    assert store.stream_state("S").messages == 0
+
+
+def test_interest_filtered_consumers(store: Store, events: Events) -> None:
+    _stream(store, retention="interest")
+    _consumer(store, "a", filter_subject="s.a")
+    _fill(store, "s.b")  # nobody interested: not stored
+    _fill(store, "s.a")
+    assert store.stream_state("S").messages == 1
+
+
+def test_workqueue_removes_on_first_ack(store: Store, events: Events) -> None:
+    _stream(store, retention="workqueue")
+    _fill(store, "s.a", "s.b")
+    _consumer(store)
+    _pull(store, events, batch=2)
+    store.ack("S", "c", 1)
+    store.ack("S", "c", 2, AckKind.TERM)
+    st = store.stream_state("S")
+    assert (st.messages, st.first_seq, st.last_seq) == (0, 3, 2)
+
+
+def test_workqueue_consumer_rules(store: Store) -> None:
+    _stream(store, retention="workqueue")
+    assert _err(_consumer, store, "x", ack_policy="none").err_code == 10098
+    assert _err(_consumer, store, "x", deliver_policy="new").err_code == 10101
+    _consumer(store, "a", filter_subject="s.a")
+    assert _err(_consumer, store, "b").err_code == 10099
+    assert _err(_consumer, store, "b", filter_subject="s.*").err_code == 10100
+    _consumer(store, "b", filter_subject="s.b")
+
+
+# -- persistence -----------------------------------------------------------------------------
+
+
+def test_consumer_state_and_pending_survive_restart(tmp_path: Path, clock: FakeClock) -> None:
+    ev = Events()
+    with Store.open(tmp_path / "d", clock=clock, on_event=ev) as s:
+        _stream(s)
+        _fill(s, "s.a", "s.b", "s.c")
+        _consumer(s, ack_wait=10 * SEC)
+        _pull(s, ev, batch=3)
+        s.ack("S", "c", 2)
+        before = s.consumer_info("S", "c")
+    with Store.open(tmp_path / "d", clock=clock, on_event=ev) as s:
+        after = s.consumer_info("S", "c")
+        assert after.delivered == before.delivered
+        assert after.ack_floor == before.ack_floor
+        assert after.num_ack_pending == 2
+        assert s.next_deadline() == T0 + 10 * SEC
+        s.pull("S", "c", "inbox", batch=5)
+        s.tick(clock.advance(10 * SEC)).result(timeout=10)
+        evs = ev.take()
+        assert _seqs(evs) == [1, 3]
+        assert [e.delivered_count for e in evs if isinstance(e, Delivery)] == [2, 2]
