@@ -3,11 +3,15 @@
  *
  * Keys:  be64(client) 'S' filter-as-sent            -> NULL
  *        be64(client) 'a' dir 'A' be16(alias)       -> topic copy (tlen32 + bytes)
- *        be64(client) 'a' dir 'T' topic             -> alias (in the value slot)
+ *        be64(client) 'a' dir 'T' topic             -> alias, tagged: (alias << 1) | 1
+ * (odd, so it can never be mistaken for a block when the tree is freed).
  * Inbound aliases only use the 'A' keys (several aliases may name one topic);
  * outbound keeps 'A' and 'T' one-to-one.
  */
 #include "topics.h"
+
+#define ALIAS_TAG(a) ((void *)(((uintptr_t)(a) << 1) | 1u))
+#define ALIAS_UNTAG(v) ((uint16_t)((uintptr_t)(v) >> 1))
 
 static void prefix_key(uint8_t *k, uint64_t client, uint8_t tag) {
     for (int i = 0; i < 8; i++) k[i] = (uint8_t)(client >> (8 * (7 - i)));
@@ -81,7 +85,9 @@ int radix_client_filters(radix_topics *rt, uint64_t client, uint8_t *buf, size_t
     return need <= cap ? RADIX_OK : RADIX_E_BUFFER;
 }
 
-static void free_topic_copy(void *v, void *ud) { rmem_free((radix_mem *)ud, v); }
+static void free_topic_copy(void *v, void *ud) {
+    if (!((uintptr_t)v & 1u)) rmem_free((radix_mem *)ud, v); /* tagged alias numbers own nothing */
+}
 
 int radix_alias_clear(radix_topics *rt, uint64_t client) {
     if (!rt) return RADIX_E_INVAL;
@@ -164,7 +170,7 @@ int radix_alias_set(radix_topics *rt, uint64_t client, int dir, uint16_t alias, 
     /* Outbound: one-to-one. Insert both new keys first (rollback on OOM),
      * then drop the stale ones (removal never fails). */
     void *prev_alias = NULL;
-    int tins = radix_tree_insert(rt->clients, tk.p, tk.len, (void *)(uintptr_t)alias, &prev_alias);
+    int tins = radix_tree_insert(rt->clients, tk.p, tk.len, ALIAS_TAG(alias), &prev_alias);
     if (tins < 0) {
         rmem_free(&rt->mem, copy);
         kb_done(&tk);
@@ -190,19 +196,20 @@ int radix_alias_set(radix_topics *rt, uint64_t client, int dir, uint16_t alias, 
                 kb_byte(&ok, 'T');
                 kb_put(&ok, ot, ol);
                 void *v = NULL;
-                if (radix_tree_find(rt->clients, ok.p, ok.len, &v) && (uintptr_t)v == alias)
+                if (radix_tree_find(rt->clients, ok.p, ok.len, &v) && v == ALIAS_TAG(alias))
                     radix_tree_remove(rt->clients, ok.p, ok.len, NULL);
                 kb_done(&ok);
             }
         }
         rmem_free(&rt->mem, old_copy);
     }
-    if (tins == 0 && (uintptr_t)prev_alias != alias) {
+    if (tins == 0 && prev_alias != ALIAS_TAG(alias)) {
         /* The topic had another alias: forget that alias. */
+        uint16_t pa = ALIAS_UNTAG(prev_alias);
         uint8_t pk[13];
         memcpy(pk, ak, 11);
-        pk[11] = (uint8_t)((uintptr_t)prev_alias >> 8);
-        pk[12] = (uint8_t)(uintptr_t)prev_alias;
+        pk[11] = (uint8_t)(pa >> 8);
+        pk[12] = (uint8_t)pa;
         void *pc = NULL;
         if (radix_tree_remove(rt->clients, pk, 13, &pc)) rmem_free(&rt->mem, pc);
     }
@@ -244,7 +251,7 @@ int radix_alias_of_topic(radix_topics *rt, uint64_t client, int dir, const uint8
         int found = radix_tree_find(rt->clients, tk.p, tk.len, &v);
         kb_done(&tk);
         if (!found) return RADIX_NOT_FOUND;
-        *alias_out = (uint16_t)(uintptr_t)v;
+        *alias_out = ALIAS_UNTAG(v);
         return RADIX_OK;
     }
     /* Inbound keeps only alias -> topic: scan this client's aliases (at most

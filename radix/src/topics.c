@@ -37,12 +37,16 @@ radix_topics *radix_topics_new(uint32_t flags) {
     return rt;
 }
 
-static void free_list(void *v, void *ud) { rmem_free((radix_mem *)ud, v); }
+/* Values of both trees: blocks (lists, alias topic copies), NULL, or odd
+ * tagged integers (outbound alias numbers, see clients.c) that own nothing. */
+static void free_list(void *v, void *ud) {
+    if (!((uintptr_t)v & 1u)) rmem_free((radix_mem *)ud, v);
+}
 
 void radix_topics_free(radix_topics *rt) {
     if (!rt) return;
     radix_tree_free(rt->tree, free_list, &rt->mem);
-    radix_tree_free(rt->clients, free_list, &rt->mem); /* alias topic copies */
+    radix_tree_free(rt->clients, free_list, &rt->mem);
     radix_mem m = rt->mem;
     rmem_free(&m, rt);
 }

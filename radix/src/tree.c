@@ -288,16 +288,58 @@ static void remove_child(radix_tree *t, rnode **slot, int idx) {
     n->nchild = (uint16_t)(nc - 1);
 }
 
+/* Free childless non-key nodes on the path of key (they can only appear after
+ * a merge failed for lack of memory and the single child later went away).
+ * No parent pointers and no allocation: re-walk from the root each time. */
+static void prune_empty(radix_tree *t, const uint8_t *key, size_t len) {
+    for (;;) {
+        rnode **pslot = NULL, **slot = &t->root, **found = NULL;
+        int idx = -1;
+        size_t i = 0;
+        for (;;) {
+            rnode *n = *slot;
+            if (n != t->root && !n->iskey && n->nchild == 0) {
+                found = pslot;
+                break;
+            }
+            if (n->seglen > len - i || (n->seglen && memcmp(node_seg(n), key + i, n->seglen) != 0))
+                break;
+            i += n->seglen;
+            if (i == len) break;
+            int c = node_find_child(n, key[i]);
+            if (c < 0) break;
+            pslot = slot;
+            slot = &node_children(n)[c];
+            idx = c;
+            i++;
+        }
+        if (!found) return;
+        node_free(t, *slot);
+        t->nodes--;
+        remove_child(t, found, idx);
+        try_merge(t, found);
+    }
+}
+
+/* After the child idx of *pslot was unlinked: merge or prune the parent. */
+static void fixup_parent(radix_tree *t, rnode **pslot, const uint8_t *key, size_t len) {
+    rnode *p = *pslot;
+    if (p == t->root || p->iskey) return;
+    if (p->nchild == 1) try_merge(t, pslot);
+    else if (p->nchild == 0) prune_empty(t, key, len);
+}
+
 /* After the node at *slot (child idx of *pslot) lost its key: free it when it
  * is childless and fix the parent, or merge it with a single child. */
-static void fixup_after_unkey(radix_tree *t, rnode **pslot, rnode **slot, int idx) {
+static void fixup_after_unkey(radix_tree *t, rnode **pslot, rnode **slot, int idx,
+                              const uint8_t *key, size_t len) {
     rnode *n = *slot;
     if (n == t->root) return;
     if (n->nchild == 0) {
         node_free(t, n);
         t->nodes--;
         remove_child(t, pslot, idx);
-        try_merge(t, pslot);
+        fixup_parent(t, pslot, key, len);
     } else if (n->nchild == 1) {
         try_merge(t, slot);
     }
@@ -328,7 +370,7 @@ int radix_tree_remove(radix_tree *t, const uint8_t *key, size_t len, void **old)
     n->value = NULL;
     t->size--;
     t->gen++;
-    fixup_after_unkey(t, pslot, slot, idx);
+    fixup_after_unkey(t, pslot, slot, idx, key, len);
     return 1;
 }
 
@@ -368,7 +410,7 @@ size_t radix_tree_remove_prefix(radix_tree *t, const uint8_t *prefix, size_t len
     } else {
         removed = free_subtree(t, n, free_value, ud);
         remove_child(t, pslot, idx);
-        try_merge(t, pslot);
+        fixup_parent(t, pslot, prefix, len);
     }
     t->size -= removed;
     t->gen++;
@@ -415,6 +457,7 @@ radix_tree *radix_tree_copy(const radix_tree *src) {
     size_t cap = 0, depth = 0;
     int rc = scratch_reserve(&smem, (void **)&stack, &cap, 1, sizeof(rnode *));
     if (rc == RADIX_OK) stack[depth++] = root;
+    else root->nchild = 0; /* its child slots still point into src */
     while (rc == RADIX_OK && depth) {
         rnode *x = stack[depth - 1];
         rnode **ch = node_children(x);
