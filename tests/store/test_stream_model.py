@@ -1,0 +1,161 @@
+"""Stateful Hypothesis test: a stream against a plain in-memory model, with reopen steps.
+
+Invariant after every step: the stored messages (seq, subject, payload), the state
+counters (messages, bytes, first/last seq, num_deleted, num_subjects) and
+last-by-subject all equal the model's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from store import JetStreamError, PubAck, Publish, Store, keys
+from tests.store.conftest import FakeClock
+
+SUBJECTS = ["s.a", "s.b", "s.c.d"]
+
+
+class StreamModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="jetmq-model-")
+        self.clock = FakeClock()
+        self.store = Store.open(self.dir, clock=self.clock, map_size=1 << 22)
+        self.msgs: dict[int, tuple[str, bytes]] = {}
+        self.last = 0
+        self.dedupe: dict[str, int] = {}
+        self.hlen: dict[int, int] = {}
+        self.max_msgs = -1
+        self.mmps = -1
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @initialize(max_msgs=st.sampled_from([-1, 3, 6]), mmps=st.sampled_from([-1, 1, 2]))
+    def create(self, max_msgs: int, mmps: int) -> None:
+        self.max_msgs, self.mmps = max_msgs, mmps
+        self.store.create_stream(
+            {
+                "name": "S",
+                "subjects": ["s.>"],
+                "max_msgs": max_msgs,
+                "max_msgs_per_subject": mmps,
+                "allow_rollup_hdrs": True,
+            }
+        )
+
+    def _remove_oldest_of(self, subject: str, keep: int) -> None:
+        seqs = sorted(s for s, (subj, _) in self.msgs.items() if subj == subject)
+        for s in seqs[: max(0, len(seqs) - keep)]:
+            del self.msgs[s]
+
+    @rule(
+        subject=st.sampled_from(SUBJECTS),
+        payload=st.binary(max_size=20),
+        msg_id=st.none() | st.sampled_from(["m1", "m2", "m3"]),
+        rollup=st.none() | st.sampled_from(["sub", "all"]),
+    )
+    def publish(self, subject: str, payload: bytes, msg_id: str | None, rollup: str | None) -> None:
+        headers: list[tuple[str, str]] = []
+        if msg_id:
+            headers.append(("Nats-Msg-Id", msg_id))
+        if rollup:
+            headers.append(("Nats-Rollup", rollup))
+        ack = self.store.publish(subject, payload, tuple(headers))
+        assert isinstance(ack, PubAck)
+        if msg_id and msg_id in self.dedupe:
+            assert (ack.seq, ack.duplicate) == (self.dedupe[msg_id], True)
+            return
+        self.last += 1
+        assert (ack.seq, ack.duplicate) == (self.last, False)
+        self.msgs[self.last] = (subject, payload)
+        self.hlen[self.last] = len(keys.encode_headers(tuple(headers)))
+        if msg_id:
+            self.dedupe[msg_id] = self.last
+        if self.mmps > 0:
+            self._remove_oldest_of(subject, self.mmps)
+        while self.max_msgs > 0 and len(self.msgs) > self.max_msgs:
+            del self.msgs[min(self.msgs)]
+        if rollup == "sub":
+            self._remove_oldest_of(subject, 1)
+        elif rollup == "all":
+            for s in [s for s in self.msgs if s < self.last]:
+                del self.msgs[s]
+
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        seq = data.draw(st.integers(1, self.last + 1))
+        if seq in self.msgs:
+            self.store.delete_msg("S", seq)
+            del self.msgs[seq]
+        else:
+            with pytest.raises(JetStreamError) as ei:
+                self.store.delete_msg("S", seq)
+            assert ei.value.err_code == 10043
+
+    @rule(subject=st.none() | st.sampled_from(SUBJECTS), keep=st.none() | st.integers(0, 2))
+    def purge(self, subject: str | None, keep: int | None) -> None:
+        n = self.store.purge_stream("S", filter=subject, keep=keep)
+        victims = sorted(s for s, (subj, _) in self.msgs.items() if subject in (None, subj))
+        if keep is not None:
+            victims = victims[: max(0, len(victims) - keep)]
+        assert n == len(victims)
+        for s in victims:
+            del self.msgs[s]
+
+    @precondition(lambda self: self.last > 0)
+    @rule()
+    def batch_of_three(self) -> None:
+        res = self.store.submit([Publish("s.a", b"1"), Publish("x.none"), Publish("s.b", b"2")])
+        out = res.result(timeout=30)
+        assert out[1] is None
+        for subj, payload, r in (("s.a", b"1", out[0]), ("s.b", b"2", out[2])):
+            assert isinstance(r, PubAck)
+            self.last += 1
+            assert r.seq == self.last
+            self.msgs[self.last] = (subj, payload)
+            self.hlen[self.last] = 0
+            if self.mmps > 0:
+                self._remove_oldest_of(subj, self.mmps)
+            while self.max_msgs > 0 and len(self.msgs) > self.max_msgs:
+                del self.msgs[min(self.msgs)]
+
+    @rule()
+    def reopen(self) -> None:
+        self.store.close()
+        self.store = Store.open(self.dir, clock=self.clock, map_size=1 << 22)
+
+    @invariant()
+    def matches_model(self) -> None:
+        stored = {m.seq: (m.subject, m.payload) for m in self.store.iter_msgs("S")}
+        assert stored == self.msgs
+        state = self.store.stream_state("S")
+        assert state.messages == len(self.msgs)
+        assert state.last_seq == self.last
+        if self.msgs:
+            first = min(self.msgs)
+        else:
+            first = self.last + 1 if self.last else 0
+        assert state.first_seq == first
+        span = self.last - first + 1 if self.msgs else 0
+        assert (state.num_deleted or 0) == span - len(self.msgs)
+        assert state.bytes == sum(
+            keys.msg_bytes(len(subj), self.hlen[seq], len(p))
+            for seq, (subj, p) in self.msgs.items()
+        )
+        subjects = {s for s, _ in self.msgs.values()}
+        assert (state.num_subjects or 0) == len(subjects)
+        for subj in subjects:
+            want = max(s for s, (x, _) in self.msgs.items() if x == subj)
+            assert self.store.last_by_subject("S", subj).seq == want
+
+
+StreamModel.TestCase.settings = settings(max_examples=100, stateful_step_count=25, deadline=None)
+TestStreamModel = StreamModel.TestCase
