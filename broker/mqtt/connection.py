@@ -1,0 +1,621 @@
+"""The per-connection protocol machine (server role, and a client role to drive it in tests).
+
+Rules of this file
+------------------
+* Sans-I/O, h11-style: ``receive_data(bytes) -> list[Event]`` and ``send(packet) -> bytes``.
+  No sockets, no clock (``keepalive_deadline(now)`` takes the time), no logging.
+* Peer input can only raise :class:`MQTTProtocolError`; our own misuse raises
+  :class:`LocalProtocolError` (and :class:`PacketTooLargeError`, which the broker catches
+  to skip a message for a peer with a small Maximum Packet Size).
+* Which packets may arrive and which may be sent is one table per direction,
+  ``_INBOUND`` and ``_OUTBOUND``, keyed by (role, state). A packet outside the table is a
+  Protocol Error (inbound) or a LocalProtocolError (outbound).
+* State that outlives the network connection is in :class:`SessionState` (passed in,
+  persisted by the broker); everything else here dies with the connection.
+
+States::
+
+    AWAIT_CONNECT --CONNECT--> CONNECTING --CONNACK 0x00--> CONNECTED --DISCONNECT--> CLOSED
+                                   |                            (sent or received)
+                                   +--CONNACK >= 0x80--> CLOSED;   any MQTTProtocolError -> CLOSED
+
+A server in CONNECTING decodes only AUTH; packets the client pipelined after CONNECT stay
+buffered until CONNACK is sent [MQTT-3.1.4-5]; call ``receive_data(b"")`` after sending
+CONNACK to get them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import cast
+
+from broker.mqtt.decoder import MAX_PACKET_SIZE, Decoder
+from broker.mqtt.encoder import EncodedPublish, encode, strip_diagnostics
+from broker.mqtt.errors import (
+    Answer,
+    LocalProtocolError,
+    MQTTProtocolError,
+    PacketTooLargeError,
+    protocol_error,
+)
+from broker.mqtt.packet_types import PacketType, ProtocolVersion
+from broker.mqtt.packets import (
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+)
+from broker.mqtt.properties import EMPTY_PROPERTIES
+from broker.mqtt.reason_codes import ReasonCode
+from broker.mqtt.session import Inflight, SessionState, Stage
+
+__all__ = [
+    "Connection",
+    "ConnectionState",
+    "DuplicatePublish",
+    "Event",
+    "Role",
+]
+
+_V5 = ProtocolVersion.MQTT_5
+_P = PacketType
+
+
+class Role(Enum):
+    SERVER = "server"
+    CLIENT = "client"
+
+
+class ConnectionState(Enum):
+    AWAIT_CONNECT = "await_connect"
+    CONNECTING = "connecting"  # CONNECT seen, CONNACK not yet
+    CONNECTED = "connected"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicatePublish:
+    """A QoS 2 PUBLISH whose packet id still awaits PUBREL: not a new message. Answer it
+    with PUBREC again and do not deliver it (MQTT 5.0 §4.3.3)."""
+
+    publish: Publish
+
+
+Event = Packet | DuplicatePublish
+
+_S = ConnectionState
+_SERVER, _CLIENT = Role.SERVER, Role.CLIENT
+_NOTHING: frozenset[PacketType] = frozenset()
+
+#: (role, state) -> packet types the peer may send us.
+_INBOUND: dict[tuple[Role, ConnectionState], frozenset[PacketType]] = {
+    (_SERVER, _S.AWAIT_CONNECT): frozenset({_P.CONNECT}),
+    (_SERVER, _S.CONNECTING): frozenset({_P.AUTH}),
+    (_SERVER, _S.CONNECTED): frozenset(
+        {_P.PUBLISH, _P.PUBACK, _P.PUBREC, _P.PUBREL, _P.PUBCOMP, _P.SUBSCRIBE}
+        | {_P.UNSUBSCRIBE, _P.PINGREQ, _P.DISCONNECT, _P.AUTH}
+    ),
+    (_SERVER, _S.CLOSED): _NOTHING,
+    (_CLIENT, _S.AWAIT_CONNECT): _NOTHING,
+    (_CLIENT, _S.CONNECTING): frozenset({_P.CONNACK, _P.AUTH, _P.DISCONNECT}),
+    (_CLIENT, _S.CONNECTED): frozenset(
+        {_P.PUBLISH, _P.PUBACK, _P.PUBREC, _P.PUBREL, _P.PUBCOMP, _P.SUBACK}
+        | {_P.UNSUBACK, _P.PINGRESP, _P.DISCONNECT, _P.AUTH}
+    ),
+    (_CLIENT, _S.CLOSED): _NOTHING,
+}
+
+#: (role, state) -> packet types we may send.
+_OUTBOUND: dict[tuple[Role, ConnectionState], frozenset[PacketType]] = {
+    (_SERVER, _S.AWAIT_CONNECT): _NOTHING,
+    (_SERVER, _S.CONNECTING): frozenset({_P.CONNACK, _P.AUTH}),
+    (_SERVER, _S.CONNECTED): frozenset(
+        {_P.PUBLISH, _P.PUBACK, _P.PUBREC, _P.PUBREL, _P.PUBCOMP, _P.SUBACK}
+        | {_P.UNSUBACK, _P.PINGRESP, _P.DISCONNECT, _P.AUTH}
+    ),
+    (_SERVER, _S.CLOSED): _NOTHING,
+    (_CLIENT, _S.AWAIT_CONNECT): frozenset({_P.CONNECT}),
+    (_CLIENT, _S.CONNECTING): frozenset({_P.AUTH, _P.DISCONNECT}),
+    (_CLIENT, _S.CONNECTED): frozenset(
+        {_P.PUBLISH, _P.PUBACK, _P.PUBREC, _P.PUBREL, _P.PUBCOMP, _P.SUBSCRIBE}
+        | {_P.UNSUBSCRIBE, _P.PINGREQ, _P.DISCONNECT, _P.AUTH}
+    ),
+    (_CLIENT, _S.CLOSED): _NOTHING,
+}
+
+
+class Connection:
+    """One MQTT network connection seen from one side.
+
+    ``session`` is the session state to resume (restored from storage) or a fresh one.
+    ``max_packet_size`` is our limit before CONNACK/CONNECT declares one (a Maximum
+    Packet Size property in the CONNACK we send, or the CONNECT we send, replaces it).
+    """
+
+    def __init__(
+        self,
+        role: Role = Role.SERVER,
+        *,
+        session: SessionState | None = None,
+        max_packet_size: int = MAX_PACKET_SIZE,
+    ) -> None:
+        self.role = role
+        self.state = ConnectionState.AWAIT_CONNECT
+        self.session = session if session is not None else SessionState()
+        self._decoder = Decoder(
+            max_packet_size=max_packet_size, gate_after_connect=role is Role.SERVER
+        )
+        self.version: ProtocolVersion | None = None
+        #: effective keep alive in seconds (CONNECT's, or the CONNACK's Server Keep Alive)
+        self.keep_alive = 0
+        # Limits we declared (inbound direction).
+        self.receive_maximum = 0xFFFF
+        self.topic_alias_maximum = 0
+        self.maximum_qos = 2
+        self.retain_available = True
+        # Limits the peer declared (outbound direction).
+        self.peer_receive_maximum = 0xFFFF
+        self.peer_maximum_packet_size = MAX_PACKET_SIZE
+        self.peer_topic_alias_maximum = 0
+        # Per-connection state.
+        self._session_expiry = 0
+        self._inbound_qos1: set[int] = set()
+        self._inbound_aliases: dict[int, bytes] = {}
+        self._outbound_aliases: dict[bytes, int] = {}  # LRU order: oldest first
+        self._pending_acks: set[int] = set()  # our SUBSCRIBE/UNSUBSCRIBE ids (client role)
+        self._next_id = 1
+
+    # ---- limits and counters -------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self.state is ConnectionState.CLOSED
+
+    @property
+    def max_packet_size(self) -> int:
+        """The largest packet we accept from the peer."""
+        return self._decoder.max_packet_size
+
+    @max_packet_size.setter
+    def max_packet_size(self, value: int) -> None:
+        self._decoder.max_packet_size = value
+
+    @property
+    def inflight_count(self) -> int:
+        """Outbound QoS > 0 messages not yet completed (the peer's Receive Maximum window)."""
+        return len(self.session.outbound)
+
+    @property
+    def inbound_inflight_count(self) -> int:
+        """Inbound QoS > 0 messages counted against our Receive Maximum."""
+        return len(self._inbound_qos1) + len(self.session.inbound_qos2)
+
+    def can_send_qos_message(self) -> bool:
+        """True if one more QoS 1/2 PUBLISH fits the peer's Receive Maximum [MQTT-3.3.4-9]."""
+        return len(self.session.outbound) < self.peer_receive_maximum
+
+    def keepalive_deadline(self, now: float) -> float | None:
+        """When to give up if nothing arrives after a packet received at ``now``:
+        1.5 x keep alive (MQTT 5.0 §3.1.2.10), or None when keep alive is 0."""
+        if not self.keep_alive:
+            return None
+        return now + 1.5 * self.keep_alive
+
+    def next_packet_id(self) -> int:
+        """A packet identifier not in use by any outbound exchange; never 0."""
+        in_use = self.session.outbound
+        pending = self._pending_acks
+        candidate = self._next_id
+        for _ in range(0xFFFF):
+            if candidate not in in_use and candidate not in pending:
+                self._next_id = candidate % 0xFFFF + 1
+                return candidate
+            candidate = candidate % 0xFFFF + 1
+        raise LocalProtocolError("all 65535 packet identifiers are in use")
+
+    def outbound_alias(self, topic: bytes) -> tuple[int, bool] | None:
+        """The topic alias to use for ``topic`` towards the peer and whether this is its
+        first use (then the topic name must be sent too). None when the peer accepts no
+        aliases. Least recently used aliases are reassigned when all are taken. The
+        mapping is committed: the caller must send the PUBLISH."""
+        plan = self._alias_plan(topic)
+        if plan is None:
+            return None
+        self._commit_alias(topic, plan)
+        return plan[0], plan[1]
+
+    def pending_retransmissions(self) -> list[Publish | Pubrel]:
+        """What to resend, in order, on a resumed session: unacknowledged PUBLISH packets
+        with DUP set, and PUBREL for messages that got their PUBREC (MQTT 5.0 §4.4)."""
+        out: list[Publish | Pubrel] = []
+        for entry in self.session.outbound.values():
+            if entry.stage is Stage.AWAIT_PUBCOMP:
+                out.append(Pubrel(entry.packet_id))
+            else:
+                out.append(
+                    replace(entry.message, dup=True, packet_id=entry.packet_id, qos=entry.qos)
+                )
+        return out
+
+    @staticmethod
+    def pubcomp_for(pubrel: Pubrel, known: bool) -> Pubcomp:
+        """PUBCOMP answering ``pubrel``; ``known`` = its id was awaiting PUBREL."""
+        if known:
+            return Pubcomp(pubrel.packet_id)
+        return Pubcomp(pubrel.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)
+
+    # ---- inbound ---------------------------------------------------------------------
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Feed bytes from the peer; return the events they complete, in order.
+
+        On :class:`MQTTProtocolError` the connection is CLOSED; ``exc.packets`` holds the
+        events processed before the bad packet (the broker may still act on them).
+        """
+        if self.state is ConnectionState.CLOSED:
+            return []
+        events: list[Event] = []
+        try:
+            try:
+                packets = self._decoder.feed(data)
+            except MQTTProtocolError as exc:
+                # The decoder puts only packets there (events come from this machine).
+                for packet in cast("tuple[Packet, ...]", exc.packets):
+                    events.append(self._receive(packet))
+                raise
+            for packet in packets:
+                events.append(self._receive(packet))
+                if self.closed:
+                    break
+        except MQTTProtocolError as exc:
+            self._fail(exc)
+            exc.packets = tuple(events)
+            raise
+        return events
+
+    def _fail(self, exc: MQTTProtocolError) -> None:
+        if exc.version is None:
+            exc.version = self.version
+        if exc.answer is Answer.DISCONNECT:
+            if self.state is ConnectionState.AWAIT_CONNECT:
+                exc.answer = Answer.CLOSE
+            elif self.state is ConnectionState.CONNECTING and self.role is Role.SERVER:
+                exc.answer = Answer.CONNACK
+        self.state = ConnectionState.CLOSED
+
+    def _receive(self, packet: Packet) -> Event:
+        ptype = packet.TYPE
+        if ptype not in _INBOUND[self.role, self.state]:
+            if ptype is _P.CONNECT:
+                raise protocol_error("a second CONNECT [MQTT-3.1.0-2]")
+            raise protocol_error(f"{ptype.name} is not allowed from the peer in {self.state.name}")
+        if isinstance(packet, Publish):
+            return self._receive_publish(packet)
+        if isinstance(packet, Puback):
+            entry = self.session.outbound.get(packet.packet_id)
+            if entry is not None and entry.stage is Stage.AWAIT_PUBACK:
+                del self.session.outbound[packet.packet_id]
+        elif isinstance(packet, Pubrec):
+            entry = self.session.outbound.get(packet.packet_id)
+            if entry is not None and entry.stage is Stage.AWAIT_PUBREC:
+                if packet.reason_code.is_error:
+                    del self.session.outbound[packet.packet_id]
+                else:
+                    self.session.outbound[packet.packet_id] = replace(
+                        entry, stage=Stage.AWAIT_PUBCOMP
+                    )
+        elif isinstance(packet, Pubcomp):
+            entry = self.session.outbound.get(packet.packet_id)
+            if entry is not None and entry.stage is Stage.AWAIT_PUBCOMP:
+                del self.session.outbound[packet.packet_id]
+        elif isinstance(packet, Suback | Unsuback):
+            self._pending_acks.discard(packet.packet_id)
+        elif isinstance(packet, Subscribe):
+            self._receive_subscribe(packet)
+        elif isinstance(packet, Connect):
+            self._receive_connect(packet)
+        elif isinstance(packet, Connack):
+            self._receive_connack(packet)
+        elif isinstance(packet, Disconnect):
+            if (
+                self.role is Role.SERVER
+                and self._session_expiry == 0
+                and packet.properties.session_expiry_interval
+            ):
+                raise protocol_error(
+                    "DISCONNECT sets a Session Expiry Interval after CONNECT set 0 [MQTT-3.14.2-2]"
+                )
+            self.state = ConnectionState.CLOSED
+        return packet
+
+    def _receive_connect(self, packet: Connect) -> None:
+        self.version = packet.protocol_version
+        props = packet.properties
+        if not packet.client_id and (
+            packet.protocol_version is ProtocolVersion.MQTT_3_1
+            or (packet.protocol_version is ProtocolVersion.MQTT_3_1_1 and not packet.clean_start)
+        ):
+            raise MQTTProtocolError(
+                ReasonCode.CLIENT_IDENTIFIER_NOT_VALID,
+                "empty client identifier without clean session [MQTT-3.1.3-8]",
+                answer=Answer.CONNACK,
+                version=packet.protocol_version,
+            )
+        self.keep_alive = packet.keep_alive
+        self._session_expiry = props.session_expiry_interval or 0
+        if props.receive_maximum is not None:
+            self.peer_receive_maximum = props.receive_maximum
+        if props.maximum_packet_size is not None:
+            self.peer_maximum_packet_size = props.maximum_packet_size
+        self.peer_topic_alias_maximum = props.topic_alias_maximum or 0
+        self.state = ConnectionState.CONNECTING
+
+    def _receive_connack(self, packet: Connack) -> None:
+        if packet.reason_code.is_error:
+            self.state = ConnectionState.CLOSED
+            return
+        props = packet.properties
+        if props.receive_maximum is not None:
+            self.peer_receive_maximum = props.receive_maximum
+        if props.maximum_packet_size is not None:
+            self.peer_maximum_packet_size = props.maximum_packet_size
+        self.peer_topic_alias_maximum = props.topic_alias_maximum or 0
+        if props.server_keep_alive is not None:
+            self.keep_alive = props.server_keep_alive
+        self.state = ConnectionState.CONNECTED
+
+    def _receive_subscribe(self, packet: Subscribe) -> None:
+        for sub in packet.subscriptions:
+            if sub.no_local and sub.filter.startswith(b"$share/"):
+                raise protocol_error("No Local on a Shared Subscription [MQTT-3.8.3-4]")
+
+    def _receive_publish(self, packet: Publish) -> Event:
+        qos = packet.qos
+        if qos > self.maximum_qos:
+            raise MQTTProtocolError(
+                ReasonCode.QOS_NOT_SUPPORTED,
+                f"QoS {qos} above the Maximum QoS {self.maximum_qos} [MQTT-3.2.2-11]",
+            )
+        if packet.retain and not self.retain_available:
+            raise MQTTProtocolError(
+                ReasonCode.RETAIN_NOT_SUPPORTED, "RETAIN while Retain Available is 0"
+            )
+        props = packet.properties
+        if props is not EMPTY_PROPERTIES:
+            packet = self._resolve_alias(packet)
+        elif not packet.topic:
+            raise protocol_error("PUBLISH with an empty Topic Name and no Topic Alias")
+        if qos == 1:
+            packet_id: int = packet.packet_id  # type: ignore[assignment]
+            if packet_id not in self._inbound_qos1:
+                self._count_inbound()
+                self._inbound_qos1.add(packet_id)
+        elif qos == 2:
+            packet_id = packet.packet_id  # type: ignore[assignment]
+            if packet_id in self.session.inbound_qos2:
+                return DuplicatePublish(packet)
+            self._count_inbound()
+            self.session.inbound_qos2.add(packet_id)
+        return packet
+
+    def _count_inbound(self) -> None:
+        if len(self._inbound_qos1) + len(self.session.inbound_qos2) >= self.receive_maximum:
+            raise MQTTProtocolError(
+                ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+                f"more than Receive Maximum {self.receive_maximum} unacknowledged "
+                "QoS 1/2 PUBLISH packets [MQTT-3.3.4-9]",
+            )
+
+    def _resolve_alias(self, packet: Publish) -> Publish:
+        props = packet.properties
+        if props.subscription_identifiers and self.role is Role.SERVER:
+            raise protocol_error(
+                "PUBLISH from a client with a Subscription Identifier [MQTT-3.3.4-6]"
+            )
+        alias = props.topic_alias
+        if alias is None:
+            if not packet.topic:
+                raise protocol_error("PUBLISH with an empty Topic Name and no Topic Alias")
+            return packet
+        if alias == 0 or alias > self.topic_alias_maximum:
+            raise MQTTProtocolError(
+                ReasonCode.TOPIC_ALIAS_INVALID,
+                f"Topic Alias {alias} outside 1..{self.topic_alias_maximum} "
+                "[MQTT-3.3.2-8] [MQTT-3.3.2-9]",
+            )
+        topic = packet.topic
+        if topic:
+            self._inbound_aliases[alias] = topic
+        else:
+            known = self._inbound_aliases.get(alias)
+            if known is None:
+                raise protocol_error(f"Topic Alias {alias} has no mapping on this connection")
+            topic = known
+        return replace(packet, topic=topic, properties=replace(props, topic_alias=None))
+
+    # ---- outbound --------------------------------------------------------------------
+    def send(self, packet: Packet) -> bytes:
+        """Encode ``packet`` for the peer and update the machine. Raises
+        LocalProtocolError if the protocol forbids sending it now, PacketTooLargeError if
+        it exceeds the peer's Maximum Packet Size (nothing changes then)."""
+        self._check_outbound(packet.TYPE)
+        if isinstance(packet, Connect):
+            self.version = packet.protocol_version
+            self._decoder.version = packet.protocol_version
+        version = self._version()
+        if isinstance(packet, Publish):
+            return self._send_publish(packet, version)
+        data = encode(packet, version)
+        props = getattr(packet, "properties", None)
+        if len(data) > self.peer_maximum_packet_size and props is not None:
+            # Reason String and User Properties may be dropped to fit [MQTT-3.1.2-25].
+            # (every packet with a ``properties`` field accepts it in replace())
+            slim = replace(packet, properties=strip_diagnostics(props))  # type: ignore[arg-type]
+            data = encode(slim, version)
+        if len(data) > self.peer_maximum_packet_size:
+            raise PacketTooLargeError(len(data), self.peer_maximum_packet_size)
+        self._sent(packet, version)
+        return data
+
+    def send_publish(
+        self,
+        message: EncodedPublish,
+        *,
+        qos: int,
+        retain: bool,
+        packet_id: int | None = None,
+        dup: bool = False,
+        subscription_identifiers: tuple[int, ...] = (),
+        use_alias: bool = True,
+    ) -> bytes:
+        """The fan-out path: bytes for ``message`` to this peer, reusing its encoding.
+
+        QoS > 0 needs ``packet_id`` (from :meth:`next_packet_id`, or the id of an
+        in-flight message being resent with ``dup=True``). A topic alias is used when the
+        peer allows them and ``use_alias``. Raises PacketTooLargeError (skip the message
+        for this peer; nothing changes) or LocalProtocolError (window full, id in use).
+        """
+        self._check_outbound(_P.PUBLISH)
+        if message.version is not self._version():
+            raise LocalProtocolError("EncodedPublish built for another protocol version")
+        self._check_window(qos, packet_id, dup)
+        plan = self._alias_plan(message.publish.topic) if use_alias else None
+        alias = plan[0] if plan is not None else None
+        omit = plan is not None and not plan[1]
+        data = message.for_recipient(
+            packet_id, dup, qos, retain, alias, omit, subscription_identifiers
+        )
+        if len(data) > self.peer_maximum_packet_size:
+            raise PacketTooLargeError(len(data), self.peer_maximum_packet_size)
+        if plan is not None:
+            self._commit_alias(message.publish.topic, plan)
+        if qos:
+            self._record_inflight(
+                message.as_publish(packet_id, qos, retain, dup, subscription_identifiers)
+            )
+        return data
+
+    def _version(self) -> ProtocolVersion:
+        if self.version is None:
+            raise LocalProtocolError("no protocol version before CONNECT")
+        return self.version
+
+    def _check_outbound(self, ptype: PacketType) -> None:
+        if ptype not in _OUTBOUND[self.role, self.state]:
+            raise LocalProtocolError(f"cannot send {ptype.name} in {self.state.name}")
+
+    def _check_window(self, qos: int, packet_id: int | None, dup: bool) -> None:
+        if not qos:
+            return
+        if packet_id is None or not 1 <= packet_id <= 0xFFFF:
+            raise LocalProtocolError(f"QoS {qos} needs a packet identifier 1..65535")
+        entry = self.session.outbound.get(packet_id)
+        if entry is not None:
+            if not dup or entry.stage is Stage.AWAIT_PUBCOMP:
+                raise LocalProtocolError(f"packet identifier {packet_id} is in use")
+            return
+        if packet_id in self._pending_acks:
+            raise LocalProtocolError(f"packet identifier {packet_id} is in use")
+        if not self.can_send_qos_message():
+            raise LocalProtocolError(
+                f"the peer's Receive Maximum {self.peer_receive_maximum} is reached"
+            )
+
+    def _record_inflight(self, message: Publish) -> None:
+        packet_id: int = message.packet_id  # type: ignore[assignment]
+        stage = Stage.AWAIT_PUBACK if message.qos == 1 else Stage.AWAIT_PUBREC
+        self.session.outbound[packet_id] = Inflight(packet_id, message, message.qos, stage)
+
+    def _send_publish(self, packet: Publish, version: ProtocolVersion) -> bytes:
+        self._check_window(packet.qos, packet.packet_id, packet.dup)
+        alias = packet.properties.topic_alias
+        if alias is not None and not 1 <= alias <= self.peer_topic_alias_maximum:
+            raise LocalProtocolError(
+                f"Topic Alias {alias} outside the peer's maximum "
+                f"{self.peer_topic_alias_maximum} [MQTT-3.1.2-26]"
+            )
+        data = encode(packet, version)
+        if len(data) > self.peer_maximum_packet_size:
+            raise PacketTooLargeError(len(data), self.peer_maximum_packet_size)
+        if packet.qos:
+            self._record_inflight(packet)
+        return data
+
+    def _alias_plan(self, topic: bytes) -> tuple[int, bool, bytes | None] | None:
+        """(alias, first use, topic evicted) without committing anything."""
+        if self.version is not _V5 or not self.peer_topic_alias_maximum:
+            return None
+        known = self._outbound_aliases.get(topic)
+        if known is not None:
+            return known, False, None
+        if len(self._outbound_aliases) < self.peer_topic_alias_maximum:
+            return len(self._outbound_aliases) + 1, True, None
+        oldest = next(iter(self._outbound_aliases))
+        return self._outbound_aliases[oldest], True, oldest
+
+    def _commit_alias(self, topic: bytes, plan: tuple[int, bool, bytes | None]) -> None:
+        aliases = self._outbound_aliases
+        if plan[2] is not None:
+            del aliases[plan[2]]
+        aliases.pop(topic, None)
+        aliases[topic] = plan[0]
+
+    def _sent(self, packet: Packet, version: ProtocolVersion) -> None:
+        if isinstance(packet, Puback):
+            self._inbound_qos1.discard(packet.packet_id)
+        elif isinstance(packet, Pubrec):
+            if packet.reason_code.is_error:
+                self.session.inbound_qos2.discard(packet.packet_id)
+        elif isinstance(packet, Pubcomp):
+            self.session.inbound_qos2.discard(packet.packet_id)
+        elif isinstance(packet, Pubrel):
+            entry = self.session.outbound.get(packet.packet_id)
+            if entry is not None and entry.stage is not Stage.AWAIT_PUBCOMP:
+                raise LocalProtocolError(f"PUBREL {packet.packet_id} before its PUBREC")
+        elif isinstance(packet, Subscribe | Unsubscribe):
+            if packet.packet_id in self._pending_acks or packet.packet_id in self.session.outbound:
+                raise LocalProtocolError(f"packet identifier {packet.packet_id} is in use")
+            self._pending_acks.add(packet.packet_id)
+        elif isinstance(packet, Connack):
+            self._sent_connack(packet)
+        elif isinstance(packet, Connect):
+            self._sent_connect(packet)
+        elif isinstance(packet, Disconnect):
+            if self.role is Role.SERVER and version is not _V5:
+                raise LocalProtocolError("a 3.1.x server closes the connection, no DISCONNECT")
+            self.state = ConnectionState.CLOSED
+
+    def _sent_connect(self, packet: Connect) -> None:
+        props = packet.properties
+        self.keep_alive = packet.keep_alive
+        self.receive_maximum = props.receive_maximum or 0xFFFF
+        self.topic_alias_maximum = props.topic_alias_maximum or 0
+        if props.maximum_packet_size is not None:
+            self.max_packet_size = props.maximum_packet_size
+        self.state = ConnectionState.CONNECTING
+
+    def _sent_connack(self, packet: Connack) -> None:
+        if packet.reason_code.is_error:
+            self.state = ConnectionState.CLOSED
+            return
+        props = packet.properties
+        self.receive_maximum = props.receive_maximum or 0xFFFF
+        self.topic_alias_maximum = props.topic_alias_maximum or 0
+        if props.maximum_packet_size is not None:
+            self.max_packet_size = props.maximum_packet_size
+        if props.maximum_qos is not None:
+            self.maximum_qos = props.maximum_qos
+        if props.retain_available is not None:
+            self.retain_available = bool(props.retain_available)
+        if props.server_keep_alive is not None:
+            self.keep_alive = props.server_keep_alive
+        self.state = ConnectionState.CONNECTED
+        self._decoder.gate = None

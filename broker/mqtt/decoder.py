@@ -1,0 +1,535 @@
+"""The incremental decoder: bytes in (chunks of any size), complete packets out.
+
+Buffering (no quadratic copying)
+--------------------------------
+A chunk is decoded in place when nothing is pending. Only the tail of a chunk that holds
+an incomplete packet is copied into a ``bytearray``; later chunks are appended to it
+(amortised O(1) per byte) and the buffer is decoded only once it holds the whole packet,
+whose size the fixed header told us (``_need``). A 1 MiB packet fed one byte at a time
+is therefore copied a constant number of times, not once per byte.
+
+Limits checked from the fixed header, before the body is buffered
+-----------------------------------------------------------------
+* Remaining Length longer than 4 bytes, or not in its shortest form -> 0x81.
+* Whole packet larger than ``max_packet_size`` -> 0x95 Packet Too Large.
+
+Invariant (stated again in tests/mqtt/test_fuzz.py): for any sequence of chunks, ``feed``
+returns packets or raises :class:`MQTTProtocolError`; no other exception escapes. Once it
+has raised, the decoder is dead and raises the same error again.
+
+PUBLISH is decoded by a tight special case inside the loop (it is the hot path); every
+other packet goes through :func:`_decode_other`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from broker.mqtt.errors import Answer, MQTTProtocolError, malformed, protocol_error
+from broker.mqtt.packet_types import PacketType, ProtocolVersion
+from broker.mqtt.packets import (
+    Auth,
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    Pingreq,
+    Pingresp,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    RetainHandling,
+    Suback,
+    Subscribe,
+    Subscription,
+    Unsuback,
+    Unsubscribe,
+    Will,
+    _PublishBuilder,
+)
+from broker.mqtt.properties import EMPTY_PROPERTIES, Context, Properties, decode_properties
+from broker.mqtt.reason_codes import (
+    ReasonCode,
+    allowed_reason_codes,
+    reason_code_from_connack_return_code,
+)
+from broker.mqtt.wire import Reader, check_utf8
+
+__all__ = ["MAX_PACKET_SIZE", "Decoder"]
+
+#: The largest packet MQTT can express: 1 + 4 + 268,435,455 bytes.
+MAX_PACKET_SIZE = 1 + 4 + 268_435_455
+
+_V5 = ProtocolVersion.MQTT_5
+_PUBLISH = PacketType.PUBLISH
+
+
+class Decoder:
+    """Incremental MQTT decoder for one direction of one connection.
+
+    ``version`` is None until a CONNECT is decoded (which sets it); before that only
+    CONNECT is accepted [MQTT-3.1.0-1]. ``max_packet_size`` may be changed at any time
+    (e.g. after CONNACK declared ours). ``gate``, when not None, is the set of packet
+    types that may be decoded now; decoding stops (the bytes stay buffered) before any
+    other type. ``gate_after_connect`` installs ``{AUTH}`` as the gate right after a
+    CONNECT is decoded, so a server processes nothing but AUTH until it sends CONNACK.
+    """
+
+    __slots__ = (
+        "_buf",
+        "_error",
+        "_need",
+        "_queue",
+        "gate",
+        "gate_after_connect",
+        "max_packet_size",
+        "version",
+    )
+
+    def __init__(
+        self,
+        version: ProtocolVersion | None = None,
+        max_packet_size: int = MAX_PACKET_SIZE,
+        *,
+        gate_after_connect: bool = False,
+    ) -> None:
+        self.version = version
+        self.max_packet_size = max_packet_size
+        self.gate: frozenset[int] | None = None
+        self.gate_after_connect = gate_after_connect
+        self._buf = bytearray()
+        self._need = 0
+        self._error: MQTTProtocolError | None = None
+        self._queue: deque[Packet] = deque()
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet decoded into packets."""
+        return len(self._buf)
+
+    # -- h11-style pair -------------------------------------------------------------
+    def receive_data(self, data: bytes) -> None:
+        """Buffer ``data``; decode with :meth:`next_packet`."""
+        self._queue.extend(self.feed(data))
+
+    def next_packet(self) -> Packet | None:
+        """The next complete packet, or None when more data is needed."""
+        if self._queue:
+            return self._queue.popleft()
+        packets = self.feed(b"")
+        if not packets:
+            return None
+        self._queue.extend(packets[1:])
+        return packets[0]
+
+    # -- the loop -------------------------------------------------------------------
+    def feed(self, data: bytes) -> list[Packet]:
+        """Decode every complete packet in the buffer plus ``data``.
+
+        Raises :class:`MQTTProtocolError`; its ``packets`` holds the packets decoded by
+        this call before the bad one.
+        """
+        if self._error is not None:
+            raise self._error
+        if self._buf:
+            self._buf += data
+            if len(self._buf) < self._need:
+                return []
+            data = bytes(self._buf)
+            self._buf = bytearray()
+        elif not data:
+            return []
+        out: list[Packet] = []
+        try:
+            pos = self._decode(data, out)
+        except MQTTProtocolError as exc:
+            exc.packets = tuple(out)
+            if exc.version is None:
+                exc.version = self.version
+            self._error = exc
+            raise
+        if pos < len(data):
+            self._buf = bytearray(memoryview(data)[pos:])
+        return out
+
+    def _decode(self, data: bytes, out: list[Packet]) -> int:
+        n = len(data)
+        pos = 0
+        self._need = 0
+        append = out.append
+        max_size = self.max_packet_size
+        version = self.version
+        gate = self.gate
+        v5 = version is _V5
+        new_builder = object.__new__
+        builder = _PublishBuilder
+        while pos + 1 < n:
+            first = data[pos]
+            byte = data[pos + 1]
+            if byte < 0x80:
+                end = pos + 2 + byte
+                p = pos + 2
+            elif pos + 2 < n and 0 < data[pos + 2] < 0x80:
+                # Two-byte Remaining Length (128..16383): the common case, inlined.
+                end = pos + 3 + ((byte & 0x7F) | (data[pos + 2] << 7))
+                p = pos + 3
+            else:
+                length, header = _remaining_length(data, pos, n)
+                if not header:
+                    break
+                end = pos + header + length
+                p = pos + header
+            if end - pos > max_size:
+                raise MQTTProtocolError(
+                    ReasonCode.PACKET_TOO_LARGE,
+                    f"packet of {end - pos} bytes exceeds Maximum Packet Size {max_size}",
+                )
+            if end > n:
+                self._need = end - pos
+                break
+            ptype = first >> 4
+            if gate is not None and ptype not in gate:
+                break
+            if ptype == 3 and version is not None:
+                # ---- PUBLISH fast path (MQTT 5.0 §3.3) ----
+                if p + 2 > end:
+                    raise malformed("PUBLISH ends inside the Topic Name")
+                tend = p + 2 + ((data[p] << 8) | data[p + 1])
+                if tend > end:
+                    raise malformed("PUBLISH ends inside the Topic Name")
+                topic = data[p + 2 : tend]
+                if not topic.isascii() or b"\x00" in topic:
+                    check_utf8(topic)
+                p = tend
+                qos = (first >> 1) & 3
+                if qos:
+                    if qos == 3:
+                        raise malformed("PUBLISH with both QoS bits set [MQTT-3.3.1-4]")
+                    if p + 2 > end:
+                        raise malformed("PUBLISH ends inside the Packet Identifier")
+                    packet_id: int | None = (data[p] << 8) | data[p + 1]
+                    if not packet_id:
+                        raise malformed("PUBLISH QoS > 0 with Packet Identifier 0 [MQTT-2.2.1-3]")
+                    p += 2
+                else:
+                    if first & 0x08:
+                        raise malformed("QoS 0 PUBLISH with DUP set [MQTT-3.3.1-2]")
+                    packet_id = None
+                if v5:
+                    if p >= end:
+                        raise malformed("PUBLISH ends before the Property Length")
+                    if data[p] == 0:
+                        props = EMPTY_PROPERTIES
+                        p += 1
+                    else:
+                        reader = Reader(data, p, end)
+                        props = decode_properties(reader, Context.PUBLISH)
+                        p = reader.pos
+                else:
+                    props = EMPTY_PROPERTIES
+                # Inlined new_publish() (see packets._PublishBuilder): a real, frozen Publish.
+                packet = new_builder(builder)
+                packet.topic = topic
+                packet.payload = data[p:end]
+                packet.qos = qos
+                packet.retain = first & 0x01 == 1
+                packet.dup = first & 0x08 == 8
+                packet.packet_id = packet_id
+                packet.properties = props
+                packet.__class__ = Publish  # type: ignore[assignment]
+                append(packet)  # type: ignore[arg-type]
+            else:
+                append(self._decode_other(ptype, first & 0x0F, data, p, end))
+                # A CONNECT may have set the version or the gate.
+                version = self.version
+                gate = self.gate
+                v5 = version is _V5
+            pos = end
+        return pos
+
+    def _decode_other(self, ptype: int, flags: int, data: bytes, pos: int, end: int) -> Packet:
+        version = self.version
+        if ptype == PacketType.CONNECT:
+            packet = _decode_connect(flags, Reader(data, pos, end))
+            if version is None:
+                self.version = packet.protocol_version
+            if self.gate_after_connect:
+                self.gate = frozenset({PacketType.AUTH})
+            return packet
+        if version is None:
+            raise MQTTProtocolError(
+                ReasonCode.PROTOCOL_ERROR,
+                "the first packet must be CONNECT [MQTT-3.1.0-1]",
+                answer=Answer.CLOSE,
+            )
+        if ptype == 0 or (ptype == PacketType.AUTH and version is not _V5):
+            raise malformed(f"reserved packet type {ptype}")
+        expected = 0x02 if ptype in _FLAGS_0010 else 0x00
+        if flags != expected:
+            raise malformed(
+                f"{PacketType(ptype).name} with reserved flags 0x{flags:X} [MQTT-2.1.3-1]"
+            )
+        reader = Reader(data, pos, end)
+        decoded = _DECODERS[ptype](reader, version is _V5)
+        if reader.pos != end:
+            raise malformed(f"{PacketType(ptype).name} has {end - reader.pos} trailing bytes")
+        return decoded
+
+
+_FLAGS_0010 = frozenset({PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE})
+
+
+def _remaining_length(data: bytes, pos: int, n: int) -> tuple[int, int]:
+    """(value, header size) of the fixed header at ``pos``; header size 0 = incomplete."""
+    value = 0
+    shift = 0
+    i = pos + 1
+    for count in range(4):
+        if i >= n:
+            return 0, 0
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i += 1
+        if not byte & 0x80:
+            if byte == 0 and count:
+                raise malformed("Remaining Length not in its shortest form [MQTT-1.5.5-1]")
+            return value, i - pos
+        shift += 7
+    raise malformed("Remaining Length longer than 4 bytes")
+
+
+# ---- CONNECT (§3.1) ------------------------------------------------------------------
+
+
+def _decode_connect(flags: int, r: Reader) -> Connect:
+    if flags:
+        raise malformed(f"CONNECT with reserved flags 0x{flags:X} [MQTT-2.1.3-1]")
+    name = r.binary("the Protocol Name")
+    level = r.u8("the Protocol Level")
+    if name == b"MQTT" and level in (4, 5):
+        version = ProtocolVersion(level)
+    elif name == b"MQIsdp" and level == 3:
+        version = ProtocolVersion.MQTT_3_1
+    elif name in (b"MQTT", b"MQIsdp"):
+        raise MQTTProtocolError(
+            ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
+            f"unsupported protocol level {level} [MQTT-3.1.2-2]",
+            answer=Answer.CONNACK,
+            version=_V5 if level > 5 else ProtocolVersion.MQTT_3_1_1,
+        )
+    else:
+        raise MQTTProtocolError(
+            ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
+            f"unknown protocol name {name!r} [MQTT-3.1.2-1]",
+            answer=Answer.CLOSE,
+        )
+    try:
+        return _decode_connect_rest(r, version)
+    except MQTTProtocolError as exc:
+        exc.answer = Answer.CONNACK
+        exc.version = version
+        raise
+
+
+def _decode_connect_rest(r: Reader, version: ProtocolVersion) -> Connect:
+    v5 = version is _V5
+    cflags = r.u8("the Connect Flags")
+    if cflags & 0x01:
+        raise malformed("CONNECT reserved flag is set [MQTT-3.1.2-3]")
+    will_flag = bool(cflags & 0x04)
+    will_qos = (cflags >> 3) & 0x03
+    will_retain = bool(cflags & 0x20)
+    if not will_flag and (will_qos or will_retain):
+        raise malformed("Will QoS/Retain set without the Will Flag [MQTT-3.1.2-11] [MQTT-3.1.2-13]")
+    if will_qos == 3:
+        raise malformed("Will QoS 3 [MQTT-3.1.2-12]")
+    has_password = bool(cflags & 0x40)
+    has_username = bool(cflags & 0x80)
+    if not v5 and has_password and not has_username:
+        raise malformed("3.1.1 password without user name [MQTT-3.1.2-22]")
+    keep_alive = r.u16("the Keep Alive")
+    props = decode_properties(r, Context.CONNECT) if v5 else EMPTY_PROPERTIES
+    client_id = r.utf8("the Client Identifier")
+    will = None
+    if will_flag:
+        will_props = decode_properties(r, Context.WILL) if v5 else EMPTY_PROPERTIES
+        will_topic = r.utf8_bytes("the Will Topic")
+        will_payload = r.binary("the Will Payload")
+        will = Will(will_topic, will_payload, will_qos, will_retain, will_props)
+    username = r.utf8("the User Name") if has_username else None
+    password = r.binary("the Password") if has_password else None
+    return Connect(
+        version, client_id, bool(cflags & 0x02), keep_alive, username, password, will, props
+    )
+
+
+# ---- the other packets ---------------------------------------------------------------
+
+
+def _props(r: Reader, v5: bool, context: Context) -> Properties:
+    return decode_properties(r, context) if v5 else EMPTY_PROPERTIES
+
+
+def _reason(r: Reader, ptype: PacketType) -> ReasonCode:
+    value = r.u8("a Reason Code")
+    if value not in allowed_reason_codes(ptype):
+        raise malformed(f"reason code 0x{value:02X} is not valid in {ptype.name}")
+    return ReasonCode(value)
+
+
+def _packet_id(r: Reader, ptype: PacketType) -> int:
+    value = r.u16("the Packet Identifier")
+    if not value:
+        raise malformed(f"{ptype.name} with Packet Identifier 0 [MQTT-2.2.1-3]")
+    return value
+
+
+def _decode_connack(r: Reader, v5: bool) -> Connack:
+    ack_flags = r.u8("the Connect Acknowledge Flags")
+    if ack_flags & 0xFE:
+        raise malformed("CONNACK reserved flags set [MQTT-3.2.2-1]")
+    if v5:
+        code = _reason(r, PacketType.CONNACK)
+    else:
+        value = r.u8("the return code")
+        mapped = reason_code_from_connack_return_code(value)
+        if mapped is None:
+            raise malformed(f"reserved CONNACK return code {value}")
+        code = mapped
+    return Connack(bool(ack_flags), code, _props(r, v5, Context.CONNACK))
+
+
+def _ack_decoder(
+    ptype: PacketType, cls: type[Puback] | type[Pubrec] | type[Pubrel] | type[Pubcomp]
+) -> Callable[[Reader, bool], Packet]:
+    context = Context(ptype)
+
+    def decode(r: Reader, v5: bool) -> Packet:
+        packet_id = _packet_id(r, ptype)
+        if not v5 or not r.remaining():
+            return cls(packet_id)
+        code = _reason(r, ptype)
+        if not r.remaining():
+            return cls(packet_id, code)
+        return cls(packet_id, code, decode_properties(r, context))
+
+    return decode
+
+
+def _decode_subscribe(r: Reader, v5: bool) -> Subscribe:
+    packet_id = _packet_id(r, PacketType.SUBSCRIBE)
+    props = _props(r, v5, Context.SUBSCRIBE)
+    subs: list[Subscription] = []
+    while r.remaining():
+        topic_filter = r.utf8_bytes("a Topic Filter")
+        options = r.u8("the Subscription Options")
+        qos = options & 0x03
+        if qos == 3:
+            raise malformed("Subscription with QoS 3")
+        if v5:
+            if options & 0xC0:
+                raise malformed("Subscription Options reserved bits set [MQTT-3.8.3-5]")
+            handling = (options >> 4) & 0x03
+            if handling == 3:
+                raise protocol_error("Retain Handling 3")
+            subs.append(
+                Subscription(
+                    topic_filter,
+                    qos,
+                    bool(options & 0x04),
+                    bool(options & 0x08),
+                    RetainHandling(handling),
+                )
+            )
+        else:
+            if options & 0xFC:
+                raise malformed("3.1.1 requested QoS reserved bits set [MQTT-3.8.3-4]")
+            subs.append(Subscription(topic_filter, qos))
+    if not subs:
+        raise protocol_error("SUBSCRIBE without a Topic Filter [MQTT-3.8.3-2]")
+    return Subscribe(packet_id, tuple(subs), props)
+
+
+def _decode_suback(r: Reader, v5: bool) -> Suback:
+    packet_id = _packet_id(r, PacketType.SUBACK)
+    props = _props(r, v5, Context.SUBACK)
+    codes: list[ReasonCode] = []
+    while r.remaining():
+        if v5:
+            codes.append(_reason(r, PacketType.SUBACK))
+        else:
+            value = r.u8("a return code")
+            if value not in (0, 1, 2, 0x80):
+                raise malformed(f"reserved SUBACK return code 0x{value:02X}")
+            codes.append(ReasonCode(value))
+    if not codes:
+        raise protocol_error("SUBACK without a reason code")
+    return Suback(packet_id, tuple(codes), props)
+
+
+def _decode_unsubscribe(r: Reader, v5: bool) -> Unsubscribe:
+    packet_id = _packet_id(r, PacketType.UNSUBSCRIBE)
+    props = _props(r, v5, Context.UNSUBSCRIBE)
+    filters: list[bytes] = []
+    while r.remaining():
+        filters.append(r.utf8_bytes("a Topic Filter"))
+    if not filters:
+        raise protocol_error("UNSUBSCRIBE without a Topic Filter [MQTT-3.10.3-2]")
+    return Unsubscribe(packet_id, tuple(filters), props)
+
+
+def _decode_unsuback(r: Reader, v5: bool) -> Unsuback:
+    packet_id = _packet_id(r, PacketType.UNSUBACK)
+    if not v5:
+        return Unsuback(packet_id)
+    props = decode_properties(r, Context.UNSUBACK)
+    codes: list[ReasonCode] = []
+    while r.remaining():
+        codes.append(_reason(r, PacketType.UNSUBACK))
+    if not codes:
+        raise protocol_error("UNSUBACK without a reason code")
+    return Unsuback(packet_id, tuple(codes), props)
+
+
+def _decode_pingreq(r: Reader, v5: bool) -> Pingreq:
+    return Pingreq()
+
+
+def _decode_pingresp(r: Reader, v5: bool) -> Pingresp:
+    return Pingresp()
+
+
+def _decode_disconnect(r: Reader, v5: bool) -> Disconnect:
+    if not v5 or not r.remaining():
+        return Disconnect()
+    code = _reason(r, PacketType.DISCONNECT)
+    if not r.remaining():
+        return Disconnect(code)
+    return Disconnect(code, decode_properties(r, Context.DISCONNECT))
+
+
+def _decode_auth(r: Reader, v5: bool) -> Auth:
+    if not r.remaining():
+        return Auth()
+    code = _reason(r, PacketType.AUTH)
+    return Auth(code, decode_properties(r, Context.AUTH))
+
+
+_DECODERS: dict[int, Callable[[Reader, bool], Packet]] = {
+    PacketType.CONNACK: _decode_connack,
+    PacketType.PUBACK: _ack_decoder(PacketType.PUBACK, Puback),
+    PacketType.PUBREC: _ack_decoder(PacketType.PUBREC, Pubrec),
+    PacketType.PUBREL: _ack_decoder(PacketType.PUBREL, Pubrel),
+    PacketType.PUBCOMP: _ack_decoder(PacketType.PUBCOMP, Pubcomp),
+    PacketType.SUBSCRIBE: _decode_subscribe,
+    PacketType.SUBACK: _decode_suback,
+    PacketType.UNSUBSCRIBE: _decode_unsubscribe,
+    PacketType.UNSUBACK: _decode_unsuback,
+    PacketType.PINGREQ: _decode_pingreq,
+    PacketType.PINGRESP: _decode_pingresp,
+    PacketType.DISCONNECT: _decode_disconnect,
+    PacketType.AUTH: _decode_auth,
+}

@@ -1,0 +1,58 @@
+"""Session state that outlives a network connection (MQTT 5.0 §4.1).
+
+:class:`SessionState` is what the broker persists and restores into a fresh
+:class:`~broker.mqtt.connection.Connection` after a reconnect or a restart:
+
+* outbound in-flight messages: packet id -> :class:`Inflight` (the message, its QoS and
+  the stage it waits in), in send order (a dict keeps insertion order);
+* inbound QoS 2 packet ids whose PUBREC was (or will be) sent and whose PUBCOMP was not
+  sent yet; a PUBLISH repeating one of them is a duplicate, not a new message.
+
+Everything else a connection tracks (topic aliases, inbound QoS 1 ids, counters, limits)
+lives and dies with the connection [MQTT-3.3.2-7] and is not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from broker.mqtt.packets import Publish
+
+__all__ = ["Inflight", "SessionState", "Stage"]
+
+
+class Stage(Enum):
+    """What an outbound QoS > 0 message waits for."""
+
+    AWAIT_PUBACK = "await_puback"  # QoS 1 PUBLISH sent
+    AWAIT_PUBREC = "await_pubrec"  # QoS 2 PUBLISH sent
+    AWAIT_PUBCOMP = "await_pubcomp"  # QoS 2 PUBREC received, PUBREL sent
+
+
+@dataclass(frozen=True, slots=True)
+class Inflight:
+    packet_id: int
+    message: Publish
+    qos: int
+    stage: Stage
+
+
+@dataclass(slots=True)
+class SessionState:
+    outbound: dict[int, Inflight] = field(default_factory=dict)
+    inbound_qos2: set[int] = field(default_factory=set)
+
+    def restore_outbound(self, packet_id: int, message: Publish, qos: int, stage: Stage) -> None:
+        """Put back one outbound in-flight message (restored from storage), in send order."""
+        if not 1 <= packet_id <= 0xFFFF:
+            raise ValueError(f"packet identifier {packet_id} out of range")
+        if qos not in (1, 2) or (qos == 1) != (stage is Stage.AWAIT_PUBACK):
+            raise ValueError(f"stage {stage.name} does not fit QoS {qos}")
+        self.outbound[packet_id] = Inflight(packet_id, message, qos, stage)
+
+    def restore_inbound_qos2(self, packet_id: int) -> None:
+        """Put back one inbound QoS 2 packet id awaiting PUBREL."""
+        if not 1 <= packet_id <= 0xFFFF:
+            raise ValueError(f"packet identifier {packet_id} out of range")
+        self.inbound_qos2.add(packet_id)
