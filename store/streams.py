@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from store import keys
@@ -162,8 +163,83 @@ class StreamRt:
         cfg = self.config
         if cfg.sealed:
             return js_error("stream_sealed")
-        if not is_valid_subject(subject, wildcards=False) or len(subject.encode()) > MAX_SUBJECT:
+        if not _publish_subject_ok(subject):
             return js_error("bad_header", err=f"invalid subject {subject[:64]!r}")
+        msg_id: str | None = None
+        rollup: str | None = None
+        if headers:
+            checked = self._check_headers(ctx, subject, headers)
+            if isinstance(checked, PubAck | JetStreamError):
+                return checked
+            msg_id, rollup = checked
+        block = keys.encode_headers(headers)
+        size = len(block) + len(payload)
+        if cfg.max_msg_size >= 0 and size > cfg.max_msg_size:
+            return js_error("message_exceeds_maximum")
+        subj_b = subject.encode()
+        nbytes = keys.msg_bytes(len(subj_b), len(block), len(payload))
+        seq = self.last_seq + 1
+        if cfg.retention == "interest" and not has_interest:
+            # Spec §1.5: the publish is acknowledged with a new seq, nothing is stored.
+            self.last_seq = seq
+            if not self.messages:
+                self.first_seq = seq + 1
+            if msg_id:
+                self.dedupe_record(ctx, msg_id, seq)
+            return PubAck(self.name, seq)
+        if cfg.discard == "new":
+            if cfg.max_msgs > 0 and self.messages + 1 > cfg.max_msgs:
+                return js_error("store_failed", err="maximum messages exceeded")
+            if cfg.max_bytes > 0 and self.bytes + nbytes > cfg.max_bytes:
+                return js_error("store_failed", err="maximum bytes exceeded")
+        mmps = cfg.max_msgs_per_subject
+        if mmps > 0 and cfg.discard_new_per_subject and self.subject_count(ctx, subject) >= mmps:
+            return js_error("store_failed", err="maximum messages per subject exceeded")
+        # -- every check passed: write ------------------------------------------------
+        txn = ctx.txn
+        now = ctx.now
+        txn.put(
+            keys.msg_key(self.sid, seq),
+            keys.pack_msg(now, subject, block, payload),
+            db=ctx.db(keys.DB_MSGS),
+        )
+        txn.put(keys.subject_key(self.sid, subject, seq), b"", db=ctx.db(keys.DB_SUBJECTS))
+        count = self._bump_subject(ctx, subject, +1)
+        if not self.messages:
+            self.first_seq = seq
+            self.first_ts = now
+        self.last_seq = seq
+        self.last_ts = now
+        self.messages += 1
+        self.bytes += nbytes
+        if msg_id:
+            self.dedupe_record(ctx, msg_id, seq)
+        # Limits that drop old messages.
+        if mmps > 0 and count > mmps:
+            for old in list(self.subject_seqs(ctx, subject))[: count - mmps]:
+                self.remove(ctx, old)
+        if cfg.discard == "old":
+            while cfg.max_msgs > 0 and self.messages > cfg.max_msgs:
+                self.remove(ctx, self.first_seq)
+            while cfg.max_bytes > 0 and self.bytes > cfg.max_bytes and self.messages > 1:
+                self.remove(ctx, self.first_seq)
+        if rollup == "sub":
+            for old in list(self.subject_seqs(ctx, subject)):
+                if old < seq:
+                    self.remove(ctx, old)
+        elif rollup == "all":
+            for old, _ in list(self.seqs_from(ctx, 0)):
+                if old >= seq:
+                    break
+                self.remove(ctx, old)
+        # The state record is written once per batch by the engine (every stream it touched).
+        return PubAck(self.name, seq)
+
+    def _check_headers(
+        self, ctx: Ctx, subject: str, headers: Headers
+    ) -> tuple[str | None, str | None] | PubAck | JetStreamError:
+        """Header syntax and the expected-*/dedupe/rollup checks, in nats-server's order."""
+        cfg = self.config
         hdr: dict[str, str] = {}
         for k, v in headers:
             if not k or any(c in _HEADER_BAD or c == ":" or c.isspace() for c in k):
@@ -213,69 +289,7 @@ class StreamRt:
                 return js_error("rollup_failed", err=f'rollup value invalid: "{rollup}"')
         if "Nats-TTL" in hdr:
             return js_error("msg_ttl_disabled")
-        block = keys.encode_headers(headers)
-        size = len(block) + len(payload)
-        if cfg.max_msg_size >= 0 and size > cfg.max_msg_size:
-            return js_error("message_exceeds_maximum")
-        subj_b = subject.encode()
-        nbytes = keys.msg_bytes(len(subj_b), len(block), len(payload))
-        seq = self.last_seq + 1
-        if cfg.retention == "interest" and not has_interest:
-            # Spec §1.5: the publish is acknowledged with a new seq, nothing is stored.
-            self.last_seq = seq
-            if not self.messages:
-                self.first_seq = seq + 1
-            if msg_id:
-                self.dedupe_record(ctx, msg_id, seq)
-            self.save_state(ctx)
-            return PubAck(self.name, seq)
-        if cfg.discard == "new":
-            if cfg.max_msgs > 0 and self.messages + 1 > cfg.max_msgs:
-                return js_error("store_failed", err="maximum messages exceeded")
-            if cfg.max_bytes > 0 and self.bytes + nbytes > cfg.max_bytes:
-                return js_error("store_failed", err="maximum bytes exceeded")
-        mmps = cfg.max_msgs_per_subject
-        if mmps > 0 and cfg.discard_new_per_subject and self.subject_count(ctx, subject) >= mmps:
-            return js_error("store_failed", err="maximum messages per subject exceeded")
-        # -- every check passed: write ------------------------------------------------
-        txn = ctx.txn
-        now = ctx.now
-        txn.put(
-            keys.msg_key(self.sid, seq),
-            keys.pack_msg(now, subject, block, payload),
-            db=ctx.db(keys.DB_MSGS),
-        )
-        txn.put(keys.subject_key(self.sid, subject, seq), b"", db=ctx.db(keys.DB_SUBJECTS))
-        count = self._bump_subject(ctx, subject, +1)
-        if not self.messages:
-            self.first_seq = seq
-            self.first_ts = now
-        self.last_seq = seq
-        self.last_ts = now
-        self.messages += 1
-        self.bytes += nbytes
-        if msg_id:
-            self.dedupe_record(ctx, msg_id, seq)
-        # Limits that drop old messages.
-        if mmps > 0 and count > mmps:
-            for old in list(self.subject_seqs(ctx, subject))[: count - mmps]:
-                self.remove(ctx, old)
-        if cfg.discard == "old":
-            while cfg.max_msgs > 0 and self.messages > cfg.max_msgs:
-                self.remove(ctx, self.first_seq)
-            while cfg.max_bytes > 0 and self.bytes > cfg.max_bytes and self.messages > 1:
-                self.remove(ctx, self.first_seq)
-        if rollup == "sub":
-            for old in list(self.subject_seqs(ctx, subject)):
-                if old < seq:
-                    self.remove(ctx, old)
-        elif rollup == "all":
-            for old, _ in list(self.seqs_from(ctx, 0)):
-                if old >= seq:
-                    break
-                self.remove(ctx, old)
-        self.save_state(ctx)
-        return PubAck(self.name, seq)
+        return msg_id or None, rollup
 
     def _bump_subject(self, ctx: Ctx, subject: str, delta: int) -> int:
         key = keys.subjcount_key(self.sid, subject)
@@ -417,6 +431,11 @@ class StreamRt:
         if self.config.max_age <= 0 or not self.messages or not self.first_ts:
             return 0
         return self.first_ts + self.config.max_age
+
+
+@lru_cache(maxsize=65536)
+def _publish_subject_ok(subject: str) -> bool:
+    return is_valid_subject(subject, wildcards=False) and len(subject.encode()) <= MAX_SUBJECT
 
 
 def _parse_u64(raw: str) -> int | None:

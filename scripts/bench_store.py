@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Benchmark of the store's write path, consumer cycle, recovery and disk use.
+
+Reports the median of 5 runs of each measurement:
+
+- durable appends/s of 100-byte messages with ``sync="always"`` from 1, 8 and 64
+  concurrent submitters. A submitter is one outstanding request, like a trio task in the
+  broker: when its commit completes (the future's done callback), it submits the next
+  message. Compared in the same run with (a) one LMDB write transaction + fsync per
+  message (the no-group-commit baseline) and (b) a raw py-lmdb ``put`` loop without
+  fsync (the ceiling);
+- explicit-ack consumer deliver+ack cycles/s (pull batches of 100, acks submitted in one
+  operation list together with the next pull request);
+- reopen time of a stream holding 1,000,000 messages (``--recovery-msgs``);
+- bytes on disk per stored 100-byte message.
+
+Usage: ``.venv/bin/python scripts/bench_store.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+
+import lmdb
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from store import Ack, Delivery, Event, OpResult, Publish, Pull, Store
+
+PAYLOAD = bytes(100)
+RUNS = 5
+
+
+def median_of(fn: Callable[[], float], runs: int = RUNS) -> float:
+    return statistics.median(fn() for _ in range(runs))
+
+
+def _fresh_dir() -> str:
+    return tempfile.mkdtemp(prefix="jetmq-bench-", dir=os.environ.get("BENCH_DIR"))
+
+
+def appends_per_s(submitters: int, seconds: float) -> float:
+    d = _fresh_dir()
+    try:
+        with Store.open(d, sync="always") as s:
+            s.create_stream({"name": "B", "subjects": ["b.>"]})
+            done = threading.Event()
+            lock = threading.Lock()
+            count = 0
+            stop_at = time.perf_counter() + seconds
+
+            def chain(i: int) -> None:
+                subject = f"b.{i}"
+
+                def next_one(_: Future[list[OpResult]] | None = None) -> None:
+                    nonlocal count
+                    if _ is not None:
+                        with lock:
+                            count += 1
+                    if time.perf_counter() >= stop_at:
+                        with lock:
+                            live[0] -= 1
+                            if not live[0]:
+                                done.set()
+                        return
+                    s.submit([Publish(subject, PAYLOAD)]).add_done_callback(next_one)
+
+                next_one()
+
+            live = [submitters]
+            t0 = time.perf_counter()
+            for i in range(submitters):
+                chain(i)
+            done.wait(seconds + 30)
+            elapsed = time.perf_counter() - t0
+            return count / elapsed
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def txn_per_message(n: int) -> float:
+    d = _fresh_dir()
+    try:
+        env = lmdb.open(d, map_size=1 << 28, sync=True, metasync=True)
+        t0 = time.perf_counter()
+        for i in range(n):
+            with env.begin(write=True) as txn:
+                txn.put(i.to_bytes(8, "big"), PAYLOAD)
+        elapsed = time.perf_counter() - t0
+        env.close()
+        return n / elapsed
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def raw_put_ceiling(n: int) -> float:
+    d = _fresh_dir()
+    try:
+        env = lmdb.open(d, map_size=1 << 30, sync=False, metasync=False)
+        t0 = time.perf_counter()
+        with env.begin(write=True) as txn:
+            for i in range(n):
+                txn.put(i.to_bytes(8, "big"), PAYLOAD)
+        elapsed = time.perf_counter() - t0
+        env.close()
+        return n / elapsed
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def consumer_cycles_per_s(n: int) -> float:
+    d = _fresh_dir()
+    try:
+        with Store.open(d, sync="always") as s:
+            s.create_stream({"name": "B", "subjects": ["b.>"]})
+            for start in range(0, n, 1000):
+                s.submit([Publish("b.x", PAYLOAD) for _ in range(min(1000, n - start))]).result()
+            s.create_consumer("B", {"durable_name": "c", "ack_policy": "explicit"})
+            acked = 0
+            done = threading.Event()
+
+            def hook(events: Sequence[Event]) -> None:
+                nonlocal acked
+                seqs = [e.msg.seq for e in events if isinstance(e, Delivery)]
+                if not seqs:
+                    return
+                acked += len(seqs)
+                ops: list[Ack | Pull] = [Ack("B", "c", q) for q in seqs]
+                if acked >= n:
+                    done.set()
+                else:
+                    ops.append(Pull("B", "c", "inbox", batch=100))
+                s.submit(ops)
+
+            s.set_event_hook(hook)
+            t0 = time.perf_counter()
+            s.pull("B", "c", "inbox", batch=100)
+            done.wait(120)
+            elapsed = time.perf_counter() - t0
+            return acked / elapsed
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def build_big_stream(path: str, n: int) -> None:
+    with Store.open(path, sync="batch") as s:
+        s.create_stream({"name": "BIG", "subjects": ["big.>"]})
+        futs = []
+        for start in range(0, n, 2000):
+            futs.append(
+                s.submit(
+                    [Publish(f"big.{i % 100}", PAYLOAD) for i in range(start, min(n, start + 2000))]
+                )
+            )
+            if len(futs) > 8:
+                futs.pop(0).result()
+        for f in futs:
+            f.result()
+        assert s.stream_state("BIG").messages == n
+
+
+def reopen_seconds(path: str) -> float:
+    t0 = time.perf_counter()
+    with Store.open(path) as s:
+        st = s.stream_state("BIG")
+        elapsed = time.perf_counter() - t0
+        assert st.messages > 0
+    return elapsed
+
+
+def disk_bytes_per_msg(path: str, n: int) -> float:
+    env = lmdb.open(path, readonly=True, max_dbs=32, lock=False)
+    info = env.info()
+    used = (info["last_pgno"] + 1) * env.stat()["psize"]
+    env.close()
+    return used / n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--quick", action="store_true", help="short runs (smoke test)")
+    ap.add_argument("--seconds", type=float, default=2.0, help="duration of each append run")
+    ap.add_argument("--recovery-msgs", type=int, default=1_000_000)
+    args = ap.parse_args(argv)
+    secs = 0.3 if args.quick else args.seconds
+    rec_n = 20_000 if args.quick else args.recovery_msgs
+    runs = 1 if args.quick else RUNS
+
+    print(f"jetmq store benchmark (median of {runs}; 100-byte payloads)")
+    per_txn = statistics.median(txn_per_message(100 if args.quick else 300) for _ in range(runs))
+    ceiling = statistics.median(raw_put_ceiling(100_000) for _ in range(runs))
+    print(f"  one txn + fsync per message (baseline): {per_txn:12,.0f} msgs/s")
+    print(f"  raw py-lmdb put loop, no fsync (ceiling): {ceiling:10,.0f} msgs/s")
+    for k in (1, 8, 64):
+        r = statistics.median(appends_per_s(k, secs) for _ in range(runs))
+        print(
+            f"  group commit, sync=always, {k:2d} submitters: {r:10,.0f} appends/s"
+            f"  ({r / per_txn:5.1f}x baseline, {100 * r / ceiling:4.1f}% of ceiling)"
+        )
+    cyc = statistics.median(
+        consumer_cycles_per_s(2_000 if args.quick else 20_000) for _ in range(runs)
+    )
+    print(f"  explicit-ack consumer deliver+ack: {cyc:12,.0f} cycles/s")
+    d = _fresh_dir()
+    try:
+        t0 = time.perf_counter()
+        build_big_stream(d, rec_n)
+        print(f"  built {rec_n:,} message stream in {time.perf_counter() - t0:.1f} s (sync=batch)")
+        rt = statistics.median(reopen_seconds(d) for _ in range(runs))
+        print(f"  reopen + stream info with {rec_n:,} messages: {rt * 1000:8.1f} ms")
+        print(f"  disk per stored 100-byte message: {disk_bytes_per_msg(d, rec_n):8.1f} bytes")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
