@@ -18,8 +18,8 @@ from radix._radix import ffi, lib
 _E_BUFFER = int(ErrorCode.E_BUFFER)
 _NOT_FOUND = int(ErrorCode.NOT_FOUND)
 _radix_match = lib.radix_match
+_radix_subscribe = lib.radix_subscribe
 _radix_match_detailed = lib.radix_match_detailed
-_unpack = ffi.unpack
 
 
 class SharedPolicy(enum.IntEnum):
@@ -91,12 +91,22 @@ class TopicIndex:
         check(lib.radix_topics_set_max_levels(self._rt, max_levels))
         self._cap = 256
         self._out: Any = ffi.new("uint64_t[]", self._cap)
+        # ints are built through a memoryview: measurably faster than ffi.unpack
+        self._view = memoryview(ffi.buffer(self._out)).cast("Q")
         self._n: Any = ffi.new("size_t *")
         self._dcap = 64
         self._dc: Any = ffi.new("uint64_t[]", self._dcap)
         self._dh: Any = ffi.new("uint64_t[]", self._dcap)
         self._dg: Any = ffi.new("uint32_t[]", self._dcap)
+        self._dviews = self._detail_views()
         self._inversion = inversion
+
+    def _detail_views(self) -> tuple[memoryview, memoryview, memoryview]:
+        return (
+            memoryview(ffi.buffer(self._dc)).cast("Q"),
+            memoryview(ffi.buffer(self._dh)).cast("Q"),
+            memoryview(ffi.buffer(self._dg)).cast("I"),
+        )
 
     # -- lifecycle --------------------------------------------------------
     def _ptr(self) -> Any:
@@ -108,6 +118,9 @@ class TopicIndex:
     def close(self) -> None:
         """Free the C index and match context; later calls raise ClosedError."""
         if self._rt is not None:
+            self._view.release()
+            for v in self._dviews:
+                v.release()
             ffi.release(self._m)
             ffi.release(self._rt)
             self._rt = None
@@ -131,7 +144,12 @@ class TopicIndex:
     # -- subscriptions ----------------------------------------------------
     def subscribe(self, filt: bytes, client: int, handle: int) -> bool:
         """Add or update; True when new, False when an existing entry was replaced."""
-        rc = check(lib.radix_subscribe(self._ptr(), filt, len(filt), client, handle))
+        rt = self._rt
+        if rt is None:
+            raise ClosedError("TopicIndex is closed")
+        rc: int = _radix_subscribe(rt, filt, len(filt), client, handle)
+        if rc < 0:
+            raise_for(rc)
         return rc == 0
 
     def unsubscribe(self, filt: bytes, client: int) -> bool:
@@ -191,13 +209,15 @@ class TopicIndex:
                 raise_for(rc)
             self._grow(int(n[0]))
             check(lib.radix_match_fetch(self._m, self._out, self._cap, n))
-        return _unpack(self._out, n[0])  # type: ignore[no-any-return]
+        return self._view[: n[0]].tolist()
 
     def _grow(self, need: int) -> None:
         cap = self._cap
         while cap < need:
             cap *= 2
+        self._view.release()
         self._out = ffi.new("uint64_t[]", cap)
+        self._view = memoryview(ffi.buffer(self._out)).cast("Q")
         self._cap = cap
 
     def match_detailed(self, topic: bytes, policy: SharedPolicy = SharedPolicy.ALL) -> Deliveries:
@@ -213,13 +233,17 @@ class TopicIndex:
             cap = self._dcap
             while cap < n[0]:
                 cap *= 2
+            for v in self._dviews:
+                v.release()
             self._dc = ffi.new("uint64_t[]", cap)
             self._dh = ffi.new("uint64_t[]", cap)
             self._dg = ffi.new("uint32_t[]", cap)
+            self._dviews = self._detail_views()
             self._dcap = cap
             check(lib.radix_match_fetch_detailed(self._m, self._dc, self._dh, self._dg, cap, n))
         k = n[0]
-        return Deliveries(_unpack(self._dc, k), _unpack(self._dh, k), _unpack(self._dg, k))
+        vc, vh, vg = self._dviews
+        return Deliveries(vc[:k].tolist(), vh[:k].tolist(), vg[:k].tolist())
 
     # -- topic aliases (parity with mr_rax; the broker may keep dicts) -----
     def alias_set(
