@@ -84,6 +84,7 @@ class Engine:
         self.streams: dict[str, StreamRt] = {}
         self._capture: dict[str, StreamRt | None] = {}
         self.deadlines: dict[str, int] = {}
+        self.next_due: int | None = None  # read from any thread (one attribute load)
         with env.read() as txn:
             self._load_all(txn)
 
@@ -128,6 +129,7 @@ class Engine:
                     st.consumers[cname] = c
         for st in self.streams.values():
             self._refresh_deadline(st)
+        self._publish_deadline()
 
     def reset(self) -> None:
         """After an aborted batch: drop every cached object and reload what is committed."""
@@ -168,6 +170,11 @@ class Engine:
             if st.name in self.streams:
                 st.save_state(ctx)
                 self._refresh_deadline(st)
+        self._publish_deadline()
+
+    def _publish_deadline(self) -> None:
+        vals = list(self.deadlines.values())
+        self.next_due = min(vals) if vals else None
 
     def _refresh_deadline(self, st: StreamRt) -> None:
         best = st.next_expiry()
@@ -181,8 +188,7 @@ class Engine:
             self.deadlines.pop(st.name, None)
 
     def next_deadline(self) -> int | None:
-        vals = list(self.deadlines.values())
-        return min(vals) if vals else None
+        return self.next_due
 
     def _op(self, ctx: Ctx, op: Op) -> OpResult:
         match op:

@@ -12,6 +12,7 @@ Failure rules:
 - any other exception aborts the transaction; the jobs are then retried one by one so
   only the job that raised fails (its future gets the exception).
 
+After a commit the engine's events are handed over first, then the futures complete.
 Future callbacks run on the writer thread: they must be quick and thread-safe (the broker
 uses ``TrioToken.run_sync_soon``).
 """
@@ -151,6 +152,7 @@ class GroupCommitWriter:
         self.commits += 1
         if not self._sync_always:
             self._unsynced = True
+        # Events first, so a caller woken by its future already sees the events it caused.
+        self._after_commit(token)
         for job in jobs:
             job.future.set_result(job.results)
-        self._after_commit(token)
