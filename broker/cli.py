@@ -7,7 +7,6 @@ status so tests can call it in-process.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -72,17 +71,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"jetmq: configuration error\n{exc}", file=sys.stderr)
         return 1
-    if importlib.util.find_spec("broker.server") is None:
-        print(
-            "jetmq serve: the broker is not built yet (broker.server is missing); "
-            "the codec, radix index and store land first, see README.md status table.",
-            file=sys.stderr,
-        )
-        return 2
-    from broker.server import run_broker  # type: ignore[import-not-found, unused-ignore]
+    from broker.server import run_broker
 
-    result: int = run_broker(config)
-    return result
+    return run_broker(config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from broker import __version__
+from tests.broker.harness import BrokerProcess
 
 
 def _jetmq(*args: str) -> subprocess.CompletedProcess[str]:
@@ -28,10 +29,20 @@ def test_help_lists_serve() -> None:
     assert "usage: jetmq" in out.stdout
 
 
-def test_serve_names_what_is_missing_until_the_broker_lands() -> None:
-    out = _jetmq("serve")
-    assert out.returncode == 2
-    assert "broker.server is missing" in out.stderr
+def test_serve_starts_and_stops_cleanly_on_sigterm(tmp_path: pathlib.Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    assert broker.port > 0
+    assert broker.terminate() == 0
+    assert (tmp_path / "data").is_dir()
+
+
+def test_serve_refuses_a_bad_config_naming_the_key(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "j.toml"
+    path.write_text("[storage]\nsync = 'never'\n")
+    out = _jetmq("serve", "--config", str(path))
+    assert out.returncode == 1
+    assert "storage.sync (line 2)" in out.stderr
 
 
 def test_check_config_reports_errors_with_the_key(tmp_path: pathlib.Path) -> None:

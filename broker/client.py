@@ -1,0 +1,739 @@
+"""One network connection: CONNECT handshake, read loop, packet handling, writer.
+
+Tasks per connection (all owned by the connection's nursery, except the
+pipeline task, which the broker's nursery owns so that a commit already
+submitted is applied even when the socket dies):
+
+* the reader (this task): reads up to 64 KiB, feeds the codec machine, handles
+  each event; keep alive is the machine's deadline [MQTT-3.1.2-22];
+* the writer: waits for a wake-up, moves queued QoS 1/2 copies into the
+  client's Receive Maximum window [MQTT-3.3.4-9], and sends everything pending
+  in ONE ``send_all`` (coalesced writes);
+* the pipeline: acknowledgements that depend on a store commit (PUBACK, PUBREC,
+  PUBCOMP, SUBACK, UNSUBACK, PUBREL of stored copies) run in arrival order after
+  their commit, and so do the deliveries of the PUBLISH they acknowledge. Steps
+  with nothing to wait for run at once when the pipeline is empty.
+
+Error handling: anything the peer sends wrong arrives as ``MQTTProtocolError``
+from the machine and becomes CONNACK / DISCONNECT with its reason code (3.1.x:
+a close); the connection then closes without affecting any other client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+import radix
+from broker.core import make_handle
+from broker.message import AppMessage, Outgoing
+from broker.mqtt.connection import Connection, DuplicatePublish, Role
+from broker.mqtt.encoder import encode
+from broker.mqtt.errors import Answer, MQTTProtocolError, PacketTooLargeError
+from broker.mqtt.packet_types import ProtocolVersion
+from broker.mqtt.packets import (
+    Auth,
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    Pingreq,
+    Pingresp,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    RetainHandling,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+)
+from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
+from broker.mqtt.reason_codes import ReasonCode, connack_return_code
+from broker.persist import wait_future
+from broker.sessions import NEVER_EXPIRES, Session, SubscriptionRecord, WillRecord
+
+if TYPE_CHECKING:
+    from broker.core import Broker
+
+log = logging.getLogger("jetmq.client")
+
+READ_SIZE = 65536
+FLUSH_TIMEOUT = 2.0
+_V5 = ProtocolVersion.MQTT_5
+_WILDCARDS = (b"+", b"#")
+
+Step = tuple[Callable[[], Awaitable[Any]] | None, Callable[[], None]]
+
+
+class ClientConnection:
+    """See module docstring."""
+
+    def __init__(self, broker: Broker, stream: trio.abc.Stream) -> None:
+        self.broker = broker
+        self.stream = stream
+        cfg = broker.config.mqtt
+        self.proto = Connection(Role.SERVER, max_packet_size=cfg.max_packet_size)
+        self.session: Session | None = None
+        self.version = _V5
+        self.problem_info = True  # Request Problem Information [MQTT-3.1.2-29]
+        self._out: list[bytes] = []
+        self._qos0_pending = 0
+        self._wake = trio.Event()
+        self._closing = False
+        self._send_will = True
+        self._writer_done = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._read_scope: trio.CancelScope | None = None
+        self._steps_send, self._steps_recv = trio.open_memory_channel[Step](
+            cfg.receive_maximum + 256
+        )
+        self._steps_pending = 0
+
+    # == lifecycle ================================================================================
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                connect = await self._handshake()
+                if connect is None or not self._accept(connect):
+                    return
+                nursery.start_soon(self._writer)
+                self.broker.spawn(self._pipeline)
+                await self._after_connack()
+                with trio.CancelScope() as scope:
+                    self._read_scope = scope
+                    await self._read_loop()
+                self._closing = True
+                self._wake.set()
+                with trio.move_on_after(FLUSH_TIMEOUT):
+                    await self._writer_done.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._closing = True
+            self._steps_send.close()
+            self._detach()
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self.stream)
+
+    def _detach(self) -> None:
+        session = self.session
+        if session is None or session.conn is not self:
+            return
+        session.conn = None
+        self.broker.sessions.connection_closed(session, send_will=self._send_will)
+
+    def _close_soon(self) -> None:
+        """Stop reading; the writer flushes what is queued and the connection closes."""
+        self._closing = True
+        if self._read_scope is not None:
+            self._read_scope.cancel()
+        self._wake.set()
+
+    def taken_over(self) -> None:
+        """Another connection took this client id [MQTT-3.1.4-3]."""
+        self._disconnect(ReasonCode.SESSION_TAKEN_OVER, "another connection used this client id")
+        self._detach()
+
+    def server_shutdown(self) -> None:
+        self._disconnect(ReasonCode.SERVER_SHUTTING_DOWN, "the server is shutting down")
+
+    def _disconnect(self, code: ReasonCode, reason: str) -> None:
+        """DISCONNECT with ``code`` (MQTT 5 only), then close."""
+        if self.version is _V5 and not self._closing:
+            props = Properties(reason_string=reason) if self.problem_info else EMPTY_PROPERTIES
+            self._out.append(encode(Disconnect(code, props), _V5))
+        self._close_soon()
+
+    # == handshake ================================================================================
+
+    async def _handshake(self) -> Connect | None:
+        """Read CONNECT within the connect timeout [MQTT-3.1.0-1]; answer errors directly."""
+        with trio.move_on_after(self.broker.config.mqtt.connect_timeout):
+            while True:
+                try:
+                    data = await self.stream.receive_some(READ_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return None
+                if not data:
+                    return None
+                try:
+                    events = self.proto.receive_data(bytes(data))
+                except MQTTProtocolError as exc:
+                    await self._refuse(exc.reason_code, exc.reason, exc.version, exc.answer)
+                    return None
+                if events:
+                    packet = events[0]
+                    assert isinstance(packet, Connect)
+                    return packet
+        return None
+
+    async def _refuse(
+        self,
+        code: ReasonCode,
+        reason: str,
+        version: ProtocolVersion | None,
+        answer: Answer = Answer.CONNACK,
+    ) -> None:
+        """CONNACK with a failure code (v5), or the 3.1.1 return code, then close."""
+        if answer is not Answer.CONNACK:
+            return
+        if version is _V5 or version is None:
+            props = Properties(reason_string=reason)
+            data = encode(Connack(False, code, props), _V5)
+        else:
+            if connack_return_code(code) is None:
+                return
+            data = encode(Connack(False, code), version)
+        with trio.move_on_after(FLUSH_TIMEOUT):
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self.stream.send_all(data)
+
+    def _accept(self, connect: Connect) -> bool:
+        """Session lookup, takeover, CONNACK. False when the CONNECT is refused."""
+        broker = self.broker
+        cfg = broker.config.mqtt
+        version = connect.protocol_version
+        self.version = version
+        props = connect.properties
+        v5 = version is _V5
+        refusal = self._refusal(connect)
+        if refusal is not None:
+            self._steps_send.close()
+            broker.spawn(self._refuse, refusal[0], refusal[1], version)
+            return False
+        if props.request_problem_information == 0:
+            self.problem_info = False
+        client_id = connect.client_id
+        assigned = None
+        if not client_id:
+            client_id = assigned = broker.sessions.assign_client_id()
+        sessions = broker.sessions
+        existing = sessions.get(client_id)
+        if existing is not None and existing.conn is not None:
+            existing.conn.taken_over()
+            existing = sessions.get(client_id)
+        if existing is not None and connect.clean_start:
+            broker.end_session(existing)  # [MQTT-3.1.2-4]: discard the old session
+            existing = None
+        session_present = existing is not None
+        if existing is None:
+            session = sessions.create(client_id)
+        else:
+            session = existing
+            sessions.cancel_timers(session)
+            session.will = None  # reconnected within the will delay [MQTT-3.1.3-9]
+        was_persistent = session.persistent
+        connack_props: dict[str, Any] = {}
+        if v5:
+            expiry = props.session_expiry_interval or 0
+            if expiry > cfg.max_session_expiry_interval:
+                expiry = cfg.max_session_expiry_interval
+                connack_props["session_expiry_interval"] = expiry
+        else:
+            expiry = 0 if connect.clean_start else NEVER_EXPIRES
+        session.expiry_interval = expiry
+        session.protocol_version = int(version)
+        keep_alive = connect.keep_alive
+        if v5 and cfg.max_keepalive and (keep_alive == 0 or keep_alive > cfg.max_keepalive):
+            keep_alive = cfg.max_keepalive
+            connack_props["server_keep_alive"] = keep_alive
+        if connect.will is not None:
+            will = connect.will
+            delay = will.properties.will_delay_interval or 0 if v5 else 0
+            session.will = WillRecord(
+                self._message(
+                    Publish(
+                        will.topic, will.payload, will.qos, will.retain, properties=will.properties
+                    ),
+                    session.num,
+                ),
+                delay,
+            )
+        if v5:
+            connack_props.update(self._connack_properties(client_id, assigned, props))
+        self.proto.session = session.state
+        connack = Connack(session_present, ReasonCode.SUCCESS, Properties(**connack_props))
+        self._out.append(self.proto.send(connack))
+        if "server_keep_alive" in connack_props:
+            self.proto.keep_alive = keep_alive
+        session.conn = self
+        self.session = session
+        if session.persistent:
+            broker.persist.save_session(session)
+        elif was_persistent:
+            broker.persist.session_ended(session, ())
+        return True
+
+    def _refusal(self, connect: Connect) -> tuple[ReasonCode, str] | None:
+        cfg = self.broker.config.mqtt
+        props = connect.properties
+        if props.authentication_method is not None:
+            return ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
+        if len(connect.client_id.encode("utf-8")) > cfg.max_client_id_length:
+            return ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client identifier too long"
+        will = connect.will
+        if will is not None:
+            if will.qos > cfg.maximum_qos:
+                return (
+                    ReasonCode.QOS_NOT_SUPPORTED,
+                    "will QoS above the Maximum QoS [MQTT-3.2.2-12]",
+                )
+            if will.retain and not cfg.retain_available:
+                return ReasonCode.RETAIN_NOT_SUPPORTED, "retained wills are not available"
+            try:
+                radix.validate_topic(will.topic)
+            except radix.TopicError as exc:
+                return ReasonCode.TOPIC_NAME_INVALID, f"will topic invalid: {exc}"
+        return None
+
+    def _connack_properties(
+        self, client_id: str, assigned: str | None, props: Properties
+    ) -> dict[str, Any]:
+        cfg = self.broker.config.mqtt
+        out: dict[str, Any] = {
+            "receive_maximum": cfg.receive_maximum,
+            "maximum_packet_size": cfg.max_packet_size,
+            "topic_alias_maximum": cfg.topic_alias_maximum,
+            "retain_available": int(cfg.retain_available),
+            "wildcard_subscription_available": int(cfg.wildcard_subscription_available),
+            "subscription_identifier_available": int(cfg.subscription_identifiers_available),
+            "shared_subscription_available": int(cfg.shared_subscriptions_available),
+        }
+        if cfg.maximum_qos < 2:
+            out["maximum_qos"] = cfg.maximum_qos  # only 0 or 1 may be sent [MQTT-3.2.2-9]
+        if assigned is not None:
+            out["assigned_client_identifier"] = assigned
+        if props.request_response_information:
+            out["response_information"] = f"$response/{client_id}"
+        return out
+
+    async def _after_connack(self) -> None:
+        """Resend in-flight copies in order with DUP before anything new [MQTT-4.4.0-1]."""
+        for packet in self.proto.pending_retransmissions():
+            self._out.append(self.proto.send(packet))
+        self._wake.set()
+        # Packets the client pipelined after CONNECT were held until CONNACK was sent.
+        await self._feed(b"")
+
+    # == reading ================================================================================
+
+    async def _read_loop(self) -> None:
+        proto = self.proto
+        while not self._closing:
+            deadline = proto.keepalive_deadline(trio.current_time())
+            with trio.move_on_at(math.inf if deadline is None else deadline) as timer:
+                try:
+                    data = await self.stream.receive_some(READ_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+            if timer.cancelled_caught:
+                self._disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+                return
+            if not data:
+                return  # closed without DISCONNECT: the will goes out
+            await self._feed(bytes(data))
+
+    async def _feed(self, data: bytes) -> None:
+        try:
+            events = self.proto.receive_data(data)
+        except MQTTProtocolError as exc:
+            for event in exc.packets:
+                await self._handle(event)
+            self._protocol_error(exc)
+            return
+        for event in events:
+            await self._handle(event)
+            if self._closing:
+                return
+
+    def _protocol_error(self, exc: MQTTProtocolError) -> None:
+        if self._closing:
+            return
+        log.debug("protocol error from a client: %s", exc)
+        if exc.answer is Answer.DISCONNECT and self.version is _V5:
+            props = Properties(reason_string=exc.reason) if self.problem_info else EMPTY_PROPERTIES
+            self._out.append(encode(Disconnect(exc.reason_code, props), _V5))
+        self._close_soon()
+
+    async def _handle(self, event: Packet | DuplicatePublish) -> None:
+        if isinstance(event, Publish):
+            await self._on_publish(event)
+        elif isinstance(event, Puback | Pubcomp):
+            self._copy_acknowledged(event.packet_id)
+        elif isinstance(event, Pubrec):
+            await self._on_pubrec(event)
+        elif isinstance(event, Pubrel):
+            await self._on_pubrel(event)
+        elif isinstance(event, DuplicatePublish):
+            pid = event.publish.packet_id
+            assert pid is not None
+            # Still awaiting PUBREL: answer again, deliver nothing [MQTT-4.3.3-10].
+            await self._step(None, lambda: self._send(Pubrec(pid)))
+        elif isinstance(event, Subscribe):
+            await self._on_subscribe(event)
+        elif isinstance(event, Unsubscribe):
+            await self._on_unsubscribe(event)
+        elif isinstance(event, Pingreq):
+            self._send(Pingresp())  # [MQTT-3.12.4-1]
+        elif isinstance(event, Disconnect):
+            self._on_disconnect(event)
+        elif isinstance(event, Auth):
+            # No Authentication Method was accepted, so AUTH is a Protocol Error [MQTT-4.12.0-7].
+            self._disconnect(ReasonCode.PROTOCOL_ERROR, "AUTH without an authentication method")
+
+    # == inbound PUBLISH ==========================================================================
+
+    def _message(self, publish: Publish, origin: int) -> AppMessage:
+        props = publish.properties
+        expires_at = None
+        if props.message_expiry_interval is not None:
+            expires_at = trio.current_time() + props.message_expiry_interval
+        if props.topic_alias is not None or props.subscription_identifiers:
+            from dataclasses import replace
+
+            props = replace(props, topic_alias=None, subscription_identifiers=())
+        forward = Publish(
+            publish.topic, publish.payload, publish.qos, publish.retain, properties=props
+        )
+        return AppMessage(forward, expires_at, origin)
+
+    def _publish_refusal(self, p: Publish) -> tuple[ReasonCode, str] | None:
+        try:
+            radix.validate_topic(p.topic)
+        except radix.TopicError as exc:
+            return ReasonCode.TOPIC_NAME_INVALID, f"invalid topic name: {exc}"
+        if p.topic.startswith(b"$"):
+            return ReasonCode.TOPIC_NAME_INVALID, "topics starting with $ are reserved"
+        if (
+            p.properties.payload_format_indicator == 1
+            and self.broker.config.mqtt.validate_utf8_payload
+        ):
+            try:
+                p.payload.decode("utf-8")
+            except UnicodeDecodeError:
+                return ReasonCode.PAYLOAD_FORMAT_INVALID, "payload is not UTF-8 as its format says"
+        return None
+
+    async def _on_publish(self, p: Publish) -> None:
+        session = self.session
+        assert session is not None
+        refusal = self._publish_refusal(p)
+        pid = p.packet_id
+        if refusal is not None:
+            code, reason = refusal
+            if p.qos == 0 or self.version is not _V5:
+                if code is ReasonCode.TOPIC_NAME_INVALID and p.topic.startswith(b"$"):
+                    if p.qos:  # 3.1.1 cannot say why; acknowledge and drop
+                        await self._step(None, lambda: self._send(self._ack(p, ReasonCode.SUCCESS)))
+                    return
+                self._disconnect(code, reason)
+                return
+            await self._step(None, lambda: self._send(self._ack(p, code, reason)))
+            return
+        broker = self.broker
+        msg = self._message(p, session.num)
+        extra = broker.persist.qos2_received(session, pid) if p.qos == 2 and pid else []
+        deliveries, plan = broker.plan_publish(msg, extra)
+        code = ReasonCode.SUCCESS if deliveries else ReasonCode.NO_MATCHING_SUBSCRIBERS
+
+        def then() -> None:
+            broker.persist.after_commit(msg, plan)
+            broker.apply_publish(msg, deliveries, plan)
+            if p.qos:
+                self._send(self._ack(p, code))
+
+        await self._step(None if plan.empty else plan.wait, then)
+
+    def _ack(self, p: Publish, code: ReasonCode, reason: str | None = None) -> Puback | Pubrec:
+        pid = p.packet_id
+        assert pid is not None
+        if self.version is not _V5:
+            code = ReasonCode.SUCCESS
+        props = (
+            Properties(reason_string=reason) if reason and self.problem_info else EMPTY_PROPERTIES
+        )
+        return Puback(pid, code, props) if p.qos == 1 else Pubrec(pid, code, props)
+
+    async def _on_pubrel(self, p: Pubrel) -> None:
+        session = self.session
+        assert session is not None
+        known = p.packet_id in session.state.inbound_qos2
+        fut = self.broker.persist.qos2_released(session, p.packet_id) if known else None
+        wait = None if fut is None else (lambda: wait_future(fut))
+        await self._step(wait, lambda: self._send(self.proto.pubcomp_for(p, known)))
+
+    # == outbound acknowledgements ================================================================
+
+    def _copy_acknowledged(self, packet_id: int) -> None:
+        """PUBACK / PUBCOMP (or a PUBREC with an error): the copy is done [MQTT-4.4.0-2]."""
+        session = self.session
+        assert session is not None
+        og = session.outgoing.pop(packet_id, None)
+        if og is not None:
+            self.broker.persist.copy_done(session, og)
+            self._wake.set()
+
+    async def _on_pubrec(self, p: Pubrec) -> None:
+        session = self.session
+        assert session is not None
+        pid = p.packet_id
+        if p.reason_code.is_error:
+            self._copy_acknowledged(pid)
+            return
+        og = session.outgoing.get(pid)
+        if og is None:
+            self._send(Pubrel(pid, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+            return
+        persist = self.broker.persist
+        wait = (lambda: persist.copy_stage(session, og, pid, 2)) if og.pend_seq else None
+        await self._step(wait, lambda: self._send(Pubrel(pid)))
+
+    # == subscriptions ============================================================================
+
+    async def _on_subscribe(self, p: Subscribe) -> None:
+        broker = self.broker
+        cfg = broker.config.mqtt
+        session = self.session
+        assert session is not None
+        sub_ids = p.properties.subscription_identifiers
+        sub_id = sub_ids[0] if sub_ids else 0
+        if sub_id and not cfg.subscription_identifiers_available:
+            self._disconnect(
+                ReasonCode.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,
+                "subscription identifiers are not available",
+            )
+            return
+        v5 = self.version is _V5
+        codes: list[ReasonCode] = []
+        granted: list[tuple[SubscriptionRecord, bytes, bool]] = []
+        for sub in p.subscriptions:
+            try:
+                share, flt = radix.validate_filter(sub.filter)
+            except radix.TopicError:
+                codes.append(
+                    ReasonCode.TOPIC_FILTER_INVALID if v5 else ReasonCode.UNSPECIFIED_ERROR
+                )
+                continue
+            if share is not None and not cfg.shared_subscriptions_available:
+                codes.append(ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED)
+                continue
+            if not cfg.wildcard_subscription_available and any(
+                level in _WILDCARDS for level in flt.split(b"/")
+            ):
+                codes.append(ReasonCode.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED)
+                continue
+            qos = min(sub.qos, cfg.maximum_qos)
+            record = SubscriptionRecord(
+                sub.filter,
+                qos,
+                sub.no_local,
+                sub.retain_as_published,
+                int(sub.retain_handling),
+                sub_id,
+                make_handle(sub, qos, sub_id),
+            )
+            is_new = broker.subscribe(session, record)
+            codes.append(ReasonCode(qos))
+            if share is None:
+                granted.append((record, flt, is_new))
+        fut = broker.persist.save_session(session) if session.persistent else None
+        wait = None if fut is None else (lambda: wait_future(fut))
+        pid = p.packet_id
+
+        def then() -> None:
+            self._send(Suback(pid, tuple(codes)))
+            self._send_retained(session, granted)
+
+        await self._step(wait, then)
+
+    def _send_retained(
+        self, session: Session, granted: list[tuple[SubscriptionRecord, bytes, bool]]
+    ) -> None:
+        """Retained messages for new subscriptions per Retain Handling [MQTT-3.3.1-9..11]."""
+        broker = self.broker
+        now = trio.current_time()
+        for record, flt, is_new in granted:
+            rh = record.retain_handling
+            if rh == RetainHandling.DO_NOT_SEND or (
+                rh == RetainHandling.SEND_IF_NEW_SUBSCRIPTION and not is_new
+            ):
+                continue
+            sub_ids = (record.sub_id,) if record.sub_id else ()
+            for msg in broker.retained_for(flt):
+                qos = min(msg.qos, record.qos)
+                if qos == 0:
+                    self.send_qos0(msg, True, sub_ids, now)
+                else:
+                    broker.queue_copy(session, Outgoing(msg, qos, True, sub_ids))
+
+    async def _on_unsubscribe(self, p: Unsubscribe) -> None:
+        broker = self.broker
+        session = self.session
+        assert session is not None
+        codes: list[ReasonCode] = []
+        for flt in p.filters:
+            try:
+                radix.validate_filter(flt)
+            except radix.TopicError:
+                codes.append(ReasonCode.TOPIC_FILTER_INVALID)
+                continue
+            found = broker.unsubscribe(session, flt)
+            codes.append(ReasonCode.SUCCESS if found else ReasonCode.NO_SUBSCRIPTION_EXISTED)
+        fut = broker.persist.save_session(session) if session.persistent else None
+        wait = None if fut is None else (lambda: wait_future(fut))
+        pid = p.packet_id
+        await self._step(wait, lambda: self._send(Unsuback(pid, tuple(codes))))
+
+    def _on_disconnect(self, p: Disconnect) -> None:
+        session = self.session
+        assert session is not None
+        # 0x04: the client asks for its will [MQTT-3.14.4-3 otherwise discards it].
+        self._send_will = p.reason_code == ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
+        expiry = p.properties.session_expiry_interval
+        if expiry is not None:
+            cap = self.broker.config.mqtt.max_session_expiry_interval
+            was_persistent = session.persistent
+            session.expiry_interval = min(expiry, cap)
+            if session.persistent:
+                self.broker.persist.save_session(session)
+            elif was_persistent:
+                self.broker.persist.session_ended(session, ())
+        self._close_soon()
+
+    # == outbound ===============================================================================
+
+    def _send(self, packet: Packet) -> None:
+        if self._closing or self.proto.closed:
+            return
+        try:
+            self._out.append(self.proto.send(packet))
+        except PacketTooLargeError:
+            return  # the client's Maximum Packet Size forbids it [MQTT-3.1.2-24]
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def send_qos0(
+        self, msg: AppMessage, retain: bool, sub_ids: tuple[int, ...], now: float
+    ) -> None:
+        """A QoS 0 copy: bytes built once per shape and shared by recipients."""
+        if self._closing:
+            return
+        if self._qos0_pending >= self.broker.config.sessions.max_outbound_queue:
+            return  # slow consumer: QoS 0 is dropped rather than buffered without bound
+        enc = msg.encoded_for(self.version, now)
+        if enc is None:
+            return  # expired [MQTT-3.3.2-5]
+        try:
+            data = self.proto.send_publish(
+                enc, qos=0, retain=retain, subscription_identifiers=sub_ids
+            )
+        except PacketTooLargeError:
+            return
+        self._out.append(data)
+        self._qos0_pending += 1
+        self._wake.set()
+
+    async def _fill(self) -> None:
+        """Move queued QoS 1/2 copies into the client's Receive Maximum window, in order."""
+        session = self.session
+        if session is None:
+            return
+        proto = self.proto
+        persist = self.broker.persist
+        queue = session.queue
+        now = trio.current_time()
+        while queue and not self._closing:
+            og = queue[0]
+            if og.qos and not proto.can_send_qos_message():
+                return
+            queue.popleft()
+            session.queued_bytes -= len(og.message.payload)
+            enc = og.message.encoded_for(self.version, now)
+            if enc is None:  # expired while waiting [MQTT-3.3.2-5]
+                persist.copy_done(session, og)
+                continue
+            if og.qos == 0:
+                with contextlib.suppress(PacketTooLargeError):
+                    self._out.append(
+                        proto.send_publish(
+                            enc, qos=0, retain=og.retain, subscription_identifiers=og.sub_ids
+                        )
+                    )
+                continue
+            pid = proto.next_packet_id()
+            if og.qos == 2 and og.pend_seq:
+                # A restart must resend this QoS 2 copy with the same packet id.
+                await persist.copy_stage(session, og, pid, 0)
+                if self._closing or self.session is not session:
+                    queue.appendleft(og)
+                    return
+            try:
+                data = proto.send_publish(
+                    enc,
+                    qos=og.qos,
+                    retain=og.retain,
+                    packet_id=pid,
+                    subscription_identifiers=og.sub_ids,
+                )
+            except PacketTooLargeError:
+                persist.copy_done(session, og)  # skipped as if delivered [MQTT-3.1.2-25]
+                continue
+            session.outgoing[pid] = og
+            self._out.append(data)
+
+    async def _writer(self) -> None:
+        stream = self.stream
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                if not self._closing:
+                    await self._fill()
+                if self._out:
+                    out = self._out
+                    self._out = []
+                    self._qos0_pending = 0
+                    data = out[0] if len(out) == 1 else b"".join(out)
+                    try:
+                        await stream.send_all(data)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        if self._nursery is not None:
+                            self._nursery.cancel_scope.cancel()
+                        return
+                if self._closing and not self._out:
+                    return
+        finally:
+            self._writer_done.set()
+
+    # == the ordered pipeline ===================================================================
+
+    async def _step(
+        self, wait: Callable[[], Awaitable[Any]] | None, then: Callable[[], None]
+    ) -> None:
+        if wait is None and self._steps_pending == 0:
+            then()
+            return
+        self._steps_pending += 1
+        try:
+            await self._steps_send.send((wait, then))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self._steps_pending -= 1
+
+    async def _pipeline(self) -> None:
+        async with self._steps_recv:
+            async for wait, then in self._steps_recv:
+                if wait is not None:
+                    await wait()
+                then()
+                self._steps_pending -= 1

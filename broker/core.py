@@ -1,0 +1,249 @@
+"""The broker: sessions, routing, retained messages and the publish path, on the trio thread.
+
+``Broker`` is what every connection task talks to. It never does socket I/O
+itself: deliveries go into the recipient session's queue and its connection's
+writer task sends them (``ClientConnection.wake``). Storage goes through
+``broker.persist.Persistence``; the caller of ``publish`` decides whether to
+wait for the commit before acknowledging (a PUBACK means stored).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from broker import handles
+from broker.config import BrokerConfig
+from broker.message import AppMessage, Outgoing
+from broker.persist import Persistence, PublishPlan
+from broker.router import Delivery, Router
+from broker.sessions import Session, SessionManager, SubscriptionRecord
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger("jetmq.broker")
+
+
+class Broker:
+    """Shared state of one broker process (see module docstring)."""
+
+    def __init__(self, config: BrokerConfig, persistence: Persistence) -> None:
+        self.config = config
+        self.router = Router()
+        self.persist = persistence
+        self.sessions = SessionManager(
+            publish_will=self._publish_will, end_session=self.end_session
+        )
+        # Retained messages: topic -> message, and the radix retained index keyed by a handle.
+        self.retained: dict[bytes, AppMessage] = {}
+        self._retained_handles: dict[bytes, int] = {}
+        self._retained_by_handle: dict[int, AppMessage] = {}
+        self._next_retained_handle = 1
+        self._nursery: trio.Nursery | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, config: BrokerConfig) -> Broker:
+        persistence = await Persistence.open(config.storage)
+        broker = cls(config, persistence)
+        try:
+            await persistence.load_into(broker)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await persistence.close()
+            raise
+        return broker
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        self.sessions.attach_nursery(nursery)
+        self.persist.attach(nursery)
+        for session in self.sessions:
+            if session.conn is None:  # restored from the store: its expiry clock restarts now
+                self.sessions.start_expiry(session)
+
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run a task owned by the broker (outlives the connection that started it)."""
+        assert self._nursery is not None
+        self._nursery.start_soon(fn, *args)
+
+    def spawn_connection(self, stream: trio.SocketStream) -> None:
+        from broker.client import ClientConnection
+
+        assert self._nursery is not None
+        self._nursery.start_soon(ClientConnection(self, stream).run)
+
+    async def shutdown(self) -> None:
+        """Graceful stop: tell connected clients, publish their wills, flush the store."""
+        for session in self.sessions:
+            if session.conn is not None:
+                session.conn.server_shutdown()
+        for session in self.sessions:
+            # The broker is going away: a pending will cannot wait for its delay.
+            self.sessions.fire_will(session)
+        await self.persist.flush()
+
+    async def close(self) -> None:
+        await self.persist.close()
+        self.router.close()
+
+    def log_warning(self, fmt: str, *args: Any) -> None:
+        log.warning(fmt, *args)
+
+    # -- sessions --------------------------------------------------------------------------------
+
+    def end_session(self, session: Session) -> None:
+        """The session is over: will, subscriptions, queued copies and stored state go."""
+        self.sessions.fire_will(session)
+        self.router.unsubscribe_all(session.num)
+        self.sessions.forget(session)
+        dropped = [*session.outgoing.values(), *session.queue]
+        session.outgoing.clear()
+        session.queue.clear()
+        self.persist.session_ended(session, dropped)
+
+    # -- subscriptions -----------------------------------------------------------------------
+
+    def subscribe(self, session: Session, record: SubscriptionRecord) -> bool:
+        """Add or replace a subscription; True when it did not exist before."""
+        is_new = self.router.subscribe(session.num, record.topic_filter, record.handle)
+        session.subscriptions[record.topic_filter] = record
+        return is_new
+
+    def unsubscribe(self, session: Session, topic_filter: bytes) -> bool:
+        found = self.router.unsubscribe(session.num, topic_filter)
+        session.subscriptions.pop(topic_filter, None)
+        return found
+
+    def retained_for(self, topic_filter: bytes) -> list[AppMessage]:
+        """Retained messages matching a (non-shared) filter, expired ones dropped."""
+        now = trio.current_time()
+        out = []
+        for handle in self.router.retained.match(topic_filter):
+            msg = self._retained_by_handle.get(handle)
+            if msg is None:
+                continue
+            if msg.expires_at is not None and msg.expires_at <= now:
+                self._drop_retained(msg.topic)
+                continue
+            out.append(msg)
+        return out
+
+    # -- publish ---------------------------------------------------------------------------------
+
+    def plan_publish(
+        self, msg: AppMessage, extra: Sequence[Any] = ()
+    ) -> tuple[list[Delivery], PublishPlan]:
+        """Route ``msg`` and work out what must be stored before it is acknowledged.
+
+        ``extra`` store operations (inbound QoS 2 state) join the same commit.
+        """
+        deliveries = self.router.route(msg.topic, msg.origin, self.sessions.is_connected)
+        plan = self.persist.plan(self, msg, deliveries, extra)
+        return deliveries, plan
+
+    def apply_publish(
+        self, msg: AppMessage, deliveries: Sequence[Delivery], plan: PublishPlan
+    ) -> None:
+        """After the plan's commit (or at once when nothing was stored): retain and deliver."""
+        if msg.retain:
+            self._set_retained(msg)
+        by_num = self.sessions.by_num
+        now = trio.current_time()
+        for index, d in enumerate(deliveries):
+            session = by_num.get(d.client)
+            if session is None:
+                continue
+            qos = msg.qos if msg.qos < d.qos else d.qos
+            retain = msg.retain and d.retain_as_published
+            if qos == 0:
+                conn = session.conn
+                if conn is not None:
+                    conn.send_qos0(msg, retain, d.sub_ids, now)
+                elif self.config.sessions.queue_qos0 and session.persistent:
+                    self.queue_copy(session, Outgoing(msg, 0, retain, d.sub_ids))
+                continue
+            og = Outgoing(msg, qos, retain, d.sub_ids, pend_seq=plan.pend_seq(index))
+            self.queue_copy(session, og)
+
+    def publish_now(self, msg: AppMessage) -> None:
+        """Publish without an acknowledgement to wait for (wills, broker messages)."""
+        deliveries, plan = self.plan_publish(msg)
+        if plan.empty:
+            self.apply_publish(msg, deliveries, plan)
+            return
+        assert self._nursery is not None
+        self._nursery.start_soon(self._publish_after_commit, msg, deliveries, plan)
+
+    async def _publish_after_commit(
+        self, msg: AppMessage, deliveries: Sequence[Delivery], plan: PublishPlan
+    ) -> None:
+        await plan.wait()
+        self.persist.after_commit(msg, plan)
+        self.apply_publish(msg, deliveries, plan)
+
+    def queue_copy(self, session: Session, og: Outgoing) -> None:
+        """Queue a copy for a session (bounded; the overflow policy picks the victim)."""
+        limits = self.config.sessions
+        size = len(og.message.payload)
+        if (limits.max_queued_messages and len(session.queue) >= limits.max_queued_messages) or (
+            limits.max_queued_bytes and session.queued_bytes + size > limits.max_queued_bytes
+        ):
+            if limits.overflow == "drop_newest" or not session.queue:
+                self.persist.copy_dropped(session, og)
+                return
+            old = session.queue.popleft()
+            session.queued_bytes -= len(old.message.payload)
+            self.persist.copy_dropped(session, old)
+        session.queue.append(og)
+        session.queued_bytes += size
+        conn = session.conn
+        if conn is not None:
+            conn.wake()
+
+    def _publish_will(self, session: Session, msg: AppMessage) -> None:
+        self.publish_now(msg)
+
+    # -- retained ----------------------------------------------------------------------------
+
+    def _set_retained(self, msg: AppMessage) -> None:
+        if not msg.payload:
+            # [MQTT-3.3.1-6], [MQTT-3.3.1-7]: an empty retained payload deletes and is not stored.
+            self._drop_retained(msg.topic)
+            return
+        handle = self._retained_handles.get(msg.topic)
+        if handle is None:
+            handle = self._next_retained_handle
+            self._next_retained_handle += 1
+            self._retained_handles[msg.topic] = handle
+            self.router.retained.set(msg.topic, handle)
+        self._retained_by_handle[handle] = msg
+        self.retained[msg.topic] = msg
+
+    def load_retained(self, msg: AppMessage) -> None:
+        """Startup: a retained message read back from the store."""
+        self._set_retained(msg)
+
+    def _drop_retained(self, topic: bytes) -> None:
+        handle = self._retained_handles.pop(topic, None)
+        if handle is None:
+            return
+        self.router.retained.remove(topic)
+        self._retained_by_handle.pop(handle, None)
+        self.retained.pop(topic, None)
+
+
+def make_handle(sub: Any, qos: int, sub_id: int) -> int:
+    """Pack a codec ``Subscription`` (with its granted QoS) and identifier into a radix handle."""
+    return handles.pack(
+        qos,
+        no_local=sub.no_local,
+        retain_as_published=sub.retain_as_published,
+        retain_handling=int(sub.retain_handling),
+        sub_id=sub_id,
+    )

@@ -1,0 +1,81 @@
+"""The broker's view of an application message and of one copy queued for a session."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from broker.mqtt.encoder import EncodedPublish
+from broker.mqtt.packet_types import ProtocolVersion
+from broker.mqtt.packets import Publish
+
+
+@dataclass(slots=True)
+class AppMessage:
+    """A message accepted from a publisher (or a will), shared by every recipient copy.
+
+    ``publish`` is the packet as it will be forwarded: topic resolved, no topic
+    alias, no subscription identifiers, properties otherwise unchanged (user
+    properties in order). ``expires_at`` is a trio clock deadline derived from
+    the Message Expiry Interval. ``encoded`` caches the encoding per protocol
+    version so identical bytes are built once for every recipient.
+    """
+
+    publish: Publish
+    expires_at: float | None
+    origin: int  # client number of the publisher; 0 for messages the broker makes itself
+    key: str = ""  # unique id in $MQTT_msgs once stored for a persistent session ("" = not)
+    stored_seq: int = 0  # its sequence in $MQTT_msgs (0 = not stored / not yet committed)
+    refs: int = 0  # pending entries in $MQTT_pend that reference the stored copy
+    encoded: dict[ProtocolVersion, EncodedPublish] = field(default_factory=dict)
+
+    @property
+    def topic(self) -> bytes:
+        return self.publish.topic
+
+    @property
+    def payload(self) -> bytes:
+        return self.publish.payload
+
+    @property
+    def qos(self) -> int:
+        return self.publish.qos
+
+    @property
+    def retain(self) -> bool:
+        return self.publish.retain
+
+    def encoded_for(self, version: ProtocolVersion, now: float) -> EncodedPublish | None:
+        """The encoding to send at ``now``, or None once the message has expired.
+
+        A message with an expiry interval is re-encoded with the remaining lifetime
+        [MQTT-3.3.2-6]; the others are encoded once per protocol version.
+        """
+        if self.expires_at is None:
+            enc = self.encoded.get(version)
+            if enc is None:
+                enc = self.encoded[version] = EncodedPublish(self.publish, version)
+            return enc
+        remaining = self.expires_at - now
+        if remaining <= 0:
+            return None
+        props = replace(self.publish.properties, message_expiry_interval=math.ceil(remaining))
+        return EncodedPublish(replace(self.publish, properties=props), version)
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """One copy of a message for one session, with the options of its subscription(s).
+
+    ``pend_seq`` is the sequence of this copy's entry in $MQTT_pend when the
+    session is persistent (0 otherwise); acknowledging the copy deletes it.
+    """
+
+    message: AppMessage
+    qos: int
+    retain: bool
+    sub_ids: tuple[int, ...]
+    pend_seq: int = 0

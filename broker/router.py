@@ -1,0 +1,121 @@
+"""Subscription routing: the radix topic index, the retained index, and fan-out decisions.
+
+Owned by the trio thread (cffi releases the GIL around every radix call, so no
+other thread may touch these indexes).
+
+``route`` turns one ``match_detailed`` result into deliveries:
+
+* non-shared entries of one client collapse into one delivery with the highest
+  granted QoS, every Subscription Identifier [MQTT-3.3.4-3], [MQTT-3.3.4-4] and
+  the Retain As Published of any matching subscription; No Local entries of the
+  publishing client are dropped [MQTT-3.8.3-3];
+* each matching shared group (share name, filter) delivers to exactly one
+  member, preferring connected members, round robin among them; the copy is
+  separate from the client's non-shared copy (MQTT 5 §4.8.2 allows two).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import radix
+from broker import handles
+
+
+class Delivery(NamedTuple):
+    """One copy of a message for one session."""
+
+    client: int
+    qos: int  # granted QoS of the subscription(s); the sender takes min with the message QoS
+    retain_as_published: bool
+    sub_ids: tuple[int, ...]
+
+
+class Router:
+    """The subscription index and the retained-message index of one broker."""
+
+    def __init__(self, *, seed: int = 0) -> None:
+        self.index = radix.TopicIndex(seed)
+        self.retained = radix.RetainedIndex()
+        self._turn = 0  # rotating start for shared-group picks (bounded state, fair)
+
+    def close(self) -> None:
+        self.index.close()
+        self.retained.close()
+
+    # -- subscriptions -------------------------------------------------------------------------
+
+    def subscribe(self, client: int, topic_filter: bytes, handle: int) -> bool:
+        """Add or replace ``client``'s subscription; True when it is new."""
+        return self.index.subscribe(topic_filter, client, handle)
+
+    def unsubscribe(self, client: int, topic_filter: bytes) -> bool:
+        return self.index.unsubscribe(topic_filter, client)
+
+    def unsubscribe_all(self, client: int) -> int:
+        return self.index.unsubscribe_all(client)
+
+    # -- publish ---------------------------------------------------------------------------------
+
+    def route(
+        self, topic: bytes, publisher: int, is_connected: Callable[[int], bool]
+    ) -> list[Delivery]:
+        """Every delivery a PUBLISH on ``topic`` from client ``publisher`` produces."""
+        direct: dict[int, list[int]] = {}
+        groups: dict[int, list[tuple[int, int]]] = {}
+        for client, handle, group in self.index.match_detailed(topic):
+            if group:
+                groups.setdefault(group, []).append((client, handle))
+            elif not (handle & handles.NO_LOCAL and client == publisher):
+                direct.setdefault(client, []).append(handle)
+        out: list[Delivery] = []
+        for client, hs in direct.items():
+            if len(hs) == 1:
+                h = hs[0]
+                sid = h >> handles.SUB_ID_SHIFT
+                out.append(
+                    Delivery(
+                        client,
+                        h & handles.QOS_MASK,
+                        bool(h & handles.RETAIN_AS_PUBLISHED),
+                        (sid,) if sid else (),
+                    )
+                )
+                continue
+            qos = 0
+            rap = False
+            sids: list[int] = []
+            for h in hs:
+                qos = max(qos, h & handles.QOS_MASK)
+                rap = rap or bool(h & handles.RETAIN_AS_PUBLISHED)
+                sid = h >> handles.SUB_ID_SHIFT
+                if sid:
+                    sids.append(sid)
+            out.append(Delivery(client, qos, rap, tuple(sids)))
+        for members in groups.values():
+            out.append(self._pick(members, is_connected))
+        return out
+
+    def _pick(
+        self, members: list[tuple[int, int]], is_connected: Callable[[int], bool]
+    ) -> Delivery:
+        # Rotate the starting member on every pick and take the first connected one from
+        # there; if none is connected the message waits in the session of the member in
+        # turn (a shared member's session persists like any other).
+        self._turn += 1
+        n = len(members)
+        chosen = members[self._turn % n]
+        for step in range(n):
+            candidate = members[(self._turn + step) % n]
+            if is_connected(candidate[0]):
+                chosen = candidate
+                break
+        client, h = chosen
+        sid = h >> handles.SUB_ID_SHIFT
+        return Delivery(
+            client,
+            h & handles.QOS_MASK,
+            bool(h & handles.RETAIN_AS_PUBLISHED),
+            (sid,) if sid else (),
+        )

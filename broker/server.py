@@ -1,0 +1,104 @@
+"""The trio server: listeners, readiness, signals and graceful shutdown.
+
+Resource handling
+    ``serve`` opens the store (when the configuration has a data directory),
+    loads the persisted MQTT state, binds every listener and only then reports
+    readiness through ``task_status.started(addresses)`` with the bound
+    ``(host, port)`` pairs, so callers (tests) can bind port 0. Every
+    connection task runs in one handler nursery owned by ``serve``. The store
+    is closed after the last connection task has finished.
+
+Error handling
+    A connection task never lets an exception escape into the handler nursery
+    for anything a peer can send: protocol errors become reason codes and a
+    closed socket (see ``broker.client``). A bug that does escape cancels the
+    server; that is deliberate, it must not go unnoticed.
+
+Shutdown
+    Cancelling the scope given to ``serve`` (SIGTERM/SIGINT in ``run_broker``)
+    stops accepting at once, tells every MQTT 5 client DISCONNECT 0x8B
+    (Server shutting down), publishes the wills of connected clients, waits
+    at most ``SHUTDOWN_GRACE`` seconds for in-flight store writes, and closes
+    the store.
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import sys
+from typing import Any
+
+import trio
+
+from broker.config import BrokerConfig
+from broker.core import Broker
+
+SHUTDOWN_GRACE = 5.0
+
+
+async def _accept_loop(broker: Broker, listener: trio.SocketListener) -> None:
+    async with listener:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:  # EMFILE and friends: back off instead of spinning
+                broker.log_warning("accept failed: %s", exc)
+                await trio.sleep(0.1)
+                continue
+            broker.spawn_connection(stream)
+
+
+async def serve(
+    config: BrokerConfig,
+    *,
+    task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the broker until cancelled; report the bound addresses once listening."""
+    broker = await Broker.open(config)
+    try:
+        listeners: list[trio.SocketListener] = []
+        for host, port in config.listener.addresses():
+            listeners.extend(await trio.open_tcp_listeners(port, host=host))
+        addresses: list[tuple[str, int]] = []
+        for listener in listeners:
+            sockname: Any = listener.socket.getsockname()
+            addresses.append((str(sockname[0]), int(sockname[1])))
+        async with trio.open_nursery() as handlers:
+            broker.attach(handlers)
+            async with trio.open_nursery() as acceptors:
+                for listener in listeners:
+                    acceptors.start_soon(_accept_loop, broker, listener)
+                task_status.started(addresses)
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    acceptors.cancel_scope.cancel()
+                    with trio.CancelScope(shield=True), trio.move_on_after(SHUTDOWN_GRACE):
+                        await broker.shutdown()
+                    handlers.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await broker.close()
+
+
+async def _main(config: BrokerConfig) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            addresses = await nursery.start(functools.partial(serve, config))
+            for host, port in addresses:
+                print(f"jetmq: listening on {host}:{port}", flush=True)
+            async for signum in signals:
+                print(f"jetmq: {signal.Signals(signum).name}, shutting down", flush=True)
+                nursery.cancel_scope.cancel()
+                break
+
+
+def run_broker(config: BrokerConfig) -> int:
+    """Entry point of ``jetmq serve``: run until SIGTERM/SIGINT, then shut down cleanly."""
+    try:
+        trio.run(_main, config)
+    except OSError as exc:
+        print(f"jetmq: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,221 @@
+"""Sessions: what the broker keeps per client id, across network connections.
+
+A ``Session`` holds the subscriptions, the outbound copies not yet acknowledged
+(the codec's ``SessionState`` in send order, plus the broker's ``Outgoing`` per
+packet id), the copies still waiting to be sent, the inbound QoS 2 packet
+identifiers awaiting PUBREL (in ``SessionState``), and the will. The
+``SessionManager`` maps client ids to sessions, performs takeover, and owns the
+timers for will delay and session expiry (tasks in its own nursery).
+
+Lifecycle
+    CONNECT with Clean Start 1 (or Clean Session 1) discards any existing
+    session [MQTT-3.1.2-4]; with 0 it resumes one [MQTT-3.1.2-5] or creates one
+    [MQTT-3.1.2-6]. When the connection closes, a session with expiry 0 ends at
+    once; otherwise it is kept until the expiry interval passes
+    [MQTT-3.1.2-23], [MQTT-4.1.0-2] (0xFFFFFFFF: never). A will is published
+    after the connection closes abnormally, when the will delay has passed or
+    the session ends, whichever is first, unless a new connection for the
+    client id arrives first [MQTT-3.1.2-8], [MQTT-3.1.3-9].
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from broker.message import AppMessage, Outgoing
+from broker.mqtt.session import SessionState
+
+if TYPE_CHECKING:
+    from broker.client import ClientConnection
+
+NEVER_EXPIRES = 0xFFFF_FFFF
+
+
+@dataclass(slots=True)
+class SubscriptionRecord:
+    """One subscription as the client sent it (for SUBACK replay, persistence, inversion)."""
+
+    topic_filter: bytes  # as sent, including "$share/<name>/" for shared subscriptions
+    qos: int
+    no_local: bool
+    retain_as_published: bool
+    retain_handling: int
+    sub_id: int  # 0 = none
+    handle: int  # packed options stored in the radix index
+
+
+@dataclass(slots=True)
+class WillRecord:
+    message: AppMessage
+    delay: int  # Will Delay Interval, seconds
+
+
+class Session:
+    """State of one client id (see module docstring)."""
+
+    __slots__ = (
+        "client_id",
+        "conn",
+        "expiry_interval",
+        "expiry_scope",
+        "num",
+        "outgoing",
+        "protocol_version",
+        "queue",
+        "queued_bytes",
+        "state",
+        "subscriptions",
+        "will",
+        "will_scope",
+    )
+
+    def __init__(self, client_id: str, num: int) -> None:
+        self.client_id = client_id
+        self.num = num  # the radix client number of this session
+        self.expiry_interval = 0
+        self.protocol_version = 5
+        self.subscriptions: dict[bytes, SubscriptionRecord] = {}
+        self.queue: deque[Outgoing] = deque()  # copies not yet sent (send order)
+        self.queued_bytes = 0
+        # The codec's session state: outbound in-flight packets and inbound QoS 2 ids.
+        self.state = SessionState()
+        self.outgoing: dict[int, Outgoing] = {}  # packet id -> the copy in flight
+        self.conn: ClientConnection | None = None
+        self.will: WillRecord | None = None
+        self.will_scope: trio.CancelScope | None = None
+        self.expiry_scope: trio.CancelScope | None = None
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the session outlives its network connection (and so is stored)."""
+        return self.expiry_interval > 0
+
+
+class SessionManager:
+    """Client id -> session, takeover, and the will-delay / expiry timers."""
+
+    def __init__(
+        self,
+        *,
+        publish_will: Callable[[Session, AppMessage], None],
+        end_session: Callable[[Session], None],
+    ) -> None:
+        self._by_id: dict[str, Session] = {}
+        self.by_num: dict[int, Session] = {}
+        self._nums = itertools.count(1)
+        self._publish_will = publish_will
+        self._end_session = end_session
+        self._nursery: trio.Nursery | None = None
+        self._assigned = itertools.count(1)
+
+    def attach_nursery(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __iter__(self) -> Iterator[Session]:
+        return iter(list(self._by_id.values()))
+
+    def get(self, client_id: str) -> Session | None:
+        return self._by_id.get(client_id)
+
+    def is_connected(self, num: int) -> bool:
+        session = self.by_num.get(num)
+        return session is not None and session.conn is not None
+
+    def assign_client_id(self) -> str:
+        """A client id no session uses [MQTT-3.2.2-16]."""
+        while True:
+            candidate = f"jetmq-{next(self._assigned):08d}-{id(self) & 0xFFFF:04x}"
+            if candidate not in self._by_id:
+                return candidate
+
+    def create(self, client_id: str) -> Session:
+        session = Session(client_id, next(self._nums))
+        self._by_id[client_id] = session
+        self.by_num[session.num] = session
+        return session
+
+    def restore(self, client_id: str, num: int) -> Session:
+        """Re-create a session loaded from the store with its persisted number."""
+        session = Session(client_id, num)
+        self._by_id[client_id] = session
+        self.by_num[num] = session
+        self._nums = itertools.count(max(num + 1, next(self._nums)))
+        return session
+
+    def forget(self, session: Session) -> None:
+        """Remove an ended session from the maps (the caller cleans the indexes)."""
+        self.cancel_timers(session)
+        if self._by_id.get(session.client_id) is session:
+            del self._by_id[session.client_id]
+        self.by_num.pop(session.num, None)
+
+    def cancel_timers(self, session: Session) -> None:
+        if session.expiry_scope is not None:
+            session.expiry_scope.cancel()
+            session.expiry_scope = None
+        if session.will_scope is not None:
+            session.will_scope.cancel()
+            session.will_scope = None
+
+    # -- connection closed ------------------------------------------------------------------
+
+    def connection_closed(self, session: Session, *, send_will: bool) -> None:
+        """Start the will and expiry clocks for a session whose connection went away.
+
+        The will stays on the session while its delay runs; ``fire_will`` sends it
+        when the delay passes or the session ends, whichever comes first.
+        """
+        if not send_will:
+            session.will = None  # [MQTT-3.1.2-10]: discarded on DISCONNECT 0x00
+        if session.expiry_interval == 0:
+            self._end_session(session)
+            return
+        if session.will is not None:
+            if session.will.delay == 0:
+                self.fire_will(session)
+            else:
+                self._start(self._will_timer, session, session.will.delay)
+        self.start_expiry(session)
+
+    def start_expiry(self, session: Session) -> None:
+        """Start the expiry clock of a session without a connection (0xFFFFFFFF: never)."""
+        if session.expiry_interval != NEVER_EXPIRES:
+            self._start(self._expiry_timer, session)
+
+    def fire_will(self, session: Session) -> None:
+        """Publish the session's pending will, if any (once)."""
+        will = session.will
+        session.will = None
+        if session.will_scope is not None:
+            session.will_scope.cancel()
+            session.will_scope = None
+        if will is not None:
+            self._publish_will(session, will.message)
+
+    def _start(self, fn: Callable[..., Any], *args: Any) -> None:
+        assert self._nursery is not None, "SessionManager used before attach_nursery"
+        self._nursery.start_soon(fn, *args)
+
+    async def _will_timer(self, session: Session, delay: int) -> None:
+        with trio.CancelScope() as scope:
+            session.will_scope = scope
+            await trio.sleep(delay)
+            session.will_scope = None
+            self.fire_will(session)
+
+    async def _expiry_timer(self, session: Session) -> None:
+        with trio.CancelScope() as scope:
+            session.expiry_scope = scope
+            await trio.sleep(session.expiry_interval)
+            session.expiry_scope = None
+            if session.conn is None:
+                self._end_session(session)

@@ -1,0 +1,175 @@
+"""Run a real broker for tests: in a thread (fast, in-process) or as a child process.
+
+The in-thread broker runs ``broker.server.serve`` under its own ``trio.run`` on
+127.0.0.1 port 0 with LMDB in a temp dir; readiness comes from
+``task_status.started`` (never a sleep). The child-process broker is for tests
+that must ``kill -9`` it; it reports its port on stdout ("listening on").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from broker.config import BrokerConfig, load_config
+from broker.server import serve
+
+START_TIMEOUT = 20.0
+
+
+@dataclass
+class BrokerThread:
+    """A broker running ``serve`` in a background thread."""
+
+    config: BrokerConfig
+    host: str = "127.0.0.1"
+    port: int = 0
+    _thread: threading.Thread | None = None
+    _token: trio.lowlevel.TrioToken | None = None
+    _scope: trio.CancelScope | None = None
+    _error: list[BaseException] = field(default_factory=list)
+
+    def start(self) -> None:
+        ready: queue.Queue[tuple[str, int] | BaseException] = queue.Queue()
+
+        async def main() -> None:
+            self._token = trio.lowlevel.current_trio_token()
+            with trio.CancelScope() as scope:
+                self._scope = scope
+                async with trio.open_nursery() as nursery:
+                    addresses = await nursery.start(_serve_partial(self.config))
+                    ready.put(addresses[0])
+
+        def run() -> None:
+            try:
+                trio.run(main)
+            except BaseException as exc:  # reported to the test thread, not swallowed
+                self._error.append(exc)
+                ready.put(exc)
+
+        self._thread = threading.Thread(target=run, name="jetmq-test-broker", daemon=True)
+        self._thread.start()
+        got = ready.get(timeout=START_TIMEOUT)
+        if isinstance(got, BaseException):
+            raise RuntimeError("broker failed to start") from got
+        self.host, self.port = got
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        if self._token is not None and self._scope is not None:
+            scope = self._scope
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(scope.cancel)
+        self._thread.join(timeout=30)
+        alive = self._thread.is_alive()
+        self._thread = None
+        if alive:
+            raise RuntimeError("broker thread did not stop within 30 s")
+        if self._error:
+            raise RuntimeError("broker thread failed") from self._error[0]
+
+
+def _serve_partial(config: BrokerConfig) -> Any:
+    async def run(task_status: trio.TaskStatus[list[tuple[str, int]]]) -> None:
+        await serve(config, task_status=task_status)
+
+    return run
+
+
+def make_config(data_dir: pathlib.Path, **mqtt: Any) -> BrokerConfig:
+    overrides: dict[str, dict[str, Any]] = {
+        "listener": {"listen": ["127.0.0.1:0"]},
+        "storage": {"data_dir": str(data_dir)},
+    }
+    if mqtt:
+        overrides["mqtt"] = mqtt
+    return load_config(None, overrides)
+
+
+@contextlib.contextmanager
+def running_broker(data_dir: pathlib.Path, **mqtt: Any) -> Iterator[BrokerThread]:
+    broker = BrokerThread(make_config(data_dir, **mqtt))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@dataclass
+class BrokerProcess:
+    """``jetmq serve`` as a child process (for kill -9 tests)."""
+
+    data_dir: pathlib.Path
+    port: int = 0
+    proc: subprocess.Popen[str] | None = None
+    output: list[str] = field(default_factory=list)
+    _pump: threading.Thread | None = None
+
+    def start(self) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "broker",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--data-dir",
+            str(self.data_dir),
+        ]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+        assert self.proc.stdout is not None
+        lines: queue.Queue[str] = queue.Queue()
+
+        stdout = self.proc.stdout
+
+        def pump() -> None:
+            for line in stdout:
+                self.output.append(line)
+                lines.put(line)
+
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
+        while True:
+            try:
+                line = lines.get(timeout=START_TIMEOUT)
+            except queue.Empty:
+                self.kill9()
+                raise RuntimeError("broker did not start: " + "".join(self.output)) from None
+            if "listening on" in line:
+                self.port = int(line.rsplit(":", 1)[1])
+                return
+
+    def _reap(self, timeout: float) -> int:
+        assert self.proc is not None
+        code = self.proc.wait(timeout=timeout)
+        if self._pump is not None:
+            self._pump.join(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return code
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self._reap(10)
+
+    def terminate(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self._reap(30)
