@@ -14,6 +14,8 @@ from store import (
     ConsumerInfo,
     Delivery,
     JetStreamError,
+    Publish,
+    Pull,
     PullStatus,
     Store,
 )
@@ -521,3 +523,74 @@ def test_consumer_state_and_pending_survive_restart(tmp_path: Path, clock: FakeC
         evs = ev.take()
         assert _seqs(evs) == [1, 3]
         assert [e.delivered_count for e in evs if isinstance(e, Delivery)] == [2, 2]
+
+
+def test_interest_keeps_message_that_hit_max_deliver(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    _stream(store, retention="interest")
+    _consumer(store, ack_wait=SEC, max_deliver=1)
+    _fill(store, "s.a")
+    _pull(store, events)
+    store.tick(clock.advance(SEC)).result(timeout=10)
+    assert [e.kind for e in events.take() if isinstance(e, Advisory)] == ["max_deliver"]
+    assert store.stream_state("S").messages == 1
+
+
+def test_interest_ack_none_releases_on_delivery(store: Store, events: Events) -> None:
+    _stream(store, retention="interest")
+    _consumer(store, ack_policy="none")
+    _fill(store, "s.a", "s.b")
+    assert _seqs(_pull(store, events, batch=1)) == [1]
+    st = store.stream_state("S")
+    assert (st.messages, st.first_seq) == (1, 2)
+
+
+def test_pending_message_deleted_is_not_redelivered(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b")
+    _consumer(store, ack_wait=SEC)
+    _pull(store, events, batch=2)
+    store.delete_msg("S", 1)
+    info = store.consumer_info("S", "c")
+    assert (info.num_ack_pending, info.ack_floor.stream_seq) == (1, 1)
+    store.pull("S", "c", "inbox", batch=5)
+    store.tick(clock.advance(SEC)).result(timeout=10)
+    assert _seqs(events.take()) == [2]
+
+
+def test_purge_moves_consumers_forward(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a", "s.b", "s.c")
+    _consumer(store)
+    assert store.consumer_info("S", "c").num_pending == 3
+    store.purge_stream("S")
+    info = store.consumer_info("S", "c")
+    assert (info.num_pending, info.delivered.stream_seq) == (0, 3)
+    _fill(store, "s.d")
+    assert _seqs(_pull(store, events)) == [4]
+
+
+def test_one_batch_appends_acks_and_pulls(store: Store, events: Events) -> None:
+    _stream(store)
+    _stream(store, name="T", subjects=["t.>"])
+    _consumer(store)
+    _fill(store, "s.a")
+    _pull(store, events)
+    res = store.submit(
+        [
+            Publish("s.b", b"1"),
+            Publish("t.x", b"2"),
+            Ack("S", "c", 1),
+            Pull("S", "c", "inbox", batch=1),
+            Ack("S", "nope", 1),
+        ]
+    ).result(timeout=10)
+    assert [getattr(r, "seq", None) for r in res[:2]] == [2, 1]
+    assert res[2] is None
+    assert isinstance(res[4], JetStreamError)
+    assert res[4].err_code == 10014
+    assert _seqs(events.take()) == [2]
+    assert store.consumer_info("S", "c").ack_floor.stream_seq == 1
