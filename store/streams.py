@@ -172,7 +172,7 @@ class StreamRt:
             if isinstance(checked, PubAck | JetStreamError):
                 return checked
             msg_id, rollup = checked
-        block = keys.encode_headers(headers)
+        block = keys.encode_headers(headers) if headers else b""
         size = len(block) + len(payload)
         if cfg.max_msg_size >= 0 and size > cfg.max_msg_size:
             return js_error("message_exceeds_maximum")
