@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import JetStreamError, PubAck, Publish, Store, keys
-from store.env import Env, SchemaError, StoreClosedError
+from store.env import MIGRATIONS, Env, SchemaError, StoreClosedError
 from store.writer import GroupCommitWriter, Job
 from tests.store.conftest import FakeClock
 
@@ -207,3 +207,65 @@ def test_overlong_subject_is_rejected_not_crashing(store: Store) -> None:
         store.publish("a." + "x" * 600, b"")
     assert ei.value.err_code == 10003
     assert store.stream_state("A").messages == 0
+
+
+def test_migration_hook_runs_for_older_schema(tmp_path: Path) -> None:
+    env = Env(tmp_path / "e", map_size=1 << 20)
+    txn = env.begin_write()
+    txn.put(keys.META_SCHEMA, keys.u32(keys.SCHEMA_VERSION - 1), db=env.dbs[keys.DB_META])
+    txn.commit()
+    env.close()
+    seen: list[int] = []
+
+    def migrate(txn: Any, env: Env) -> None:
+        seen.append(keys.SCHEMA_VERSION - 1)
+        txn.put(b"migrated", b"1", db=env.dbs[keys.DB_META])
+
+    MIGRATIONS[keys.SCHEMA_VERSION - 1] = migrate
+    try:
+        env = Env(tmp_path / "e", map_size=1 << 20)
+    finally:
+        del MIGRATIONS[keys.SCHEMA_VERSION - 1]
+    assert seen == [keys.SCHEMA_VERSION - 1]
+    assert env.schema_version == keys.SCHEMA_VERSION
+    with env.read() as rtxn:
+        assert rtxn.get(b"migrated", db=env.dbs[keys.DB_META]) == b"1"
+    env.close()
+
+
+def test_missing_migration_is_refused(tmp_path: Path) -> None:
+    env = Env(tmp_path / "e", map_size=1 << 20)
+    txn = env.begin_write()
+    txn.put(keys.META_SCHEMA, keys.u32(0), db=env.dbs[keys.DB_META])
+    txn.commit()
+    env.close()
+    with pytest.raises(SchemaError):
+        Env(tmp_path / "e", map_size=1 << 20)
+
+
+def test_sync_batch_commits_are_readable_after_reopen(tmp_path: Path, clock: FakeClock) -> None:
+    with Store.open(tmp_path / "db", clock=clock, sync="batch") as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        futs = [s.submit([Publish("s.a", bytes([i]))]) for i in range(100)]
+        assert all(isinstance(f.result(timeout=30)[0], PubAck) for f in futs)
+    with Store.open(tmp_path / "db", clock=clock) as s:
+        assert s.stream_state("S").messages == 100
+    with pytest.raises(ValueError, match="sync"):
+        Store.open(tmp_path / "db", sync="never")  # type: ignore[arg-type]
+
+
+def test_sync_call_from_writer_thread_is_refused(store: Store) -> None:
+    store.create_stream({"name": "S", "subjects": ["s.>"]})
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def cb(_: object) -> None:
+        try:
+            store.stream_info("S")
+        except RuntimeError as exc:
+            errors.append(exc)
+        done.set()
+
+    store.submit([Publish("s.a")]).add_done_callback(cb)
+    assert done.wait(10)
+    assert len(errors) == 1
