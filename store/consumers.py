@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from store.streams import Ctx, StreamRt
 
 NEVER = keys.MAX_U64
+MAX_DELIVERIES_PER_BATCH = 256
 
 
 class PendingEntry:
@@ -78,6 +79,7 @@ class ConsumerRt:
         self.last_activity_ns = created_ns
         self.scan_floor = 0  # no filtered match exists at or below this seq (memory only)
         self.num_pending_cache: int | None = None
+        self.more = False  # the last deliver() stopped at its budget with work left
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -249,7 +251,14 @@ class ConsumerRt:
         cfg = self.config
         explicit = cfg.ack_policy != "none"
         max_ap = cfg.max_ack_pending or -1
+        budget = MAX_DELIVERIES_PER_BATCH
+        self.more = False
         while True:
+            if budget <= 0:
+                # Bounded work per batch: the engine reports "due now" so the caller ticks again.
+                self.more = True
+                break
+            budget -= 1
             req: PullRequest | None = None
             if cfg.is_push:
                 if not self.push_bound:
@@ -472,6 +481,8 @@ class ConsumerRt:
         return self.last_activity_ns + th
 
     def next_deadline(self) -> int:
+        if self.more:
+            return 1  # due immediately
         best = 0
         while self.deadlines:
             d, s = self.deadlines[0]

@@ -19,6 +19,7 @@ from store import (
     PullStatus,
     Store,
 )
+from store.consumers import MAX_DELIVERIES_PER_BATCH
 from store.models import format_time
 from tests.store.conftest import SEC, T0, Events, FakeClock
 
@@ -594,3 +595,18 @@ def test_one_batch_appends_acks_and_pulls(store: Store, events: Events) -> None:
     assert res[4].err_code == 10014
     assert _seqs(events.take()) == [2]
     assert store.consumer_info("S", "c").ack_floor.stream_seq == 1
+
+
+def test_delivery_is_bounded_per_batch_and_resumes_on_tick(store: Store, events: Events) -> None:
+    cap = MAX_DELIVERIES_PER_BATCH
+    _stream(store)
+    store.submit([Publish("s.a", b"") for _ in range(cap + 10)]).result(timeout=30)
+    _consumer(store, ack_policy="none", deliver_subject="out")
+    store.set_push_interest("S", "c", True)
+    assert len(_seqs(events.take())) == cap
+    due = store.next_deadline()
+    assert due is not None
+    assert due <= T0
+    store.tick().result(timeout=10)
+    assert len(_seqs(events.take())) == 10
+    assert store.next_deadline() is None
