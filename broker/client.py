@@ -104,8 +104,14 @@ class ClientConnection:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 connect = await self._handshake()
-                if connect is None or not self._accept(connect):
+                if connect is None:
                     return
+                refusal = self._refusal(connect)
+                if refusal is not None:
+                    self.version = connect.protocol_version
+                    await self._refuse(refusal[0], refusal[1], connect.protocol_version)
+                    return
+                self._accept(connect)
                 nursery.start_soon(self._writer)
                 self.broker.spawn(self._pipeline)
                 await self._after_connack()
@@ -197,19 +203,14 @@ class ClientConnection:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await self.stream.send_all(data)
 
-    def _accept(self, connect: Connect) -> bool:
-        """Session lookup, takeover, CONNACK. False when the CONNECT is refused."""
+    def _accept(self, connect: Connect) -> None:
+        """Session lookup, takeover, CONNACK (the CONNECT passed ``_refusal``)."""
         broker = self.broker
         cfg = broker.config.mqtt
         version = connect.protocol_version
         self.version = version
         props = connect.properties
         v5 = version is _V5
-        refusal = self._refusal(connect)
-        if refusal is not None:
-            self._steps_send.close()
-            broker.spawn(self._refuse, refusal[0], refusal[1], version)
-            return False
         if props.request_problem_information == 0:
             self.problem_info = False
         client_id = connect.client_id
@@ -271,7 +272,6 @@ class ClientConnection:
             broker.persist.save_session(session)
         elif was_persistent:
             broker.persist.session_ended(session, ())
-        return True
 
     def _refusal(self, connect: Connect) -> tuple[ReasonCode, str] | None:
         cfg = self.broker.config.mqtt

@@ -20,7 +20,8 @@ States::
                                    +--CONNACK >= 0x80--> CLOSED;   any MQTTProtocolError -> CLOSED
 
 A server in CONNECTING decodes only AUTH; packets the client pipelined after CONNECT stay
-buffered until CONNACK is sent [MQTT-3.1.4-5]; call ``receive_data(b"")`` after sending
+buffered until CONNACK is sent (§3.1.4; and nothing after a refusing CONNACK,
+[MQTT-3.1.4-5] in 3.1.1); call ``receive_data(b"")`` after sending
 CONNACK to get them.
 """
 
@@ -331,7 +332,11 @@ class Connection:
                 and packet.properties.session_expiry_interval
             ):
                 raise protocol_error(
-                    "DISCONNECT sets a Session Expiry Interval after CONNECT set 0 [MQTT-3.14.2-2]"
+                    "DISCONNECT sets a Session Expiry Interval after CONNECT set 0 (§3.14.2.2.2)"
+                )
+            if self.role is Role.CLIENT and packet.properties.session_expiry_interval is not None:
+                raise protocol_error(
+                    "server DISCONNECT with Session Expiry Interval [MQTT-3.14.2-2]"
                 )
             self.state = ConnectionState.CLOSED
         return packet
@@ -382,7 +387,7 @@ class Connection:
         if qos > self.maximum_qos:
             raise MQTTProtocolError(
                 ReasonCode.QOS_NOT_SUPPORTED,
-                f"QoS {qos} above the Maximum QoS {self.maximum_qos} [MQTT-3.2.2-11]",
+                f"QoS {qos} above the Maximum QoS {self.maximum_qos} (§3.2.2.3.4)",
             )
         if packet.retain and not self.retain_available:
             raise MQTTProtocolError(
@@ -411,7 +416,7 @@ class Connection:
             raise MQTTProtocolError(
                 ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
                 f"more than Receive Maximum {self.receive_maximum} unacknowledged "
-                "QoS 1/2 PUBLISH packets [MQTT-3.3.4-9]",
+                "QoS 1/2 PUBLISH packets [MQTT-3.3.4-7]",
             )
 
     def _resolve_alias(self, packet: Publish) -> Publish:
@@ -456,7 +461,8 @@ class Connection:
         data = encode(packet, version)
         props = getattr(packet, "properties", None)
         if len(data) > self.peer_maximum_packet_size and props is not None:
-            # Reason String and User Properties may be dropped to fit [MQTT-3.1.2-25].
+            # Reason String and User Properties must be dropped rather than exceed the
+            # peer's Maximum Packet Size (e.g. [MQTT-3.14.2-3] for DISCONNECT).
             # (every packet with a ``properties`` field accepts it in replace())
             slim = replace(packet, properties=strip_diagnostics(props))  # type: ignore[arg-type]
             data = encode(slim, version)

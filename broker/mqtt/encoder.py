@@ -361,7 +361,7 @@ class EncodedPublish:
 
 def strip_diagnostics(props: Properties) -> Properties:
     """Properties without Reason String and User Properties (what the sender may drop to
-    stay under the peer's Maximum Packet Size, e.g. [MQTT-3.1.2-25])."""
+    stay under the peer's Maximum Packet Size, e.g. [MQTT-3.14.2-3])."""
     if props.reason_string is None and not props.user_properties:
         return props
     return replace(props, reason_string=None, user_properties=())
