@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,7 +31,10 @@ def filter_st(draw: st.DrawFn) -> bytes:
 
 
 sub_st = st.tuples(filter_st(), st.integers(1, 6), st.integers(0, 2**64 - 1))
-SETTINGS = settings(max_examples=200, deadline=None)
+# RADIX_HYPOTHESIS_EXAMPLES raises the bound for a long local run (default keeps CI fast).
+SETTINGS = settings(
+    max_examples=int(os.environ.get("RADIX_HYPOTHESIS_EXAMPLES", "200")), deadline=None
+)
 
 
 @SETTINGS
