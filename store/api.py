@@ -102,8 +102,8 @@ class Store:
         """Open (creating if needed) the store at directory ``path``.
 
         ``sync="always"`` fsyncs every group commit; ``"batch"`` commits without fsync
-        and syncs when the writer goes idle or every 50 ms under load: a crash of the
-        machine (not of the process) may lose up to that window of acknowledged writes.
+        and syncs at most 50 ms after the first unsynced commit (and on close): a crash of
+        the machine (not of the process) may lose up to that window of acknowledged writes.
         """
         if sync not in ("always", "batch"):
             raise ValueError("sync must be 'always' or 'batch'")

@@ -103,8 +103,12 @@ class GroupCommitWriter:
             with self._cond:
                 while not self._queue and not self._closing:
                     if self._unsynced:
-                        break
-                    self._cond.wait()
+                        # sync="batch": wait for more work, but sync within the window.
+                        left = BATCH_SYNC_INTERVAL_S - (time.monotonic() - self._last_sync)
+                        if left <= 0 or not self._cond.wait(left):
+                            break
+                    else:
+                        self._cond.wait()
                 if not self._queue and self._closing:
                     break
                 jobs: list[Job] = []
@@ -112,9 +116,7 @@ class GroupCommitWriter:
                     jobs.append(self._queue.popleft())
             if jobs:
                 self._commit(jobs)
-            if self._unsynced and (
-                not jobs or time.monotonic() - self._last_sync >= BATCH_SYNC_INTERVAL_S
-            ):
+            if self._unsynced and time.monotonic() - self._last_sync >= BATCH_SYNC_INTERVAL_S:
                 self._sync()
         if self._unsynced:
             self._sync()

@@ -26,7 +26,7 @@ class StreamModel(RuleBasedStateMachine):
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="jetmq-model-")
         self.clock = FakeClock()
-        self.store = Store.open(self.dir, clock=self.clock, map_size=1 << 22)
+        self.store = Store.open(self.dir, clock=self.clock, map_size=1 << 22, sync="batch")
         self.msgs: dict[int, tuple[str, bytes]] = {}
         self.last = 0
         self.dedupe: dict[str, int] = {}
@@ -130,7 +130,7 @@ class StreamModel(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.store.close()
-        self.store = Store.open(self.dir, clock=self.clock, map_size=1 << 22)
+        self.store = Store.open(self.dir, clock=self.clock, map_size=1 << 22, sync="batch")
 
     @invariant()
     def matches_model(self) -> None:

@@ -1,0 +1,119 @@
+"""Stateful Hypothesis test of an explicit-ack pull consumer against a small model.
+
+Invariants: new messages go out once each in stream order; an acked message is never
+delivered again; redeliveries happen only after ack_wait or a NAK; the consumer's
+num_ack_pending, ack floor, delivered position and num_pending match the model, across
+reopens of the store.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from store import AckKind, Delivery, Store
+from tests.store.conftest import SEC, Events, FakeClock
+
+ACK_WAIT = 10 * SEC
+
+
+class ConsumerModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="jetmq-cmodel-")
+        self.clock = FakeClock()
+        self.events = Events()
+        self.store = self._open()
+        self.stored: set[int] = set()
+        self.last = 0
+        self.delivered_seq = 0
+        self.pending: dict[int, int] = {}  # seq -> deadline
+        self.acked: set[int] = set()
+
+    def _open(self) -> Store:
+        return Store.open(
+            self.dir, clock=self.clock, on_event=self.events, map_size=1 << 22, sync="batch"
+        )
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @initialize()
+    def create(self) -> None:
+        self.store.create_stream({"name": "S", "subjects": ["s.>"]})
+        self.store.create_consumer(
+            "S", {"durable_name": "c", "ack_policy": "explicit", "ack_wait": ACK_WAIT}
+        )
+
+    def _check_deliveries(self) -> None:
+        for e in self.events.take():
+            if not isinstance(e, Delivery):
+                continue
+            seq = e.msg.seq
+            assert seq in self.stored
+            assert seq not in self.acked
+            if e.delivered_count == 1:
+                assert seq > self.delivered_seq
+                assert seq not in self.pending
+                skipped = [s for s in self.stored if self.delivered_seq < s < seq]
+                assert not skipped, "a new message was skipped"
+                self.delivered_seq = seq
+            else:
+                assert seq in self.pending
+                assert self.pending[seq] <= self.clock.now, "redelivered before its deadline"
+            self.pending[seq] = self.clock.now + ACK_WAIT
+
+    @rule(n=st.integers(1, 3))
+    def publish(self, n: int) -> None:
+        for _ in range(n):
+            ack = self.store.publish("s.x", b"p")
+            assert ack is not None
+            self.last = ack.seq
+            self.stored.add(ack.seq)
+        self._check_deliveries()
+
+    @rule(batch=st.integers(1, 4))
+    def pull(self, batch: int) -> None:
+        self.store.pull("S", "c", "inbox", batch=batch, no_wait=True)
+        self._check_deliveries()
+
+    @rule(data=st.data(), kind=st.sampled_from([AckKind.ACK, AckKind.TERM, AckKind.NAK]))
+    def ack(self, data: st.DataObject, kind: AckKind) -> None:
+        if not self.pending:
+            return
+        seq = data.draw(st.sampled_from(sorted(self.pending)))
+        self.store.ack("S", "c", seq, kind)
+        if kind is AckKind.NAK:
+            self.pending[seq] = self.clock.now
+        else:
+            del self.pending[seq]
+            self.acked.add(seq)
+        self._check_deliveries()
+
+    @rule(secs=st.integers(1, 15))
+    def advance(self, secs: int) -> None:
+        self.store.tick(self.clock.advance(secs * SEC)).result(timeout=30)
+        self._check_deliveries()
+
+    @rule()
+    def reopen(self) -> None:
+        self.store.close()
+        self.store = self._open()
+
+    @invariant()
+    def info_matches(self) -> None:
+        info = self.store.consumer_info("S", "c")
+        assert info.num_ack_pending == len(self.pending)
+        assert info.delivered.stream_seq == self.delivered_seq
+        floor = min(self.pending) - 1 if self.pending else self.delivered_seq
+        assert info.ack_floor.stream_seq == floor
+        assert info.num_pending == sum(1 for s in self.stored if s > self.delivered_seq)
+
+
+ConsumerModel.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestConsumerModel = ConsumerModel.TestCase
