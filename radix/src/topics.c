@@ -109,11 +109,28 @@ int radix_subscribe(radix_topics *rt, const uint8_t *filter, size_t len, uint64_
         kb_byte(&ck, 'S');
         kb_put(&ck, filter, len);
     }
+    /* One walk for a new filter: try-insert a fresh one-entry list; when the
+     * key exists the fresh list is dropped and the existing one is updated. */
     void *v = NULL;
-    sublist *l = NULL, *grown = NULL, *fresh = NULL;
+    sublist *l = NULL, *grown = NULL, *fresh = list_new(&rt->mem, 1);
     size_t at = 0;
     int found = 0;
-    if (radix_tree_find(rt->tree, kb.p, kb.len, &v)) {
+    if (!fresh) {
+        rc = RADIX_E_NOMEM;
+        goto done;
+    }
+    fresh->n = 1;
+    fresh->e[0].client = client;
+    fresh->e[0].handle = handle;
+    int tins = radix_tree_try_insert(rt->tree, kb.p, kb.len, fresh, &v);
+    if (tins < 0) {
+        rmem_free(&rt->mem, fresh);
+        rc = tins;
+        goto done;
+    }
+    if (tins == 0) {
+        rmem_free(&rt->mem, fresh);
+        fresh = NULL;
         l = v;
         at = find_client(l, client, &found);
         if (found) {
@@ -128,21 +145,6 @@ int radix_subscribe(radix_topics *rt, const uint8_t *filter, size_t len, uint64_
                 rc = RADIX_E_NOMEM;
                 goto done;
             }
-        }
-    } else {
-        fresh = list_new(&rt->mem, 1);
-        if (!fresh) {
-            rc = RADIX_E_NOMEM;
-            goto done;
-        }
-        fresh->n = 1;
-        fresh->e[0].client = client;
-        fresh->e[0].handle = handle;
-        int ins = radix_tree_insert(rt->tree, kb.p, kb.len, fresh, NULL);
-        if (ins != 1) {
-            rmem_free(&rt->mem, fresh);
-            rc = RADIX_E_NOMEM;
-            goto done;
         }
     }
     if (inv) {
