@@ -610,3 +610,15 @@ def test_delivery_is_bounded_per_batch_and_resumes_on_tick(store: Store, events:
     store.tick().result(timeout=10)
     assert len(_seqs(events.take())) == 10
     assert store.next_deadline() is None
+
+
+def test_identical_recreate_after_restart_is_idempotent(tmp_path: Path, clock: FakeClock) -> None:
+    cfg = {"durable_name": "c", "ack_policy": "explicit", "filter_subject": "s.a"}
+    scfg = {"name": "S", "subjects": ["s.>"], "max_age": 60 * SEC}
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        s.create_stream(scfg)
+        s.create_consumer("S", cfg, action="create")
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        s.create_stream(scfg)
+        s.create_consumer("S", cfg, action="create")
+        assert s.consumer_names("S") == ["c"]
