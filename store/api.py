@@ -20,6 +20,7 @@ submits :class:`Tick` (or calls :meth:`tick`) at or after that time.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -91,7 +92,7 @@ class Store:
     @classmethod
     def open(
         cls,
-        path: str | Any,
+        path: str | os.PathLike[str],
         *,
         sync: Literal["always", "batch"] = "always",
         clock: Callable[[], int] = time.time_ns,

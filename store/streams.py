@@ -320,6 +320,9 @@ class StreamRt:
         return seq
 
     def dedupe_record(self, ctx: Ctx, msg_id: str, seq: int) -> None:
+        # Amortised eviction: every recorded id retires up to two expired ones, so the
+        # dedupe tables stay bounded even when nobody drives Tick.
+        self.evict_dedupe(ctx, limit=2)
         ctx.txn.put(
             keys.dedupe_key(self.sid, msg_id),
             keys.u64(seq) + keys.u64(ctx.now),

@@ -439,3 +439,15 @@ def test_batch_submission_from_events_is_not_required(store: Store, events: Even
     res = store.submit([Publish("s.a"), Publish("s.b")]).result(timeout=10)
     assert [r.seq for r in res if isinstance(r, PubAck)] == [1, 2]
     assert events.take() == []
+
+
+def test_dedupe_entries_are_evicted_without_ticks(store: Store, clock: FakeClock) -> None:
+    _stream(store, duplicate_window=SEC)
+    for i in range(10):
+        _pub(store, "s.a", Nats_Msg_Id=f"id{i}")
+    clock.advance(2 * SEC)
+    for i in range(10):
+        _pub(store, "s.a", Nats_Msg_Id=f"new{i}")
+    stats = store.env.stat()
+    assert stats["dedupe"]["entries"] <= 11
+    assert stats["dedupeseq"]["entries"] <= 11
