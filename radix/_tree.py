@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from radix._errors import ClosedError, ErrorCode, check
+from radix._errors import ClosedError, ErrorCode, StaleIteratorError, check
 from radix._radix import ffi, lib
 
 _E_BUFFER = int(ErrorCode.E_BUFFER)
@@ -205,12 +205,20 @@ class TreeIterator:
     def prev(self) -> bool:
         return check(lib.radix_iter_prev(self._ptr())) == 1
 
+    def _live(self) -> Any:
+        it = self._ptr()
+        if lib.radix_iter_stale(it):
+            raise StaleIteratorError("the tree changed since the last seek")
+        return it
+
     def key(self) -> bytes:
-        p = lib.radix_iter_key(self._ptr(), self._len)
+        """Key at the current position (b"" at the end)."""
+        p = lib.radix_iter_key(self._live(), self._len)
         return b"" if p == ffi.NULL else bytes(ffi.buffer(p, self._len[0]))
 
     def value(self) -> int:
-        return _int(lib.radix_iter_value(self._ptr()))
+        """Value at the current position (0 at the end)."""
+        return _int(lib.radix_iter_value(self._live()))
 
     def copy(self) -> TreeIterator:
         other = self._tree.iterator()

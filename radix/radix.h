@@ -212,8 +212,12 @@ int radix_iter_seek_prefix(radix_iter *it, const uint8_t *prefix, size_t len);
 int radix_iter_seek_pos(radix_iter *it, const radix_pos *p, const uint8_t *prefix, size_t len);
 int radix_iter_next(radix_iter *it);
 int radix_iter_prev(radix_iter *it);
+/* Key and value of the current position; NULL at the end or when stale
+ * (the nodes may be gone). The key stays valid until the next step. */
 const uint8_t *radix_iter_key(const radix_iter *it, size_t *len);
 void *radix_iter_value(const radix_iter *it);
+/* 1 when the tree changed since the iterator's last seek. */
+int radix_iter_stale(const radix_iter *it);
 
 /* ---- validation ------------------------------------------------------- */
 int radix_validate_topic(const uint8_t *topic, size_t len, uint32_t flags);

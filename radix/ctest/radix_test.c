@@ -174,6 +174,8 @@ static void unit_iter(void) {
     CHECK(radix_iter_seek(it, RADIX_SEEK_FIRST, NULL, 0) == 1);
     ins(t, "zzz", 9);
     CHECK(radix_iter_next(it) == RADIX_E_STALE);
+    CHECK(radix_iter_stale(it) == 1 && radix_iter_value(it) == NULL);
+    CHECK(radix_iter_key(it, NULL) == NULL);
     radix_iter_free(it);
     radix_tree_free(t, NULL, NULL);
 }

@@ -290,8 +290,10 @@ static int step(radix_iter *it, int forward) {
 int radix_iter_next(radix_iter *it) { return step(it, 1); }
 int radix_iter_prev(radix_iter *it) { return step(it, 0); }
 
+int radix_iter_stale(const radix_iter *it) { return !it || it->gen != it->t->gen; }
+
 const uint8_t *radix_iter_key(const radix_iter *it, size_t *len) {
-    if (!it || (it->flags & IT_EOF)) {
+    if (!it || (it->flags & IT_EOF) || it->gen != it->t->gen) {
         if (len) *len = 0;
         return NULL;
     }
@@ -300,7 +302,7 @@ const uint8_t *radix_iter_key(const radix_iter *it, size_t *len) {
 }
 
 void *radix_iter_value(const radix_iter *it) {
-    if (!it || (it->flags & IT_EOF) || !it->depth) return NULL;
+    if (!it || (it->flags & IT_EOF) || !it->depth || it->gen != it->t->gen) return NULL;
     return top(it)->value;
 }
 

@@ -139,6 +139,10 @@ int radix_subscribe(radix_topics *rt, const uint8_t *filter, size_t len, uint64_
             goto done;
         }
         if (l->n == l->cap) {
+            if (l->cap > UINT32_MAX / 2) {
+                rc = RADIX_E_NOMEM;
+                goto done;
+            }
             uint32_t ncap = l->cap < 4 ? l->cap + 1 : l->cap + l->cap / 2;
             grown = list_new(&rt->mem, ncap);
             if (!grown) {

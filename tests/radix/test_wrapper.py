@@ -167,6 +167,10 @@ def test_stale_iterator_raises() -> None:
     assert tree.generation > gen
     with pytest.raises(radix.StaleIteratorError):
         it.next()
+    with pytest.raises(radix.StaleIteratorError):
+        it.value()
+    with pytest.raises(radix.StaleIteratorError):
+        it.key()
     assert it.seek(radix.Seek.GE, b"a")
     assert it.next()
     copy = it.copy()
