@@ -123,6 +123,18 @@ class ClientConnection:
                 with trio.move_on_after(FLUSH_TIMEOUT):
                     await self._writer_done.wait()
                 nursery.cancel_scope.cancel()
+        except Exception:
+            # A bug while serving this client must not take the broker down: log it with
+            # its traceback, tell the client (0x83), and close only this connection.
+            log.exception("internal error while serving a client; closing its connection")
+            if self.version is _V5:
+                data = encode(Disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR), _V5)
+                with (
+                    trio.CancelScope(shield=True),
+                    trio.move_on_after(FLUSH_TIMEOUT),
+                    contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+                ):
+                    await self.stream.send_all(data)
         finally:
             self._closing = True
             self._steps_send.close()
@@ -393,14 +405,22 @@ class ClientConnection:
     # == inbound PUBLISH ==========================================================================
 
     def _message(self, publish: Publish, origin: int) -> AppMessage:
+        """The message as it will be forwarded: only the properties an onward PUBLISH
+        carries unchanged [MQTT-3.3.2-4, -15, -16, -17, -20] (no Topic Alias, no
+        Subscription Identifier, no Will Delay Interval)."""
         props = publish.properties
         expires_at = None
-        if props.message_expiry_interval is not None:
-            expires_at = trio.current_time() + props.message_expiry_interval
-        if props.topic_alias is not None or props.subscription_identifiers:
-            from dataclasses import replace
-
-            props = replace(props, topic_alias=None, subscription_identifiers=())
+        if props is not EMPTY_PROPERTIES:
+            if props.message_expiry_interval is not None:
+                expires_at = trio.current_time() + props.message_expiry_interval
+            props = Properties(
+                payload_format_indicator=props.payload_format_indicator,
+                message_expiry_interval=props.message_expiry_interval,
+                content_type=props.content_type,
+                response_topic=props.response_topic,
+                correlation_data=props.correlation_data,
+                user_properties=props.user_properties,
+            )
         forward = Publish(
             publish.topic, publish.payload, publish.qos, publish.retain, properties=props
         )

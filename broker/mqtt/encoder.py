@@ -263,7 +263,7 @@ _ENCODERS: dict[type, Callable[[Any, bool], tuple[int, bytes]]] = {
     Auth: _auth,
 }
 
-_PER_RECIPIENT = frozenset({"topic_alias", "subscription_identifiers"})
+_NOT_LOW = frozenset({"topic_alias", "subscription_identifiers", "user_properties"})
 _ALIAS_ID = encode_varint(PropertyId.TOPIC_ALIAS)
 _SUB_ID = encode_varint(PropertyId.SUBSCRIPTION_IDENTIFIER)
 
@@ -279,7 +279,7 @@ class EncodedPublish:
     recipient gets the *same* bytes object.
     """
 
-    __slots__ = ("_cache", "_items", "_payload", "_topic", "publish", "version")
+    __slots__ = ("_cache", "_items", "_low", "_payload", "_topic", "_user", "publish", "version")
 
     def __init__(self, publish: Publish, version: ProtocolVersion) -> None:
         self.publish = publish
@@ -288,11 +288,17 @@ class EncodedPublish:
             raise LocalProtocolError(f"topic of {len(publish.topic)} bytes exceeds 65535")
         self._topic = len(publish.topic).to_bytes(2, "big") + publish.topic
         self._payload = publish.payload
-        self._items = (
-            encode_property_items(publish.properties, Context.PUBLISH, skip=_PER_RECIPIENT)
-            if version is _V5
-            else b""
-        )
+        # The properties in table order, split around the per-recipient ones so that the
+        # result is byte-identical to encode(): [01..09] [0B sub ids] [23 alias] [26 user].
+        if version is _V5:
+            props = publish.properties
+            self._low = encode_property_items(props, Context.PUBLISH, skip=_NOT_LOW)
+            self._user = encode_property_items(
+                Properties(user_properties=props.user_properties), Context.PUBLISH
+            )
+        else:
+            self._low = self._user = b""
+        self._items = self._low + self._user
         self._cache: dict[bool, bytes] = {}
 
     def for_recipient(
@@ -323,11 +329,12 @@ class EncodedPublish:
         if v5:
             items = self._items
             if topic_alias is not None or subscription_identifiers:
-                extra = (
-                    [_ALIAS_ID + topic_alias.to_bytes(2, "big")] if topic_alias is not None else []
-                )
-                extra.extend(_SUB_ID + encode_varint(i) for i in subscription_identifiers)
-                items = b"".join(extra) + items
+                parts = [self._low]
+                parts.extend(_SUB_ID + encode_varint(i) for i in subscription_identifiers)
+                if topic_alias is not None:
+                    parts.append(_ALIAS_ID + topic_alias.to_bytes(2, "big"))
+                parts.append(self._user)
+                items = b"".join(parts)
             head.append(encode_varint(len(items)))
             head.append(items)
         body = b"".join(head)

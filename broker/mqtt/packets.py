@@ -95,53 +95,29 @@ class Publish:
 
 
 class _PublishBuilder:
-    """The decoder's fast constructor for :class:`Publish`.
+    """The decoder's fast way to make a :class:`Publish` (used inline in the decoder).
 
     A frozen dataclass's ``__init__`` assigns each field through ``object.__setattr__``,
     which costs about 1.5 us for PUBLISH's seven fields on the project machine: most of
-    the decode budget. This class has the same ``__slots__`` layout, assigns its slots
-    directly (about 0.3 us) and then turns the object into a real, frozen ``Publish`` by
-    ``__class__`` assignment, which CPython allows between classes of identical layout.
-    The result is indistinguishable from ``Publish(...)`` (tested in test_packets.py).
+    the decode budget. The decoder instead allocates this class, which has the same
+    ``__slots__`` layout, assigns the slots directly (about 0.3 us) and then turns the
+    object into a real, frozen ``Publish`` by ``__class__`` assignment, which CPython
+    allows between classes of identical layout. The result is indistinguishable from
+    ``Publish(...)`` (tests/mqtt/test_packets.py checks equality, hashing, immutability).
     """
 
     # Must equal Publish.__slots__ (the field order), checked below.
     __slots__ = ("topic", "payload", "qos", "retain", "dup", "packet_id", "properties")  # noqa: RUF023
-
-    def __init__(
-        self,
-        topic: bytes,
-        payload: bytes,
-        qos: int,
-        retain: bool,
-        dup: bool,
-        packet_id: int | None,
-        properties: Properties,
-    ) -> None:
-        self.topic = topic
-        self.payload = payload
-        self.qos = qos
-        self.retain = retain
-        self.dup = dup
-        self.packet_id = packet_id
-        self.properties = properties
-        self.__class__ = Publish  # type: ignore[assignment]
+    topic: bytes
+    payload: bytes
+    qos: int
+    retain: bool
+    dup: bool
+    packet_id: int | None
+    properties: Properties
 
 
 assert _PublishBuilder.__slots__ == Publish.__slots__  # the layouts must stay identical
-
-
-def new_publish(
-    topic: bytes,
-    payload: bytes,
-    qos: int,
-    retain: bool,
-    dup: bool,
-    packet_id: int | None,
-    properties: Properties,
-) -> Publish:
-    """``Publish(...)`` without the frozen-dataclass constructor cost (decoder hot path)."""
-    return _PublishBuilder(topic, payload, qos, retain, dup, packet_id, properties)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,8 +149,3 @@ class Reader:
         raw = self.binary(what)
         check_utf8(raw)
         return raw
-
-    def rest(self) -> bytes:
-        start = self.pos
-        self.pos = self.end
-        return self.data[start : self.end]

@@ -15,8 +15,10 @@ from tests.broker.harness import BrokerThread, make_config
 def make_broker(tmp_path: pathlib.Path) -> Iterator[Callable[..., BrokerThread]]:
     started: list[BrokerThread] = []
 
-    def start(data_dir: pathlib.Path | None = None, **mqtt: Any) -> BrokerThread:
-        broker = BrokerThread(make_config(data_dir or tmp_path / "data", **mqtt))
+    def start(
+        data_dir: pathlib.Path | None = None, sessions: dict[str, Any] | None = None, **mqtt: Any
+    ) -> BrokerThread:
+        broker = BrokerThread(make_config(data_dir or tmp_path / "data", sessions=sessions, **mqtt))
         broker.start()
         started.append(broker)
         return broker

@@ -88,13 +88,17 @@ def _serve_partial(config: BrokerConfig) -> Any:
     return run
 
 
-def make_config(data_dir: pathlib.Path, **mqtt: Any) -> BrokerConfig:
+def make_config(
+    data_dir: pathlib.Path, *, sessions: dict[str, Any] | None = None, **mqtt: Any
+) -> BrokerConfig:
     overrides: dict[str, dict[str, Any]] = {
         "listener": {"listen": ["127.0.0.1:0"]},
         "storage": {"data_dir": str(data_dir)},
     }
     if mqtt:
         overrides["mqtt"] = mqtt
+    if sessions:
+        overrides["sessions"] = sessions
     return load_config(None, overrides)
 
 
