@@ -1,5 +1,9 @@
 """Operations submitted to the writer, their results, and the events the engine emits.
 
+The hot ones (``Publish``, ``Ack``, ``Pull``, ``PubAck``, ``Delivery``, ``StoredMsg``) are
+``NamedTuple`` classes: immutable and about five times cheaper to build than frozen
+dataclasses, which matters at tens of thousands per second.
+
 One group-commit batch may mix any of these. Each operation gets its own result, and a
 failing operation (a :class:`~store.errors.JetStreamError` as its result) does not fail
 the others.
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from store.errors import JetStreamError
 from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo
@@ -16,8 +21,7 @@ from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo
 Headers = tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMsg:
+class StoredMsg(NamedTuple):
     seq: int
     time_ns: int
     subject: str
@@ -35,8 +39,7 @@ class StoredMsg:
 # -- operations ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Publish:
+class Publish(NamedTuple):
     """Store a message in the stream whose subjects match ``subject`` (or exactly ``stream``).
 
     Result: :class:`PubAck`, :class:`JetStreamError`, or ``None`` when no stream captures
@@ -82,8 +85,7 @@ class AckKind(Enum):
     NEXT = "+NXT"
 
 
-@dataclass(frozen=True, slots=True)
-class Ack:
+class Ack(NamedTuple):
     """An ack for ``seq`` (stream sequence) on a consumer. Result: ``None``.
 
     ``delay_ns`` is the ``-NAK`` delay; ``reason`` the ``+TERM`` reason. For ``+NXT``,
@@ -113,8 +115,7 @@ class DeleteConsumer:
     consumer: str
 
 
-@dataclass(frozen=True, slots=True)
-class Pull:
+class Pull(NamedTuple):
     """A pull request (MSG.NEXT); messages and statuses arrive as events with ``reply``."""
 
     stream: str
@@ -175,8 +176,7 @@ Op = (
 # -- results ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class PubAck:
+class PubAck(NamedTuple):
     stream: str
     seq: int
     duplicate: bool = False
@@ -199,8 +199,7 @@ OpResult = PubAck | PurgeResult | JetStreamError | None | bool | StreamInfo | Co
 # -- events (emitted on the writer thread after the commit that produced them) --------------
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(NamedTuple):
     """A message for a consumer: to its push ``deliver_subject`` or a pull request's inbox."""
 
     stream: str
