@@ -117,6 +117,9 @@ static void unit_tree(void) {
     CHECK(strcmp(dump_a, dump_b) == 0);
     CHECK(radix_tree_remove_prefix(t, U8(""), 0, NULL, NULL) == 3);
     CHECK(radix_tree_nodes(t) == 1 && radix_tree_size(t) == 0 && radix_tree_check(t, 1) == 0);
+    radix_tree *fresh = radix_tree_new();
+    CHECK(radix_tree_bytes(t) == radix_tree_bytes(fresh));
+    radix_tree_free(fresh, NULL, NULL);
     CHECK(radix_tree_size(c) == 3 && radix_tree_check(c, 1) == 0);
     radix_tree_free(c, NULL, NULL);
     /* cursors */
@@ -542,6 +545,13 @@ static void oom_tree(void) {
                 if (crc) fprintf(stderr, "check after OOM remove of %s: %d\n", base[j - 1], crc);
                 CHECK(crc == 0);
             }
+            /* remove_prefix under OOM: completes, tree stays valid */
+            size_t before = radix_tree_size(t);
+            fail_after(1);
+            size_t gone = radix_tree_remove_prefix(t, U8("xyz/"), 4, NULL, NULL);
+            fail_never();
+            CHECK(radix_tree_size(t) == before - gone && radix_tree_check(t, 0) == 0);
+            CHECK(radix_tree_has_prefix(t, U8("xyz/"), 4) == 0);
             radix_tree *c = NULL;
             for (long j = 1; !c; j++) {
                 fail_after(j);

@@ -407,6 +407,11 @@ size_t radix_tree_remove_prefix(radix_tree *t, const uint8_t *prefix, size_t len
         n->iskey = 0;
         n->value = NULL;
         n->nchild = 0; /* root seg is empty: nothing to move */
+        rnode *fresh = node_new(t, NULL, 0, 0); /* best effort: give back the child slots */
+        if (fresh) {
+            node_free(t, n);
+            t->root = fresh;
+        }
     } else {
         removed = free_subtree(t, n, free_value, ud);
         remove_child(t, pslot, idx);
