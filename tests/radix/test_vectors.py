@@ -38,6 +38,32 @@ def test_seed_counters_7_1() -> None:
         idx.check()
 
 
+def test_seed_key_layout_7_1() -> None:
+    # H . F . 0xFF and H . F . 0xFE . S . 0xFF, '/' kept inside keys (fixes D1)
+    with seeded() as idx:
+        assert idx.dump() == (
+            "(root)\n"
+            "  '$' \"$SYS/foo/#\\xff\" =key\n"
+            "  '@' \"\"\n"
+            "    '+' \"/bar\\xff\" =key\n"
+            "    'f' \"oo/\"\n"
+            "      '#' \"\\xff\" =key\n"
+            "      'b' \"ar\"\n"
+            "        '/' \"\\xff\" =key\n"
+            "        '\\xfe' \"baz\"\n"
+            "          'z' \"le\\xff\" =key\n"
+            "          '\\xff' \"\" =key\n"
+            "        '\\xff' \"\" =key\n"
+            "    '\\xe9' \"\\x85\\x92/\\xe5\\x90\\xa7\\xff\" =key\n"
+        )
+        assert idx.client_filters(1) == [b"$SYS/foo/#", b"foo/#", b"foo/bar"]
+        # be64(client) . 'S' . filter: client 1 and client 128 share the first 7 bytes
+        client_tree = idx.dump(client_tree=True)
+        assert client_tree.startswith("(root)\n  '\\x00' \"\\x00\\x00\\x00\\x00\\x00\\x00\"\n")
+        assert "    '\\x01' \"S\"\n      '$' \"SYS/foo/#\" =key\n" in client_tree
+        assert "    '\\x80' \"Sfoo/#\" =key\n" in client_tree
+
+
 def test_seed_foo_bar_picks_one_of_each_group_7_2() -> None:
     with seeded() as idx:
         ids = idx.match(b"foo/bar")
