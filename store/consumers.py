@@ -339,7 +339,11 @@ class ConsumerRt:
                 else:
                     self.update_ack_floor()
             t, subj, hdr, payload = keys.unpack_msg(rec)
-            msg = StoredMsg(seq, t, subj, keys.decode_headers(hdr), payload)
+            headers = keys.decode_headers(hdr)
+            if cfg.headers_only:
+                headers = (*headers, ("Nats-Msg-Size", str(len(payload))))
+                payload = b""
+            msg = StoredMsg(seq, t, subj, headers, payload)
             ctx.events.append(
                 Delivery(
                     self.stream.name, self.name, reply, msg, count, cseq, self.num_pending(ctx)
@@ -406,7 +410,9 @@ class ConsumerRt:
                 released.append(seq)
                 if term:
                     ctx.events.append(
-                        Advisory("terminated", self.stream.name, self.name, seq, e.count, reason)
+                        Advisory(
+                            "terminated", self.stream.name, self.name, seq, e.count, reason, ctx.now
+                        )
                     )
         if released:
             self.update_ack_floor()
@@ -453,7 +459,7 @@ class ConsumerRt:
                 self.num_ack_pending -= 1
                 self._put_pending(ctx, seq, e)
                 ctx.events.append(
-                    Advisory("max_deliver", self.stream.name, self.name, seq, e.count)
+                    Advisory("max_deliver", self.stream.name, self.name, seq, e.count, "", ctx.now)
                 )
                 continue
             e.deadline = NEVER

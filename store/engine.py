@@ -375,7 +375,9 @@ class Engine:
                     ia = c.inactive_deadline()
                     if ia and ia <= ctx.now:
                         self._delete_consumer(ctx, st, c.name)
-                        ctx.events.append(Advisory("consumer_deleted", st.name, c.name))
+                        ctx.events.append(
+                            Advisory("consumer_deleted", st.name, c.name, time_ns=ctx.now)
+                        )
                 ctx.touched.add(st)
             # Deliver now so redeliveries carry this tick's time.
             self._finish_timers(ctx)

@@ -16,7 +16,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from store.errors import JetStreamError
-from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo
+from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo, format_time
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -242,6 +242,34 @@ class Advisory:
     stream_seq: int = 0
     deliveries: int = 0
     reason: str = ""
+    time_ns: int = 0
+
+    def to_wire(self, advisory_id: str) -> tuple[str, dict[str, object]]:
+        """``(subject, body)`` of the nats-server advisory (spec §1.9.5)."""
+        base: dict[str, object] = {
+            "id": advisory_id,
+            "timestamp": format_time(self.time_ns),
+            "stream": self.stream,
+            "consumer": self.consumer,
+        }
+        if self.kind == "max_deliver":
+            subject = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{self.stream}.{self.consumer}"
+            body = {"type": "io.nats.jetstream.advisory.v1.max_deliver", **base}
+            body |= {"stream_seq": self.stream_seq, "deliveries": self.deliveries}
+        elif self.kind == "terminated":
+            subject = f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{self.stream}.{self.consumer}"
+            body = {"type": "io.nats.jetstream.advisory.v1.terminated", **base}
+            body |= {
+                "consumer_seq": 0,
+                "stream_seq": self.stream_seq,
+                "deliveries": self.deliveries,
+                "reason": self.reason,
+            }
+        else:
+            subject = f"$JS.EVENT.ADVISORY.CONSUMER.DELETED.{self.stream}.{self.consumer}"
+            body = {"type": "io.nats.jetstream.advisory.v1.consumer_action", **base}
+            body |= {"action": "delete"}
+        return subject, body
 
 
 Event = Delivery | PullStatus | Advisory

@@ -622,3 +622,38 @@ def test_identical_recreate_after_restart_is_idempotent(tmp_path: Path, clock: F
         s.create_stream(scfg)
         s.create_consumer("S", cfg, action="create")
         assert s.consumer_names("S") == ["c"]
+
+
+def test_headers_only_delivers_size_header(store: Store, events: Events) -> None:
+    _stream(store)
+    store.publish("s.a", b"12345", (("X", "1"),))
+    _consumer(store, headers_only=True)
+    (d,) = [e for e in _pull(store, events) if isinstance(e, Delivery)]
+    assert d.msg.payload == b""
+    assert d.msg.headers == (("X", "1"), ("Nats-Msg-Size", "5"))
+
+
+def test_advisory_wire_shape(store: Store, events: Events, clock: FakeClock) -> None:
+    _stream(store)
+    _fill(store, "s.a")
+    _consumer(store, ack_wait=SEC, max_deliver=1)
+    _pull(store, events)
+    store.tick(clock.advance(SEC)).result(timeout=10)
+    (adv,) = [e for e in events.take() if isinstance(e, Advisory)]
+    subject, body = adv.to_wire("id1")
+    assert subject == "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.S.c"
+    assert body == {
+        "type": "io.nats.jetstream.advisory.v1.max_deliver",
+        "id": "id1",
+        "timestamp": format_time(T0 + SEC),
+        "stream": "S",
+        "consumer": "c",
+        "stream_seq": 1,
+        "deliveries": 1,
+    }
+
+
+def test_replay_original_is_refused_not_faked(store: Store) -> None:
+    _stream(store)
+    e = _err(_consumer, store, replay_policy="original")
+    assert e.err_code == 10012
