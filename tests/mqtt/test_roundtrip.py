@@ -27,7 +27,7 @@ def _decoder_for(packet: Packet, version: ProtocolVersion) -> Decoder:
 
 
 @pytest.mark.parametrize(("ptype", "version"), PAIRS, ids=IDS)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_round_trip(ptype: PacketType, version: ProtocolVersion, data: st.DataObject) -> None:
     packet = data.draw(packets_of(ptype, version))
@@ -38,7 +38,7 @@ def test_round_trip(ptype: PacketType, version: ProtocolVersion, data: st.DataOb
 
 
 @pytest.mark.parametrize(("ptype", "version"), PAIRS, ids=IDS)
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(data=st.data())
 def test_every_truncated_prefix_asks_for_more_data(
     ptype: PacketType, version: ProtocolVersion, data: st.DataObject
@@ -52,7 +52,7 @@ def test_every_truncated_prefix_asks_for_more_data(
 
 
 @pytest.mark.parametrize("version", VERSIONS, ids=[v.name for v in VERSIONS])
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_byte_by_byte_equals_one_chunk(version: ProtocolVersion, data: st.DataObject) -> None:
     packets = data.draw(st.lists(any_packet(version), min_size=1, max_size=6))
@@ -68,7 +68,7 @@ def test_byte_by_byte_equals_one_chunk(version: ProtocolVersion, data: st.DataOb
 
 
 @pytest.mark.parametrize("version", VERSIONS, ids=[v.name for v in VERSIONS])
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_random_chunking_equals_one_chunk(version: ProtocolVersion, data: st.DataObject) -> None:
     packets = [

@@ -1,0 +1,86 @@
+"""EncodedPublish: encode once, patch per recipient; the result always equals encode()."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.mqtt.codec import Decoder, EncodedPublish, encode
+from broker.mqtt.packet_types import ProtocolVersion
+from broker.mqtt.packets import Publish
+from broker.mqtt.properties import Properties
+
+from .mqtt_strategies import VERSIONS, publishes
+
+V5 = ProtocolVersion.MQTT_5
+
+
+def test_common_case_returns_the_same_bytes_object() -> None:
+    message = EncodedPublish(Publish(b"a/b", b"payload", 1, True, True, 9), V5)
+    first = message.for_recipient()
+    assert first is message.for_recipient()
+    assert first == encode(Publish(b"a/b", b"payload"), V5)
+    retained = message.for_recipient(retain=True)
+    assert retained is message.for_recipient(retain=True)
+    assert retained != first
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=lambda v: v.name)
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.data(),
+    qos=st.integers(0, 2),
+    retain=st.booleans(),
+    dup=st.booleans(),
+    packet_id=st.integers(1, 0xFFFF),
+    alias=st.none() | st.integers(1, 0xFFFF),
+    omit=st.booleans(),
+    sub_ids=st.lists(st.integers(1, 268_435_455), max_size=3).map(tuple),
+)
+def test_for_recipient_equals_a_full_encode(
+    version: ProtocolVersion,
+    data: st.DataObject,
+    qos: int,
+    retain: bool,
+    dup: bool,
+    packet_id: int,
+    alias: int | None,
+    omit: bool,
+    sub_ids: tuple[int, ...],
+) -> None:
+    original = data.draw(publishes(version))
+    v5 = version is V5
+    dup = dup and qos > 0
+    alias = alias if v5 else None
+    omit = omit and alias is not None
+    message = EncodedPublish(original, version)
+    wire = message.for_recipient(packet_id if qos else None, dup, qos, retain, alias, omit, sub_ids)
+    props = original.properties
+    if v5:
+        props = replace(props, topic_alias=alias, subscription_identifiers=sub_ids)
+    expected = Publish(
+        b"" if omit else original.topic,
+        original.payload,
+        qos,
+        retain,
+        dup,
+        packet_id if qos else None,
+        props,
+    )
+    assert wire == encode(expected, version)
+    assert Decoder(version).feed(wire) == [expected]
+
+
+def test_as_publish_strips_the_alias_and_sets_identifiers() -> None:
+    message = EncodedPublish(
+        Publish(b"t", b"p", properties=Properties(topic_alias=3, content_type="c")), V5
+    )
+    got = message.as_publish(7, 1, True, False, (2,))
+    assert got == Publish(
+        b"t", b"p", 1, True, False, 7, Properties(content_type="c", subscription_identifiers=(2,))
+    )
+    plain = EncodedPublish(Publish(b"t", b"p"), V5)
+    assert plain.as_publish(None, 0, False).properties is plain.publish.properties
