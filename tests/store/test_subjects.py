@@ -1,0 +1,70 @@
+"""NATS subject rules checked against brute force over a small token alphabet."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store.subjects import (
+    is_valid_name,
+    is_valid_subject,
+    subject_matches,
+    subjects_overlap,
+    subset_of,
+)
+
+TOKENS = ["a", "b"]
+LITERALS = [
+    ".".join(p) for n in range(1, 4) for p in itertools.product(TOKENS, repeat=n)
+]  # every literal subject of 1..3 tokens
+
+_pattern = st.lists(st.sampled_from(["a", "b", "*"]), min_size=1, max_size=3).flatmap(
+    lambda toks: st.sampled_from([".".join(toks), ".".join([*toks[:-1], ">"])])
+)
+
+
+def _brute_match(pattern: str, subject: str) -> bool:
+    p = pattern.split(".")
+    s = subject.split(".")
+    if p[-1] == ">":
+        if len(s) < len(p):
+            return False
+        s = s[: len(p) - 1]
+        p = p[:-1]
+    elif len(s) != len(p):
+        return False
+    return all(x in ("*", y) for x, y in zip(p, s, strict=True))
+
+
+@settings(max_examples=200, deadline=None)
+@given(pattern=_pattern, subject=st.sampled_from(LITERALS))
+def test_match_equals_brute_force(pattern: str, subject: str) -> None:
+    assert subject_matches(pattern, subject) == _brute_match(pattern, subject)
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=_pattern, b=_pattern)
+def test_overlap_and_subset_equal_brute_force(a: str, b: str) -> None:
+    # Within 1..3 tokens the alphabet is exhaustive except for '>' reaching further,
+    # which only adds subjects both or neither match beyond what 3 tokens show.
+    ma = {s for s in LITERALS if _brute_match(a, s)}
+    mb = {s for s in LITERALS if _brute_match(b, s)}
+    assert subjects_overlap(a, b) == bool(ma & mb)
+    if subset_of(a, b):
+        assert ma <= mb
+
+
+def test_validity() -> None:
+    assert is_valid_subject("a.b.>")
+    assert is_valid_subject("$MQTT.sess.x")
+    assert not is_valid_subject("a.>.b")
+    assert not is_valid_subject("a..b")
+    assert not is_valid_subject(".a")
+    assert not is_valid_subject("a b")
+    assert not is_valid_subject("a.*", wildcards=False)
+    assert is_valid_subject("a*.b", wildcards=False)  # not a wildcard token
+    assert is_valid_name("ORDERS")
+    for bad in ("", "a.b", "a*", "a>", "a/b", "a\\b", "a b", "x" * 256):
+        assert not is_valid_name(bad)
