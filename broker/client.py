@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetmq.client")
 
 READ_SIZE = 65536
+FILL_BATCH = 256  # packets moved from a session queue per flush
 FLUSH_TIMEOUT = 2.0
 _V5 = ProtocolVersion.MQTT_5
 _WILDCARDS = (b"+", b"#")
@@ -514,8 +515,14 @@ class ClientConnection:
             self._send(Pubrel(pid, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
             return
         persist = self.broker.persist
-        wait = (lambda: persist.copy_stage(session, og, pid, 2)) if og.pend_seq else None
-        await self._step(wait, lambda: self._send(Pubrel(pid)))
+        entries = [(og, pid, 2)]
+        fut = persist.stage_copies(session, entries) if og.pend_seq else None
+
+        async def recorded() -> None:
+            assert fut is not None
+            persist.stages_committed(entries, await wait_future(fut))
+
+        await self._step(None if fut is None else recorded, lambda: self._send(Pubrel(pid)))
 
     # == subscriptions ============================================================================
 
@@ -665,7 +672,12 @@ class ClientConnection:
         self._wake.set()
 
     async def _fill(self) -> None:
-        """Move queued QoS 1/2 copies into the client's Receive Maximum window, in order."""
+        """Move queued copies into the client's Receive Maximum window, in order.
+
+        At most ``FILL_BATCH`` packets per flush, so a busy session still sends
+        while new copies keep arriving. QoS 2 copies of a persistent session get
+        their packet ids recorded in one commit before their bytes are released.
+        """
         session = self.session
         if session is None:
             return
@@ -673,31 +685,19 @@ class ClientConnection:
         persist = self.broker.persist
         queue = session.queue
         now = trio.current_time()
-        while queue and not self._closing:
+        ready: list[bytes] = []
+        staged: list[tuple[Outgoing, int, int]] = []
+        while queue and len(ready) < FILL_BATCH:
             og = queue[0]
             if og.qos and not proto.can_send_qos_message():
-                return
+                break
             queue.popleft()
             session.queued_bytes -= len(og.message.payload)
             enc = og.message.encoded_for(self.version, now)
             if enc is None:  # expired while waiting [MQTT-3.3.2-5]
                 persist.copy_done(session, og)
                 continue
-            if og.qos == 0:
-                with contextlib.suppress(PacketTooLargeError):
-                    self._out.append(
-                        proto.send_publish(
-                            enc, qos=0, retain=og.retain, subscription_identifiers=og.sub_ids
-                        )
-                    )
-                continue
-            pid = proto.next_packet_id()
-            if og.qos == 2 and og.pend_seq:
-                # A restart must resend this QoS 2 copy with the same packet id.
-                await persist.copy_stage(session, og, pid, 0)
-                if self._closing or self.session is not session:
-                    queue.appendleft(og)
-                    return
+            pid = proto.next_packet_id() if og.qos else None
             try:
                 data = proto.send_publish(
                     enc,
@@ -709,8 +709,18 @@ class ClientConnection:
             except PacketTooLargeError:
                 persist.copy_done(session, og)  # skipped as if delivered [MQTT-3.1.2-25]
                 continue
-            session.outgoing[pid] = og
-            self._out.append(data)
+            ready.append(data)
+            if pid is not None:
+                session.outgoing[pid] = og
+                if og.qos == 2 and og.pend_seq:
+                    staged.append((og, pid, 0))
+        if staged:
+            fut = persist.stage_copies(session, staged)
+            assert fut is not None
+            persist.stages_committed(staged, await wait_future(fut))
+        self._out.extend(ready)
+        if queue and proto.can_send_qos_message():
+            self._wake.set()  # more to send after this flush
 
     async def _writer(self) -> None:
         stream = self.stream

@@ -324,32 +324,38 @@ class Persistence:
     def copy_dropped(self, session: Session, og: Outgoing) -> None:
         self.copy_done(session, og)
 
-    async def copy_stage(self, session: Session, og: Outgoing, packet_id: int, stage: int) -> None:
-        """Record a QoS 2 copy's packet id (stage 0) or its PUBREC (stage 2) before acting on it.
+    def stage_copies(
+        self, session: Session, entries: Sequence[tuple[Outgoing, int, int]]
+    ) -> concurrent.futures.Future[list[store.OpResult]] | None:
+        """Record QoS 2 copies' packet ids (stage 0) or PUBRECs (stage 2) in one commit.
 
         A restart must resend a QoS 2 PUBLISH with its original packet id, and must send
-        PUBREL rather than the PUBLISH once PUBREC was received [MQTT-4.3.3-6].
+        PUBREL rather than the PUBLISH once PUBREC was received [MQTT-4.3.3-6]. Each
+        entry's pending record is rewritten (new record, old one deleted); the caller
+        awaits the future and then calls :meth:`stages_committed`.
         """
-        if not og.pend_seq:
-            return
-        record = {
-            "m": og.message.key,
-            "q": og.qos,
-            "r": int(og.retain),
-            "s": list(og.sub_ids),
-            "p": packet_id,
-            "st": stage,
-        }
-        old = og.pend_seq
-        fut = self._submit(
-            [
-                store.Publish(f"$MQTT.pend.{token(session.client_id)}", _dump(record), stream=PEND),
-                store.DeleteMsg(PEND, old),
-            ]
-        )
-        results = await wait_future(fut)
-        res = results[0]
-        og.pend_seq = res.seq if isinstance(res, store.PubAck) else 0
+        ops: list[store.Op] = []
+        subject = f"$MQTT.pend.{token(session.client_id)}"
+        for og, packet_id, stage in entries:
+            record = {
+                "m": og.message.key,
+                "q": og.qos,
+                "r": int(og.retain),
+                "s": list(og.sub_ids),
+                "p": packet_id,
+                "st": stage,
+            }
+            ops.append(store.Publish(subject, _dump(record), stream=PEND))
+            ops.append(store.DeleteMsg(PEND, og.pend_seq))
+        return self._submit(ops) if ops else None
+
+    @staticmethod
+    def stages_committed(
+        entries: Sequence[tuple[Outgoing, int, int]], results: Sequence[store.OpResult]
+    ) -> None:
+        for i, (og, _pid, _stage) in enumerate(entries):
+            res = results[2 * i]
+            og.pend_seq = res.seq if isinstance(res, store.PubAck) else 0
 
     # -- sessions ----------------------------------------------------------------------------
 

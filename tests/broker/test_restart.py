@@ -1,0 +1,175 @@
+"""Durability: kill -9 the broker under QoS 1/2 load, restart it on the same data dir.
+
+Contract (ARCHITECTURE.md §5): every PUBACKed / PUBCOMPed message reaches the
+persistent-session subscriber, none twice at QoS 2, and retained messages and
+subscriptions survive. The subscriber is a real client with its own QoS 2
+receiver state, kept across connections as a client library would.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import random
+import threading
+from dataclasses import dataclass, field
+
+import pytest
+
+from broker.mqtt.packets import (
+    Disconnect,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Subscribe,
+    Subscription,
+)
+from broker.mqtt.properties import Properties
+from tests.broker.harness import BrokerProcess
+from tests.broker.rawclient import Closed, RawClient
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+ROUNDS = 4
+EXPIRY = Properties(session_expiry_interval=3600)
+
+
+@dataclass
+class Subscriber:
+    """Counts deliveries to the application; QoS 2 state survives reconnects."""
+
+    delivered: dict[bytes, int] = field(default_factory=dict)
+    awaiting_pubrel: set[int] = field(default_factory=set)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self, port: int, first: bool) -> None:
+        try:
+            with RawClient(port) as c:
+                connack = c.connect("durable-sub", clean_start=first, properties=EXPIRY)
+                if first:
+                    c.send(Subscribe(1, (Subscription(b"load/#", 2),)))
+                    c.next()
+                else:
+                    assert connack.session_present, "the persistent session was lost"
+                while not self.stop.is_set():
+                    try:
+                        packet = c.next(timeout=0.2)
+                    except TimeoutError:
+                        continue
+                    self._handle(c, packet)
+        except (Closed, OSError):
+            return
+
+    def _handle(self, c: RawClient, packet: object) -> None:
+        if isinstance(packet, Publish):
+            pid = packet.packet_id
+            if packet.qos == 2:
+                assert pid is not None
+                if pid not in self.awaiting_pubrel:  # a new message (MQTT 4.3.3 method B)
+                    self.awaiting_pubrel.add(pid)
+                    self._deliver(packet.payload)
+                c.send(Pubrec(pid))
+            else:
+                self._deliver(packet.payload)
+                if packet.qos == 1:
+                    assert pid is not None
+                    c.send(Puback(pid))
+        elif isinstance(packet, Pubrel):
+            self.awaiting_pubrel.discard(packet.packet_id)
+            c.send(Pubcomp(packet.packet_id))
+
+    def _deliver(self, payload: bytes) -> None:
+        self.delivered[payload] = self.delivered.get(payload, 0) + 1
+
+
+@dataclass
+class Publisher:
+    acked: dict[bytes, int] = field(default_factory=dict)  # payload -> QoS
+    next_n: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self, port: int, round_no: int) -> None:
+        inflight: dict[int, tuple[bytes, int]] = {}
+        try:
+            with RawClient(port) as c:
+                c.connect(f"load-pub-{round_no}")
+                pid = 0
+                while not self.stop.is_set():
+                    while len(inflight) < 20 and not self.stop.is_set():
+                        pid = pid % 65_535 + 1
+                        qos = 1 + (self.next_n % 2)
+                        payload = f"m{self.next_n}".encode()
+                        self.next_n += 1
+                        inflight[pid] = (payload, qos)
+                        c.send(Publish(b"load/t", payload, qos, packet_id=pid))
+                    packet = c.next(timeout=5)
+                    if isinstance(packet, Puback):
+                        payload, qos = inflight.pop(packet.packet_id)
+                        self.acked[payload] = qos
+                    elif isinstance(packet, Pubrec):
+                        c.send(Pubrel(packet.packet_id))
+                    elif isinstance(packet, Pubcomp):
+                        payload, qos = inflight.pop(packet.packet_id)
+                        self.acked[payload] = qos
+                c.send(Disconnect())
+        except (Closed, OSError, TimeoutError):
+            return
+
+
+def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: pathlib.Path) -> None:
+    rng = random.Random(20261121)
+    data = tmp_path / "data"
+    sub = Subscriber()
+    pub = Publisher()
+    retained_payload = b"retained-before-crash"
+    for round_no in range(ROUNDS):
+        broker = BrokerProcess(data)
+        broker.start()
+        if round_no == 0:
+            with RawClient(broker.port) as r:
+                r.connect("retainer")
+                r.send(Publish(b"keep/r", retained_payload, 1, True, packet_id=1))
+                assert isinstance(r.next(), Puback)
+        sub.stop.clear()
+        pub.stop.clear()
+        threads = [
+            threading.Thread(target=sub.run, args=(broker.port, round_no == 0)),
+            threading.Thread(target=pub.run, args=(broker.port, round_no)),
+        ]
+        for t in threads:
+            t.start()
+        threading.Event().wait(rng.uniform(0.3, 1.2))  # load for a random while, then crash
+        broker.kill9()
+        pub.stop.set()
+        sub.stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    # Final round: no load; let the subscriber drain what the broker kept.
+    broker = BrokerProcess(data)
+    broker.start()
+    try:
+        sub.stop.clear()
+        drain = threading.Thread(target=sub.run, args=(broker.port, False))
+        drain.start()
+        missing = set(pub.acked)
+        for _ in range(100):
+            missing = {p for p in pub.acked if p not in sub.delivered}
+            if not missing:
+                break
+            threading.Event().wait(0.1)
+        sub.stop.set()
+        drain.join(timeout=30)
+        with RawClient(broker.port) as late:
+            late.connect("late")
+            late.send(Subscribe(1, (Subscription(b"keep/#", 1),)))
+            late.next()
+            assert late.expect_publish().payload == retained_payload
+    finally:
+        broker.terminate()
+    assert pub.acked, "the publisher never got an acknowledgement"
+    assert not missing, (
+        f"{len(missing)} acknowledged messages were lost, e.g. {sorted(missing)[:5]}"
+    )
+    twice = [p for p, n in sub.delivered.items() if n > 1 and pub.acked.get(p) == 2]
+    assert not twice, f"QoS 2 messages delivered twice: {twice[:5]}"
