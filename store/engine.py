@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import secrets
 import string
+from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from store import keys
@@ -85,12 +87,14 @@ class Engine:
         self._capture: dict[str, StreamRt | None] = {}
         self.deadlines: dict[str, int] = {}
         self.next_due: int | None = None  # read from any thread (one attribute load)
+        self._with_waiting: set[tuple[str, str]] = set()
+        self._waiting_snapshot: dict[tuple[str, str], list[PullRequest]] = {}
         with env.read() as txn:
             self._load_all(txn)
 
     # -- loading -------------------------------------------------------------------------
 
-    def _load_all(self, txn: Any) -> None:
+    def _load_all(self, txn: Any, restore: bool = False) -> None:
         old = self.streams
         self.streams = {}
         self._capture = {}
@@ -124,22 +128,37 @@ class Engine:
                         c.load(ctx, bytes(craw))
                     prev = old.get(name)
                     if prev is not None and prev.sid == sid and cname in prev.consumers:
-                        c.waiting = prev.consumers[cname].waiting
                         c.push_bound = prev.consumers[cname].push_bound
+                        if restore:
+                            c.waiting = deque(self._waiting_snapshot.get((name, cname), ()))
+                        else:
+                            c.waiting = prev.consumers[cname].waiting
                     st.consumers[cname] = c
         for st in self.streams.values():
             self._refresh_deadline(st)
         self._publish_deadline()
 
     def reset(self) -> None:
-        """After an aborted batch: drop every cached object and reload what is committed."""
+        """After an aborted batch: drop every cached object and reload what is committed.
+
+        Pull requests come back as they were when the batch started.
+        """
         with self.env.read() as txn:
-            self._load_all(txn)
+            self._load_all(txn, restore=True)
 
     # -- the batch -----------------------------------------------------------------------
 
     def apply(self, txn: Any, jobs: list[Job]) -> list[Any]:
         ctx = Ctx(txn, self.env.dbs, self.clock())
+        # Pull requests live only in memory and are mutated while delivering: keep a copy
+        # so an aborted batch restores them exactly (see reset()).
+        self._waiting_snapshot = {}
+        for key in list(self._with_waiting):
+            c = self._find(key)
+            if c is None or not c.waiting:
+                self._with_waiting.discard(key)
+                continue
+            self._waiting_snapshot[key] = [replace(r) for r in c.waiting]
         for job in jobs:
             results = job.results
             for op in job.ops:
@@ -229,6 +248,10 @@ class Engine:
             case GetConsumerInfo():
                 return self.consumer_info(ctx, self._consumer(op.stream, op.consumer))
         raise TypeError(f"unknown operation {op!r}")
+
+    def _find(self, key: tuple[str, str]) -> ConsumerRt | None:
+        st = self.streams.get(key[0])
+        return st.consumers.get(key[1]) if st is not None else None
 
     def _stream(self, name: str) -> StreamRt:
         st = self.streams.get(name)
@@ -352,6 +375,7 @@ class Engine:
             return None
         expires_at = ctx.now + op.expires_ns if op.expires_ns else 0
         c.waiting.append(PullRequest(op.reply, op.batch, expires_at, op.no_wait, op.max_bytes))
+        self._with_waiting.add((c.stream.name, c.name))
         c.last_activity_ns = ctx.now
         ctx.touched.add(c.stream)
         ctx.dirty_consumers.add(c)

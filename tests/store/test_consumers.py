@@ -21,6 +21,7 @@ from store import (
 )
 from store.consumers import MAX_DELIVERIES_PER_BATCH
 from store.models import format_time
+from store.writer import Job
 from tests.store.conftest import SEC, T0, Events, FakeClock
 
 
@@ -657,3 +658,23 @@ def test_replay_original_is_refused_not_faked(store: Store) -> None:
     _stream(store)
     e = _err(_consumer, store, replay_policy="original")
     assert e.err_code == 10012
+
+
+def test_aborted_batch_restores_pull_requests(store: Store, events: Events) -> None:
+    _stream(store)
+    _consumer(store)
+    store.pull("S", "c", "inbox", batch=3)
+    eng = store._engine
+    job = Job([Publish("s.a", b"1"), Publish("s.b", b"2")])
+    # The writer is idle: drive one batch by hand, then abort it as the writer would.
+    with store._writer._cond:
+        txn = store.env.begin_write()
+        eng.apply(txn, [job])
+        assert eng.streams["S"].consumers["c"].waiting[0].batch == 1
+        txn.abort()
+        eng.reset()
+    assert store.stream_state("S").messages == 0
+    assert eng.streams["S"].consumers["c"].waiting[0].batch == 3
+    _fill(store, "s.a", "s.b", "s.c", "s.d")
+    assert _seqs(events.take()) == [1, 2, 3]
+    assert store.consumer_info("S", "c").num_waiting == 0
