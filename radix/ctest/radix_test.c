@@ -166,6 +166,9 @@ static void unit_iter(void) {
             CHECK(rc == 0 && radix_iter_next(it) == 0);
         }
     }
+    /* R10: an empty prefix (NULL, 0) iterates everything (UBSan: no memcmp on NULL). */
+    CHECK(radix_iter_seek_prefix(it, NULL, 0) == 1 && radix_iter_next(it) == 1 && iter_is(it, "a"));
+    CHECK(radix_iter_next(it) == 1 && iter_is(it, "ab"));
     CHECK(radix_iter_seek_prefix(it, U8("ab"), 2) == 1);
     CHECK(radix_iter_next(it) == 1 && iter_is(it, "ab"));
     radix_iter *cp = radix_iter_new(t);

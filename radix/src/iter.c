@@ -213,7 +213,7 @@ static int key_equals(const radix_iter *it, const uint8_t *k, size_t len) {
 
 static int in_prefix(const radix_iter *it) {
     if (!it->has_pfx) return 1;
-    return it->klen >= it->pfxlen && memcmp(it->key, it->pfx, it->pfxlen) == 0;
+    return it->pfxlen == 0 || (it->klen >= it->pfxlen && memcmp(it->key, it->pfx, it->pfxlen) == 0);
 }
 
 static int seek_impl(radix_iter *it, int op, const uint8_t *key, size_t len) {
