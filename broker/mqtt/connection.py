@@ -510,8 +510,9 @@ class Connection:
         return data
 
     def _version(self) -> ProtocolVersion:
-        if self.version is None:
-            raise LocalProtocolError("no protocol version before CONNECT")
+        # Every caller checks the outbound table first, and no state that allows a send
+        # exists before the version is known (CONNECT received, or CONNECT being sent).
+        assert self.version is not None, "no protocol version before CONNECT"
         return self.version
 
     def _check_outbound(self, ptype: PacketType) -> None:
