@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -67,16 +66,6 @@ def test_311_persistent_session_queues_while_offline(broker: BrokerThread) -> No
         sub.disconnect()
 
 
-def test_session_expires_after_its_interval_mqtt_4_1_0_2(broker: BrokerThread) -> None:
-    with RawClient(broker.port) as c:
-        c.connect("exp", properties=Properties(session_expiry_interval=1))
-        c.subscribe((b"exp/t", 1))
-        c.send(Disconnect())
-    time.sleep(1.5)
-    with RawClient(broker.port) as c:
-        assert c.connect("exp", clean_start=False).session_present is False
-
-
 def test_expiry_cannot_go_from_zero_to_non_zero_on_disconnect(broker: BrokerThread) -> None:
     with RawClient(broker.port) as c:
         c.connect("z2nz")
@@ -84,16 +73,6 @@ def test_expiry_cannot_go_from_zero_to_non_zero_on_disconnect(broker: BrokerThre
         disconnect = c.expect_disconnect()
         assert disconnect is not None
         assert disconnect.reason_code is ReasonCode.PROTOCOL_ERROR
-
-
-def test_expiry_changed_on_disconnect_keeps_the_session(broker: BrokerThread) -> None:
-    with RawClient(broker.port) as c:
-        c.connect("chg", properties=Properties(session_expiry_interval=1))
-        c.subscribe((b"chg/t", 1))
-        c.send(Disconnect(properties=Properties(session_expiry_interval=300)))
-    time.sleep(1.3)
-    with RawClient(broker.port) as c:
-        assert c.connect("chg", clean_start=False).session_present is True
 
 
 def test_inflight_resent_with_dup_in_order_before_new_ones_mqtt_4_4_0_1(
@@ -165,22 +144,6 @@ def test_will_on_disconnect_with_will_message_0x04(broker: BrokerThread) -> None
         c.wait_closed()
         c.close()
         assert w.expect_publish().payload == b"gone"
-
-
-def test_will_delay_cancelled_by_reconnect_mqtt_3_1_3_9(broker: BrokerThread) -> None:
-    with _watch(broker.port, b"will/d") as w:
-        c = RawClient(broker.port)
-        c.connect(
-            "wd",
-            will=Will(b"will/d", b"gone", 1, False, Properties(will_delay_interval=2)),
-            properties=Properties(session_expiry_interval=60),
-        )
-        c.close()
-        with RawClient(broker.port) as again:
-            again.connect(
-                "wd", clean_start=False, properties=Properties(session_expiry_interval=60)
-            )
-            assert w.nothing_within(2.5)
 
 
 def test_will_sent_at_once_when_session_expiry_is_shorter_than_will_delay(
