@@ -100,12 +100,30 @@ class Broker:
     def end_session(self, session: Session) -> None:
         """The session is over: will, subscriptions, queued copies and stored state go."""
         self.sessions.fire_will(session)
+        self._redispatch_shared(session)
         self.router.unsubscribe_all(session.num)
         self.sessions.forget(session)
         dropped = [*session.outgoing.values(), *session.queue]
         session.outgoing.clear()
         session.queue.clear()
         self.persist.session_ended(session, dropped)
+
+    def _redispatch_shared(self, session: Session) -> None:
+        """Give a departed member's shared copies to another member (MQTT 5 §4.8.2):
+        copies never sent, and QoS 1 copies in flight; a QoS 2 copy already sent must
+        not go to anybody else [MQTT-4.8.2-5]."""
+        in_flight = [og for og in session.outgoing.values() if og.shared and og.qos == 1]
+        waiting = [og for og in session.queue if og.shared]
+        for og in (*in_flight, *waiting):
+            d = self.router.redispatch(og.message.topic, session.num, self.sessions.is_connected)
+            if d is None:
+                continue
+            target = self.sessions.by_num.get(d.client)
+            if target is None:
+                continue
+            qos = min(og.message.qos, d.qos)
+            retain = og.message.retain and d.retain_as_published
+            self.queue_copy(target, Outgoing(og.message, qos, retain, d.sub_ids, shared=True))
 
     # -- subscriptions -----------------------------------------------------------------------
 
@@ -166,9 +184,9 @@ class Broker:
                 if conn is not None:
                     conn.send_qos0(msg, retain, d.sub_ids, now)
                 elif self.config.sessions.queue_qos0 and session.persistent:
-                    self.queue_copy(session, Outgoing(msg, 0, retain, d.sub_ids))
+                    self.queue_copy(session, Outgoing(msg, 0, retain, d.sub_ids, shared=d.shared))
                 continue
-            og = Outgoing(msg, qos, retain, d.sub_ids, pend_seq=plan.pend_seq(index))
+            og = Outgoing(msg, qos, retain, d.sub_ids, plan.pend_seq(index), d.shared)
             self.queue_copy(session, og)
 
     def publish_now(self, msg: AppMessage) -> None:

@@ -79,3 +79,4 @@ class Outgoing:
     retain: bool
     sub_ids: tuple[int, ...]
     pend_seq: int = 0
+    shared: bool = False  # delivered as the chosen member of a shared group

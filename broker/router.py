@@ -30,6 +30,7 @@ class Delivery(NamedTuple):
     qos: int  # granted QoS of the subscription(s); the sender takes min with the message QoS
     retain_as_published: bool
     sub_ids: tuple[int, ...]
+    shared: bool = False  # picked as one member of a shared group
 
 
 class Router:
@@ -118,4 +119,23 @@ class Router:
             h & handles.QOS_MASK,
             bool(h & handles.RETAIN_AS_PUBLISHED),
             (sid,) if sid else (),
+            shared=True,
         )
+
+    def redispatch(
+        self, topic: bytes, departed: int, is_connected: Callable[[int], bool]
+    ) -> Delivery | None:
+        """Another member of a shared group ``departed`` belongs to, for a message on
+        ``topic`` that member can no longer take (MQTT 5 §4.8.2). Connected members only."""
+        groups: dict[int, list[tuple[int, int]]] = {}
+        mine: set[int] = set()
+        for client, handle, group in self.index.match_detailed(topic):
+            if group:
+                groups.setdefault(group, []).append((client, handle))
+                if client == departed:
+                    mine.add(group)
+        for group in sorted(mine):
+            others = [m for m in groups[group] if m[0] != departed and is_connected(m[0])]
+            if others:
+                return self._pick(others, is_connected)
+        return None

@@ -481,6 +481,7 @@ class Connection:
         dup: bool = False,
         subscription_identifiers: tuple[int, ...] = (),
         use_alias: bool = True,
+        message_expiry_interval: int | None = None,
     ) -> bytes:
         """The fan-out path: bytes for ``message`` to this peer, reusing its encoding.
 
@@ -497,7 +498,14 @@ class Connection:
         alias = plan[0] if plan is not None else None
         omit = plan is not None and not plan[1]
         data = message.for_recipient(
-            packet_id, dup, qos, retain, alias, omit, subscription_identifiers
+            packet_id,
+            dup,
+            qos,
+            retain,
+            alias,
+            omit,
+            subscription_identifiers,
+            message_expiry_interval,
         )
         if len(data) > self.peer_maximum_packet_size:
             raise PacketTooLargeError(len(data), self.peer_maximum_packet_size)
@@ -505,7 +513,9 @@ class Connection:
             self._commit_alias(message.publish.topic, plan)
         if qos:
             self._record_inflight(
-                message.as_publish(packet_id, qos, retain, dup, subscription_identifiers)
+                message.as_publish(
+                    packet_id, qos, retain, dup, subscription_identifiers, message_expiry_interval
+                )
             )
         return data
 

@@ -263,7 +263,21 @@ _ENCODERS: dict[type, Callable[[Any, bool], tuple[int, bytes]]] = {
     Auth: _auth,
 }
 
-_NOT_LOW = frozenset({"topic_alias", "subscription_identifiers", "user_properties"})
+_PER_RECIPIENT = frozenset({"topic_alias", "subscription_identifiers", "user_properties"})
+_NOT_HEAD = _PER_RECIPIENT | {
+    "message_expiry_interval",
+    "content_type",
+    "response_topic",
+    "correlation_data",
+}
+_NOT_TAIL = _PER_RECIPIENT | {"payload_format_indicator", "message_expiry_interval"}
+_EXPIRY_ID = encode_varint(PropertyId.MESSAGE_EXPIRY_INTERVAL)
+
+
+def _expiry(seconds: int) -> bytes:
+    return _EXPIRY_ID + seconds.to_bytes(4, "big")
+
+
 _ALIAS_ID = encode_varint(PropertyId.TOPIC_ALIAS)
 _SUB_ID = encode_varint(PropertyId.SUBSCRIPTION_IDENTIFIER)
 
@@ -279,7 +293,18 @@ class EncodedPublish:
     recipient gets the *same* bytes object.
     """
 
-    __slots__ = ("_cache", "_items", "_low", "_payload", "_topic", "_user", "publish", "version")
+    __slots__ = (
+        "_cache",
+        "_head",
+        "_items",
+        "_low",
+        "_payload",
+        "_tail",
+        "_topic",
+        "_user",
+        "publish",
+        "version",
+    )
 
     def __init__(self, publish: Publish, version: ProtocolVersion) -> None:
         self.publish = publish
@@ -289,15 +314,20 @@ class EncodedPublish:
         self._topic = len(publish.topic).to_bytes(2, "big") + publish.topic
         self._payload = publish.payload
         # The properties in table order, split around the per-recipient ones so that the
-        # result is byte-identical to encode(): [01..09] [0B sub ids] [23 alias] [26 user].
+        # result is byte-identical to encode():
+        #   [01 format] [02 expiry] [03 08 09] [0B sub ids] [23 alias] [26 user properties]
+        #    _head                   _tail                               _user
         if version is _V5:
             props = publish.properties
-            self._low = encode_property_items(props, Context.PUBLISH, skip=_NOT_LOW)
+            self._head = encode_property_items(props, Context.PUBLISH, skip=_NOT_HEAD)
+            self._tail = encode_property_items(props, Context.PUBLISH, skip=_NOT_TAIL)
             self._user = encode_property_items(
                 Properties(user_properties=props.user_properties), Context.PUBLISH
             )
+            expiry = props.message_expiry_interval
+            self._low = self._head + (b"" if expiry is None else _expiry(expiry)) + self._tail
         else:
-            self._low = self._user = b""
+            self._head = self._tail = self._low = self._user = b""
         self._items = self._low + self._user
         self._cache: dict[bool, bytes] = {}
 
@@ -310,11 +340,18 @@ class EncodedPublish:
         topic_alias: int | None = None,
         omit_topic: bool = False,
         subscription_identifiers: tuple[int, ...] = (),
+        message_expiry_interval: int | None = None,
     ) -> bytes:
         """The bytes for one recipient. ``omit_topic`` sends an empty topic name and
-        needs ``topic_alias`` (the alias is already known to the recipient)."""
+        needs ``topic_alias`` (the alias is already known to the recipient).
+        ``message_expiry_interval``, when given, replaces the original's (the remaining
+        lifetime of a forwarded message, MQTT 5.0 §3.3.2.3.3)."""
         v5 = self.version is _V5
-        shared = not qos and topic_alias is None and (not subscription_identifiers or not v5)
+        shared = (
+            not qos
+            and topic_alias is None
+            and ((not subscription_identifiers and message_expiry_interval is None) or not v5)
+        )
         if shared and not omit_topic:
             cached = self._cache.get(retain)
             if cached is not None:
@@ -328,8 +365,15 @@ class EncodedPublish:
             head.append(packet_id.to_bytes(2, "big"))  # type: ignore[union-attr]
         if v5:
             items = self._items
-            if topic_alias is not None or subscription_identifiers:
-                parts = [self._low]
+            if (
+                topic_alias is not None
+                or subscription_identifiers
+                or message_expiry_interval is not None
+            ):
+                low = self._low
+                if message_expiry_interval is not None:
+                    low = self._head + _expiry(message_expiry_interval) + self._tail
+                parts = [low]
                 parts.extend(_SUB_ID + encode_varint(i) for i in subscription_identifiers)
                 if topic_alias is not None:
                     parts.append(_ALIAS_ID + topic_alias.to_bytes(2, "big"))
@@ -353,15 +397,23 @@ class EncodedPublish:
         retain: bool,
         dup: bool = False,
         subscription_identifiers: tuple[int, ...] = (),
+        message_expiry_interval: int | None = None,
     ) -> Publish:
         """The :class:`Publish` a recipient receives (for in-flight bookkeeping)."""
         props = self.publish.properties
+        expiry = props.message_expiry_interval
+        if message_expiry_interval is not None:
+            expiry = message_expiry_interval
         if (
             props.topic_alias is not None
             or props.subscription_identifiers != subscription_identifiers
+            or props.message_expiry_interval != expiry
         ):
             props = replace(
-                props, topic_alias=None, subscription_identifiers=subscription_identifiers
+                props,
+                topic_alias=None,
+                subscription_identifiers=subscription_identifiers,
+                message_expiry_interval=expiry,
             )
         return Publish(self.publish.topic, self._payload, qos, retain, dup, packet_id, props)
 

@@ -364,3 +364,26 @@ def test_puback_0x10_when_nobody_subscribes(broker: BrokerThread) -> None:
         pub.connect("nomatch")
         pub.publish(b"nobody/here", b"x", qos=1, packet_id=1)
         assert pub.expect(Puback).reason_code is ReasonCode.NO_MATCHING_SUBSCRIBERS
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_departed_shared_member_messages_go_to_another_member_mqtt_4_8_2_5(
+    broker: BrokerThread, qos: int
+) -> None:
+    with RawClient(broker.port) as b, RawClient(broker.port) as pub:
+        a = RawClient(broker.port)
+        a.connect("sd-a")
+        a.subscribe((b"$share/g/sd/t", 2))
+        b.connect("sd-b")
+        b.subscribe((b"$share/g/sd/t", 2))
+        pub.connect("sd-pub")
+        for i in range(2):
+            pub.publish(b"sd/t", f"m{i}".encode(), qos=qos, packet_id=i + 1)
+        kept = a.expect_publish(ack=False).payload  # A holds its copy without acknowledging
+        other = b.expect_publish(ack=False).payload
+        assert {kept, other} == {b"m0", b"m1"}
+        a.close()  # A's session (expiry 0) ends with its connection
+        if qos == 1:
+            assert b.expect_publish().payload == kept  # QoS 1: re-dispatched to B
+        else:
+            assert b.nothing_within(0.5)  # QoS 2 already sent to A: never to anyone else
