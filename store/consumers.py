@@ -275,7 +275,9 @@ class ConsumerRt:
             while self.redeliver:
                 s = heapq.heappop(self.redeliver)
                 e = self.pending.get(s)
-                if e is None or e.exhausted:
+                # Valid only while queued (deadline NEVER): a stale or duplicate heap entry
+                # (NAK of an already queued message, NAK with delay) is skipped.
+                if e is None or e.exhausted or e.deadline != NEVER:
                     continue
                 r = self.stream.get_record(ctx, s)
                 if r is None:
@@ -370,8 +372,10 @@ class ConsumerRt:
         return changed
 
     def _has_work(self, ctx: Ctx) -> bool:
-        if any(s in self.pending and not self.pending[s].exhausted for s in self.redeliver):
-            return True
+        for s in self.redeliver:
+            e = self.pending.get(s)
+            if e is not None and not e.exhausted and e.deadline == NEVER:
+                return True
         if self.config.ack_policy != "none":
             max_ap = self.config.max_ack_pending or -1
             if max_ap > 0 and self.num_ack_pending >= max_ap:

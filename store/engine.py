@@ -174,18 +174,17 @@ class Engine:
         return ctx.events
 
     def _finish(self, ctx: Ctx) -> None:
-        for _ in range(4):  # delivery may free interest messages, which never re-triggers much
-            for st in list(ctx.touched):
-                if st.name not in self.streams:
-                    continue
-                for c in st.consumers.values():
-                    if c.deliver(ctx):
-                        ctx.dirty_consumers.add(c)
-            checks, ctx.retention_check = ctx.retention_check, []
-            for st, seq in checks:
-                self._retention_remove(ctx, st, seq)
-            if not ctx.retention_check:
-                break
+        for st in list(ctx.touched):
+            if st.name not in self.streams:
+                continue
+            for c in st.consumers.values():
+                if c.deliver(ctx):
+                    ctx.dirty_consumers.add(c)
+        # Interest/workqueue: drop messages no consumer needs any more (acks, deliveries
+        # with ack_policy none). Removal never makes anything newly deliverable.
+        checks, ctx.retention_check = ctx.retention_check, []
+        for st, seq in checks:
+            self._retention_remove(ctx, st, seq)
         for c in ctx.dirty_consumers:
             if c.stream.name in self.streams and c.name in c.stream.consumers:
                 c.save(ctx)

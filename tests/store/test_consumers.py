@@ -678,3 +678,18 @@ def test_aborted_batch_restores_pull_requests(store: Store, events: Events) -> N
     _fill(store, "s.a", "s.b", "s.c", "s.d")
     assert _seqs(events.take()) == [1, 2, 3]
     assert store.consumer_info("S", "c").num_waiting == 0
+
+
+def test_nak_of_a_queued_redelivery_sends_it_once(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    # Regression (found by the consumer model test): a message already queued for
+    # redelivery by ack_wait and then NAKed was redelivered twice in one pull.
+    _stream(store)
+    _fill(store, "s.a")
+    _consumer(store, ack_wait=10 * SEC)
+    _pull(store, events)
+    store.tick(clock.advance(10 * SEC)).result(timeout=10)
+    store.ack("S", "c", 1, AckKind.NAK)
+    evs = _pull(store, events, batch=2, no_wait=True)
+    assert [(e.msg.seq, e.delivered_count) for e in evs if isinstance(e, Delivery)] == [(1, 2)]
