@@ -211,9 +211,17 @@ PROPERTY_TABLE: tuple[PropertyInfo, ...] = (
 _BY_ID: dict[int, PropertyInfo] = {int(row.id): row for row in PROPERTY_TABLE}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Properties:
     """The properties of one packet (or of a Will). Absent properties are None / ()."""
+
+    def __repr__(self) -> str:
+        shown = (
+            f"{name}={getattr(self, name)!r}"
+            for name in _FIELD_NAMES
+            if getattr(self, name) not in (None, ())
+        )
+        return f"Properties({', '.join(shown)})"
 
     payload_format_indicator: int | None = None
     message_expiry_interval: int | None = None

@@ -39,6 +39,7 @@ def test_common_case_returns_the_same_bytes_object() -> None:
     alias=st.none() | st.integers(1, 0xFFFF),
     omit=st.booleans(),
     sub_ids=st.lists(st.integers(1, 268_435_455), max_size=3).map(tuple),
+    expiry=st.none() | st.integers(0, 0xFFFFFFFF),
 )
 def test_for_recipient_equals_a_full_encode(
     version: ProtocolVersion,
@@ -50,6 +51,7 @@ def test_for_recipient_equals_a_full_encode(
     alias: int | None,
     omit: bool,
     sub_ids: tuple[int, ...],
+    expiry: int | None,
 ) -> None:
     original = data.draw(publishes(version))
     v5 = version is V5
@@ -57,10 +59,14 @@ def test_for_recipient_equals_a_full_encode(
     alias = alias if v5 else None
     omit = omit and alias is not None
     message = EncodedPublish(original, version)
-    wire = message.for_recipient(packet_id if qos else None, dup, qos, retain, alias, omit, sub_ids)
+    wire = message.for_recipient(
+        packet_id if qos else None, dup, qos, retain, alias, omit, sub_ids, expiry
+    )
     props = original.properties
     if v5:
         props = replace(props, topic_alias=alias, subscription_identifiers=sub_ids)
+        if expiry is not None:
+            props = replace(props, message_expiry_interval=expiry)
     expected = Publish(
         b"" if omit else original.topic,
         original.payload,
@@ -84,3 +90,17 @@ def test_as_publish_strips_the_alias_and_sets_identifiers() -> None:
     )
     plain = EncodedPublish(Publish(b"t", b"p"), V5)
     assert plain.as_publish(None, 0, False).properties is plain.publish.properties
+    aged = plain.as_publish(None, 0, False, message_expiry_interval=9)
+    assert aged.properties == Properties(message_expiry_interval=9)
+
+
+def test_remaining_lifetime_replaces_the_expiry() -> None:
+    original = Publish(
+        b"t", b"p", properties=Properties(payload_format_indicator=1, message_expiry_interval=60)
+    )
+    message = EncodedPublish(original, V5)
+    assert message.for_recipient() == encode(original, V5)
+    later = message.for_recipient(message_expiry_interval=42)
+    expected = Properties(payload_format_indicator=1, message_expiry_interval=42)
+    assert Decoder(V5).feed(later) == [Publish(b"t", b"p", properties=expected)]
+    assert message.for_recipient() is message.for_recipient()

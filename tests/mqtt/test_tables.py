@@ -85,3 +85,12 @@ def test_fast_publish_is_a_real_frozen_publish() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         decoded.qos = 2  # type: ignore[misc]
     assert dataclasses.replace(decoded, qos=0, packet_id=None) == Publish(b"t", b"p", 0, True)
+
+
+def test_properties_repr_shows_only_what_is_set() -> None:
+    from broker.mqtt.properties import Properties
+
+    assert repr(Properties()) == "Properties()"
+    assert repr(Properties(topic_alias=3, user_properties=(("k", "v"),))) == (
+        "Properties(topic_alias=3, user_properties=(('k', 'v'),))"
+    )
