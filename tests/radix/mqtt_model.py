@@ -56,3 +56,79 @@ class BruteIndex:
             if share is not None and filter_matches(inner, topic):
                 out.setdefault((share, inner), {})[client] = handle
         return out
+
+
+def _encoding_error(data: bytes, strict: bool) -> str | None:
+    """First encoding violation, left to right (spec 6.2.2 pass 1)."""
+    i = 0
+    while i < len(data):
+        b = data[i]
+        if b < 0x80:
+            if b == 0:
+                return "E_NUL"
+            cp = b
+            i += 1
+        else:
+            need = (
+                1
+                if 0xC2 <= b <= 0xDF
+                else 2
+                if 0xE0 <= b <= 0xEF
+                else 3
+                if 0xF0 <= b <= 0xF4
+                else 0
+            )
+            chunk = data[i : i + need + 1]
+            if not need or len(chunk) != need + 1:
+                return "E_UTF8"
+            try:
+                cp = ord(chunk.decode("utf-8"))  # rejects overlongs, surrogates, > U+10FFFF
+            except UnicodeDecodeError:
+                return "E_UTF8"
+            i += need + 1
+        if strict:
+            if 0x01 <= cp <= 0x1F or 0x7F <= cp <= 0x9F:
+                return "E_CONTROL"
+            if 0xFDD0 <= cp <= 0xFDEF or (cp & 0xFFFE) == 0xFFFE:
+                return "E_NONCHAR"
+    return None
+
+
+def topic_error(data: bytes, strict: bool = True) -> str | None:
+    """Reference validator for PUBLISH topic names: the cause's code name, or None."""
+    if not data:
+        return "E_EMPTY"
+    if len(data) > 65535:
+        return "E_TOO_LONG"
+    err = _encoding_error(data, strict)
+    if err:
+        return err
+    if b"+" in data or b"#" in data:
+        return "E_WILDCARD"
+    return None
+
+
+def filter_error(data: bytes, strict: bool = True) -> str | None:
+    """Reference validator for SUBSCRIBE filters (a misplaced '+' wins over '#' in a level)."""
+    if not data:
+        return "E_EMPTY"
+    if len(data) > 65535:
+        return "E_TOO_LONG"
+    err = _encoding_error(data, strict)
+    if err:
+        return err
+    inner = data
+    if data.startswith(b"$share/"):
+        rest = data[7:]
+        if b"/" not in rest:
+            return "E_SHARE"
+        name, inner = rest.split(b"/", 1)
+        if not name or b"+" in name or b"#" in name or not inner:
+            return "E_SHARE"
+    levels = inner.split(b"/")
+    for i, lv in enumerate(levels):
+        if b"+" in lv and lv != b"+":
+            return "E_PLUS"
+        if b"#" in lv and (lv != b"#" or i != len(levels) - 1):
+            return "E_HASH"
+    return None

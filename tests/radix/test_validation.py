@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import radix
 from radix import ErrorCode as E
+from tests.radix.mqtt_model import filter_error, topic_error
 
 OK = None
 
@@ -118,3 +121,38 @@ def test_deep_topic_does_not_overflow_the_stack() -> None:
         assert idx.match(topic) == [1, 2, 3]
         assert idx.unsubscribe(topic, 2)
         idx.check()
+
+
+_PIECES = [
+    b"a",
+    b"/",
+    b"+",
+    b"#",
+    b"$share/",
+    b"$",
+    b"\x00",
+    b"\x1f",
+    b"\x7f",
+    b"\xc2\x85",
+    b"\xc3\xa9",
+    b"\xef\xbb\xbf",
+    b"\xef\xbf\xbe",
+    b"\xed\xa0\x80",
+    b"\xf0\x9f\x98\x80",
+    b"\xf4\x90\x80\x80",
+    b"\xff",
+    b"\xe9",
+    b"\x80",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.lists(st.sampled_from(_PIECES), max_size=8).map(b"".join),
+    strict=st.booleans(),
+)
+def test_validation_equals_reference(data: bytes, strict: bool) -> None:
+    got_topic = _code(radix.validate_topic, data, strict)
+    got_filter = _code(radix.validate_filter, data, strict)
+    assert (got_topic.name if got_topic else None) == topic_error(data, strict)
+    assert (got_filter.name if got_filter else None) == filter_error(data, strict)

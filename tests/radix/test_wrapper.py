@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import radix
+from radix._radix import ffi, lib
 
 
 def test_use_after_close_is_a_clear_error() -> None:
@@ -195,3 +196,31 @@ def test_deep_key_has_no_recursion_limit() -> None:
     assert tree.bytes_used == other.bytes_used
     tree.close()
     other.close()
+
+
+def test_buffer_overflow_fetches_instead_of_rematching() -> None:
+    # A re-match would draw again from the PRNG and shift every later pick; the
+    # picks must equal those of a C-level reference that never overflows.
+    subs = [(b"big/#", c) for c in range(1, 400)]
+    subs += [(b"$share/g/big/x", c) for c in range(1000, 1050)]
+    subs += [(b"$share/h/big/#", c) for c in range(2000, 2050)]
+    with radix.TopicIndex(seed=77) as idx:
+        for filt, c in subs:
+            idx.subscribe(filt, c, c)
+        got = [idx.match(b"big/x")[399:] for _ in range(5)]
+    rt = lib.radix_topics_new(1)
+    m = lib.radix_match_ctx_new(77)
+    try:
+        for filt, c in subs:
+            assert lib.radix_subscribe(rt, filt, len(filt), c, c) == 0
+        out = ffi.new("uint64_t[]", 4096)
+        n = ffi.new("size_t *")
+        want = []
+        for _ in range(5):
+            assert lib.radix_match(rt, m, b"big/x", 5, 0, out, 4096, n) == 0
+            want.append(ffi.unpack(out, n[0])[399:])
+    finally:
+        lib.radix_match_ctx_free(m)
+        lib.radix_topics_free(rt)
+    assert got == want
+    assert all(len(p) == 2 for p in got)
