@@ -233,6 +233,15 @@ static void regressions(void) {
     radix_subscribe(rt, U8("$share/g/q"), 10, 3, 0);
     CHECK(radix_match(rt, m, U8("q"), 1, 0, out, 0, &n) == RADIX_E_BUFFER && n == 2);
     CHECK(radix_match_fetch(m, out, 64, &n) == RADIX_OK && n == 2 && out[1] == 10);
+    /* R11: round robin visits every member of a group in turn, also after the list grew. */
+    radix_subscribe(rt, U8("$share/g/q"), 10, 4, 0);
+    uint64_t seen = 0;
+    for (int i = 0; i < 8; i++) {
+        CHECK(radix_match(rt, m, U8("q"), 1, RADIX_SHARED_ROUND_ROBIN, out, 64, &n) == RADIX_OK);
+        CHECK(n == 2 && out[0] >= 1 && out[0] <= 4);
+        if (n == 2 && out[0] >= 1 && out[0] <= 4) seen |= 1u << out[0];
+    }
+    CHECK(seen == 0x1e);
     /* R9: an outbound alias number is not a pointer when the index is freed. */
     CHECK(radix_alias_set(rt, 1, RADIX_ALIAS_OUT, 1, 2, U8("a/b"), 3) == RADIX_OK);
     CHECK(radix_topics_check(rt) == 0);

@@ -100,8 +100,9 @@ static int add_group(radix_match_ctx *m, sublist *l) {
     switch (m->policy) {
     case RADIX_SHARED_ALL: return add_run(m, l->e, n, g);
     case RADIX_SHARED_ROUND_ROBIN: {
-        uint32_t i = l->rr % n;
-        l->rr = i + 1;
+        uint32_t *rr = list_rr(l);
+        uint32_t i = *rr % n;
+        *rr = i + 1;
         return add_run(m, l->e + i, 1, g);
     }
     default: {

@@ -80,13 +80,12 @@ static size_t find_client(const sublist *l, uint64_t client, int *found) {
     return lo;
 }
 
-static sublist *list_new(radix_mem *m, uint32_t cap) {
-    sublist *l = rmem_alloc(m, sizeof(sublist) + (size_t)cap * sizeof(sub_entry));
+static sublist *list_new(radix_mem *m, uint32_t cap, int group) {
+    sublist *l = rmem_alloc(m, sizeof(sublist) + ((size_t)cap + (group ? 1 : 0)) * sizeof(sub_entry));
     if (!l) return NULL;
     l->n = 0;
     l->cap = cap;
-    l->rr = 0;
-    l->pad = 0;
+    if (group) memset(&l->e[cap], 0, sizeof(sub_entry));
     return l;
 }
 
@@ -112,7 +111,7 @@ int radix_subscribe(radix_topics *rt, const uint8_t *filter, size_t len, uint64_
     /* One walk for a new filter: try-insert a fresh one-entry list; when the
      * key exists the fresh list is dropped and the existing one is updated. */
     void *v = NULL;
-    sublist *l = NULL, *grown = NULL, *fresh = list_new(&rt->mem, 1);
+    sublist *l = NULL, *grown = NULL, *fresh = list_new(&rt->mem, 1, slen != 0);
     size_t at = 0;
     int found = 0;
     if (!fresh) {
@@ -144,7 +143,7 @@ int radix_subscribe(radix_topics *rt, const uint8_t *filter, size_t len, uint64_
                 goto done;
             }
             uint32_t ncap = l->cap < 4 ? l->cap + 1 : l->cap + l->cap / 2;
-            grown = list_new(&rt->mem, ncap);
+            grown = list_new(&rt->mem, ncap, slen != 0);
             if (!grown) {
                 rc = RADIX_E_NOMEM;
                 goto done;
@@ -171,7 +170,7 @@ int radix_subscribe(radix_topics *rt, const uint8_t *filter, size_t len, uint64_
             memcpy(grown->e, l->e, at * sizeof(sub_entry));
             memcpy(grown->e + at + 1, l->e + at, (l->n - at) * sizeof(sub_entry));
             grown->n = l->n + 1;
-            grown->rr = l->rr;
+            if (slen) *list_rr(grown) = *list_rr(l);
             dst = grown;
             radix_tree_insert(rt->tree, kb.p, kb.len, grown, NULL); /* existing key: no allocation */
             rmem_free(&rt->mem, l);

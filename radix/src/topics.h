@@ -12,14 +12,16 @@ typedef struct sub_entry {
     uint64_t handle;
 } sub_entry;
 
-/* Value of a filter key: entries sorted by client. `rr` is the round-robin
- * cursor of a shared group (plain increment: one owner thread, see radix.h). */
+/* Value of a filter key: entries sorted by client, behind an 8-byte header.
+ * A shared group's list has one extra slot after its `cap` entries holding the
+ * round-robin cursor (plain increment: one owner thread, see radix.h); plain
+ * lists do not pay for it. */
 typedef struct sublist {
     uint32_t n, cap;
-    uint32_t rr;
-    uint32_t pad;
     sub_entry e[];
 } sublist;
+
+static inline uint32_t *list_rr(sublist *l) { return (uint32_t *)(void *)&l->e[l->cap]; }
 
 struct radix_topics {
     radix_mem mem; /* the struct itself and the subscriber lists */
