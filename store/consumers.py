@@ -338,6 +338,10 @@ class ConsumerRt:
                     self.num_ack_pending += 1
                     heapq.heappush(self.deadlines, (e.deadline, seq))
                     self._put_pending(ctx, seq, e)
+                    if len(self.pending) == 1:
+                        # Filtered-out sequences below it are "not needed": the floor
+                        # moves up to just below the first pending message.
+                        self.update_ack_floor()
                 else:
                     self.update_ack_floor()
             t, subj, hdr, payload = keys.unpack_msg(rec)

@@ -33,6 +33,7 @@ class ConsumerModel(RuleBasedStateMachine):
         self.delivered_seq = 0
         self.pending: dict[int, int] = {}  # seq -> deadline
         self.acked: set[int] = set()
+        self.others: set[int] = set()  # stored messages the consumer's filter excludes
 
     def _open(self) -> Store:
         return Store.open(
@@ -43,11 +44,19 @@ class ConsumerModel(RuleBasedStateMachine):
         self.store.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    retention = "limits"
+
     @initialize()
     def create(self) -> None:
-        self.store.create_stream({"name": "S", "subjects": ["s.>"]})
+        self.store.create_stream({"name": "S", "subjects": ["s.>"], "retention": self.retention})
         self.store.create_consumer(
-            "S", {"durable_name": "c", "ack_policy": "explicit", "ack_wait": ACK_WAIT}
+            "S",
+            {
+                "durable_name": "c",
+                "ack_policy": "explicit",
+                "ack_wait": ACK_WAIT,
+                "filter_subject": "s.x",
+            },
         )
 
     def _check_deliveries(self) -> None:
@@ -68,13 +77,16 @@ class ConsumerModel(RuleBasedStateMachine):
                 assert self.pending[seq] <= self.clock.now, "redelivered before its deadline"
             self.pending[seq] = self.clock.now + ACK_WAIT
 
-    @rule(n=st.integers(1, 3))
-    def publish(self, n: int) -> None:
+    @rule(n=st.integers(1, 3), subject=st.sampled_from(["s.x", "s.y"]))
+    def publish(self, n: int, subject: str) -> None:
         for _ in range(n):
-            ack = self.store.publish("s.x", b"p")
+            ack = self.store.publish(subject, b"p")
             assert ack is not None
             self.last = ack.seq
-            self.stored.add(ack.seq)
+            if subject == "s.x":
+                self.stored.add(ack.seq)
+            elif self.retention == "limits":
+                self.others.add(ack.seq)
         self._check_deliveries()
 
     @rule(batch=st.integers(1, 4))
@@ -113,7 +125,19 @@ class ConsumerModel(RuleBasedStateMachine):
         floor = min(self.pending) - 1 if self.pending else self.delivered_seq
         assert info.ack_floor.stream_seq == floor
         assert info.num_pending == sum(1 for s in self.stored if s > self.delivered_seq)
+        in_stream = {m.seq for m in self.store.iter_msgs("S")}
+        if self.retention == "limits":
+            assert in_stream == self.stored | self.others
+        else:  # interest: s.y has no interest (not stored), acked s.x messages are removed
+            assert in_stream == self.stored - self.acked
 
 
-ConsumerModel.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+class InterestConsumerModel(ConsumerModel):
+    retention = "interest"
+
+
+_settings = settings(max_examples=50, stateful_step_count=30, deadline=None)
+ConsumerModel.TestCase.settings = _settings
+InterestConsumerModel.TestCase.settings = _settings
 TestConsumerModel = ConsumerModel.TestCase
+TestInterestConsumerModel = InterestConsumerModel.TestCase
