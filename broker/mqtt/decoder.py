@@ -166,6 +166,8 @@ class Decoder:
         v5 = version is _V5
         new_builder = object.__new__
         builder = _PublishBuilder
+        # Topics repeat: validate each distinct one once per call (bounded by the chunk).
+        valid_topics: set[bytes] = set()
         while pos + 1 < n:
             first = data[pos]
             byte = data[pos + 1]
@@ -201,8 +203,10 @@ class Decoder:
                 if tend > end:
                     raise malformed("PUBLISH ends inside the Topic Name")
                 topic = data[p + 2 : tend]
-                if not topic.isascii() or b"\x00" in topic:
-                    check_utf8(topic)
+                if topic not in valid_topics:
+                    if not topic.isascii() or b"\x00" in topic:
+                        check_utf8(topic)
+                    valid_topics.add(topic)
                 p = tend
                 qos = (first >> 1) & 3
                 if qos:
