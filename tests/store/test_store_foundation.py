@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -269,3 +272,52 @@ def test_sync_call_from_writer_thread_is_refused(store: Store) -> None:
     store.submit([Publish("s.a")]).add_done_callback(cb)
     assert done.wait(10)
     assert len(errors) == 1
+
+
+_READER = """
+import sys
+from store import keys
+from store.env import Env
+ro = Env(sys.argv[1], readonly=True)
+for line in sys.stdin:
+    seq = int(line)
+    with ro.read() as txn:
+        raw = txn.get(keys.msg_key(1, seq), db=ro.dbs[keys.DB_MSGS])
+    print("found" if raw is not None else "missing", flush=True)
+ro.close()
+"""
+
+
+def test_read_only_reader_in_another_process_follows_map_growth(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    root = Path(__file__).resolve().parents[2]
+    with Store.open(tmp_path / "db", clock=clock, map_size=1 << 16) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        s.publish("s.0", b"x")
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _READER, str(tmp_path / "db")],
+            cwd=root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(root)},
+        )
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        try:
+            proc.stdin.write("1\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "found"
+            # Far beyond the map the reader opened with: py-lmdb adopts the new size
+            # itself when LMDB reports MDB_MAP_RESIZED on begin().
+            s.submit([Publish(f"s.{i}", bytes(400_000)) for i in range(60)]).result(timeout=60)
+            assert s.env.map_size > 20 << 20
+            proc.stdin.write("61\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "found"
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+            proc.stdout.close()
+        assert proc.returncode == 0
