@@ -623,6 +623,10 @@ class Connection:
         if packet.reason_code.is_error:
             self.state = ConnectionState.CLOSED
             return
+        self.state = ConnectionState.CONNECTED
+        self._decoder.gate = None
+        if self.version is not _V5:
+            return  # 3.1.x CONNACK carries no properties: none of them was declared
         props = packet.properties
         self.receive_maximum = props.receive_maximum or 0xFFFF
         self.topic_alias_maximum = props.topic_alias_maximum or 0
@@ -634,5 +638,3 @@ class Connection:
             self.retain_available = bool(props.retain_available)
         if props.server_keep_alive is not None:
             self.keep_alive = props.server_keep_alive
-        self.state = ConnectionState.CONNECTED
-        self._decoder.gate = None

@@ -112,7 +112,8 @@ class Decoder:
 
     # -- h11-style pair -------------------------------------------------------------
     def receive_data(self, data: bytes) -> None:
-        """Buffer ``data``; decode with :meth:`next_packet`."""
+        """Buffer ``data``; decode with :meth:`next_packet`. Raises like :meth:`feed`
+        (the packets before the bad one are then in the error's ``packets``)."""
         self._queue.extend(self.feed(data))
 
     def next_packet(self) -> Packet | None:

@@ -645,3 +645,13 @@ def test_client_role_connack_limits_and_version() -> None:
     assert client.max_packet_size == 50
     error = refused(client, encode(Connack(properties=Properties(reason_string="r" * 60)), V5))
     assert error.reason_code is RC.PACKET_TOO_LARGE
+
+
+def test_a_3_1_1_connack_declares_no_limits() -> None:
+    server = Connection()
+    server.receive_data(encode(Connect(V311, "c"), V311))
+    server.send(Connack(properties=Properties(receive_maximum=1, topic_alias_maximum=3)))
+    assert (server.receive_maximum, server.topic_alias_maximum) == (0xFFFF, 0)
+    for pid in (1, 2):
+        server.receive_data(encode(Publish(b"t", b"", 1, packet_id=pid), V311))
+    assert server.inbound_inflight_count == 2
