@@ -85,7 +85,7 @@ class ConsumerModel(RuleBasedStateMachine):
             self.last = ack.seq
             if subject == "s.x":
                 self.stored.add(ack.seq)
-            elif self.retention == "limits":
+            elif self.retention != "interest":
                 self.others.add(ack.seq)
         self._check_deliveries()
 
@@ -128,6 +128,8 @@ class ConsumerModel(RuleBasedStateMachine):
         in_stream = {m.seq for m in self.store.iter_msgs("S")}
         if self.retention == "limits":
             assert in_stream == self.stored | self.others
+        elif self.retention == "workqueue":  # stored regardless; removed on first ack/term
+            assert in_stream == (self.stored - self.acked) | self.others
         else:  # interest: s.y has no interest (not stored), acked s.x messages are removed
             assert in_stream == self.stored - self.acked
 
@@ -136,8 +138,14 @@ class InterestConsumerModel(ConsumerModel):
     retention = "interest"
 
 
+class WorkQueueConsumerModel(ConsumerModel):
+    retention = "workqueue"
+
+
 _settings = settings(max_examples=50, stateful_step_count=30, deadline=None)
 ConsumerModel.TestCase.settings = _settings
 InterestConsumerModel.TestCase.settings = _settings
+WorkQueueConsumerModel.TestCase.settings = _settings
 TestConsumerModel = ConsumerModel.TestCase
 TestInterestConsumerModel = InterestConsumerModel.TestCase
+TestWorkQueueConsumerModel = WorkQueueConsumerModel.TestCase
