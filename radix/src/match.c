@@ -202,7 +202,9 @@ static int reserve_bounds(radix_match_ctx *m, size_t need) {
     return RADIX_OK;
 }
 
-/* ids mode: flatten runs, merge sorted runs bottom-up, de-duplicate. */
+/* ids mode: the largest run (typically a popular "#" filter) is kept aside;
+ * the other runs are flattened and merged bottom-up, then merged once with the
+ * largest run while de-duplicating. Merge work is ~ small * log(runs) + total. */
 static int finish_ids(radix_match_ctx *m) {
     size_t n = m->total;
     size_t c1 = m->icap, c2 = m->icap;
@@ -212,15 +214,18 @@ static int finish_ids(radix_match_ctx *m) {
         m->icap = c1 < c2 ? c1 : c2;
     }
     if (reserve_bounds(m, m->nruns + 1)) return RADIX_E_NOMEM;
+    size_t big = 0;
+    for (size_t r = 1; r < m->nruns; r++)
+        if (m->runs[r].n > m->runs[big].n) big = r;
     uint64_t *a = m->ids, *b = m->ids2;
     size_t *ba = m->bounds, *bb = m->bounds2;
-    size_t k = 0;
+    size_t k = 0, nr = 0;
     for (size_t r = 0; r < m->nruns; r++) {
-        ba[r] = k;
+        if (r == big) continue;
+        ba[nr++] = k;
         const sub_entry *e = m->runs[r].e;
         for (uint32_t i = 0; i < m->runs[r].n; i++) a[k++] = e[i].client;
     }
-    size_t nr = m->nruns;
     ba[nr] = k;
     while (nr > 1) {
         size_t out = 0, w = 0;
@@ -245,17 +250,22 @@ static int finish_ids(radix_match_ctx *m) {
         bb = tb;
         nr = out;
     }
+    /* a[0..k) sorted (with duplicates); merge with the largest run into b, de-duplicating */
     size_t d = 0;
-    for (size_t i = 0; i < k; i++)
-        if (d == 0 || a[d - 1] != a[i]) a[d++] = a[i];
-    if (a != m->ids) {
-        m->ids2 = m->ids;
-        m->ids = a;
+    if (m->nruns) {
+        const sub_entry *e = m->runs[big].e;
+        size_t i = 0, j = 0, je = m->runs[big].n;
+        while (i < k || j < je) {
+            uint64_t v;
+            if (j == je || (i < k && a[i] <= e[j].client)) v = a[i++];
+            else v = e[j++].client;
+            if (d == 0 || b[d - 1] != v) b[d++] = v;
+        }
     }
-    if (ba != m->bounds) {
-        m->bounds2 = m->bounds;
-        m->bounds = ba;
-    }
+    m->ids = b;
+    m->ids2 = a;
+    m->bounds = ba;
+    m->bounds2 = bb;
     m->nids = d;
     return RADIX_OK;
 }
