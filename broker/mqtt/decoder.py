@@ -81,9 +81,9 @@ class Decoder:
     __slots__ = (
         "_buf",
         "_error",
+        "_gate",
         "_need",
         "_queue",
-        "gate",
         "gate_after_connect",
         "max_packet_size",
         "version",
@@ -98,12 +98,21 @@ class Decoder:
     ) -> None:
         self.version = version
         self.max_packet_size = max_packet_size
-        self.gate: frozenset[int] | None = None
+        self._gate: frozenset[int] | None = None
         self.gate_after_connect = gate_after_connect
         self._buf = bytearray()
         self._need = 0
         self._error: MQTTProtocolError | None = None
         self._queue: deque[Packet] = deque()
+
+    @property
+    def gate(self) -> frozenset[int] | None:
+        return self._gate
+
+    @gate.setter
+    def gate(self, value: frozenset[int] | None) -> None:
+        self._gate = value
+        self._need = 0  # decode again at the next feed(), even feed(b"")
 
     @property
     def buffered(self) -> int:
@@ -195,6 +204,9 @@ class Decoder:
                 break
             ptype = first >> 4
             if gate is not None and ptype not in gate:
+                # Held until the gate changes: later feeds only append (no re-scan, no
+                # copy) because no packet can complete before that.
+                self._need = MAX_PACKET_SIZE + 1
                 break
             if ptype == 3 and version is not None:
                 # ---- PUBLISH fast path (MQTT 5.0 §3.3) ----

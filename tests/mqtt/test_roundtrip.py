@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from broker.mqtt.codec import Decoder, encode
 from broker.mqtt.packet_types import PacketType, ProtocolVersion
-from broker.mqtt.packets import Connect, Packet
+from broker.mqtt.packets import Connect, Packet, Publish
 
 from .mqtt_strategies import VERSIONS, any_packet, packets_of, type_version_pairs
 
@@ -108,3 +108,34 @@ def test_next_packet_pair_matches_feed() -> None:
     assert other.next_packet() == Pingreq()
     assert other.next_packet() == Puback(3)
     assert other.next_packet() == Pingreq()
+
+
+def test_partial_packet_is_appended_not_copied_per_chunk() -> None:
+    """No quadratic copying: while one large packet is incomplete, every feed appends to
+    the same buffer (amortised O(1) per byte) instead of rebuilding it."""
+    version = ProtocolVersion.MQTT_3_1_1
+    big = Publish(b"t", bytes(1 << 20))
+    wire = encode(big, version)
+    decoder = Decoder(version)
+    assert decoder.feed(wire[:1000]) == []
+    buffer = decoder._buf
+    for start in range(1000, len(wire) - 1000, 4096):
+        assert decoder.feed(wire[start : min(start + 4096, len(wire) - 1000)]) == []
+        assert decoder._buf is buffer
+    assert decoder.feed(wire[len(wire) - 1000 :]) == [big]
+    assert decoder.buffered == 0
+
+
+def test_held_packets_are_not_rescanned_until_the_gate_opens() -> None:
+    version = ProtocolVersion.MQTT_5
+    from broker.mqtt.packets import Auth
+    from broker.mqtt.packets import Connect as C
+
+    decoder = Decoder(gate_after_connect=True)
+    held = encode(Publish(b"t", b"x"), version)
+    assert decoder.feed(encode(C(version, "c"), version) + held) == [C(version, "c")]
+    buffer = decoder._buf
+    assert decoder.feed(encode(Auth(), version)) == []  # behind the held PUBLISH: waits
+    assert decoder._buf is buffer
+    decoder.gate = None
+    assert decoder.feed(b"") == [Publish(b"t", b"x"), Auth()]
