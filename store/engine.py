@@ -1,8 +1,9 @@
 """The writer-side engine: applies operations inside one write transaction per batch.
 
 Writer thread only. It owns the cached :class:`StreamRt` / :class:`ConsumerRt` objects;
-after an aborted batch :meth:`Engine.reset` reloads them from LMDB (keeping the
-memory-only parts: waiting pull requests and push interest).
+after an aborted batch :meth:`Engine.reset` reloads them from LMDB (restoring the
+memory-only parts: waiting pull requests and push interest). Admin operations live in
+:mod:`store.admin`.
 
 One batch runs in three phases: every operation in order (each gets a result; a
 JetStream error is a result, never an abort), then delivery for every stream the batch
@@ -14,27 +15,18 @@ advisories) are handed to the hook after the commit.
 
 from __future__ import annotations
 
-import secrets
-import string
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from store import keys
+from store import admin, keys
 from store.consumers import ConsumerRt, PullRequest
 from store.env import Env
 from store.errors import JetStreamError, js_error
 from store.models import (
-    ClusterInfo,
     ConsumerConfig,
-    ConsumerInfo,
-    SequenceInfo,
     StreamConfig,
-    StreamInfo,
-    StreamState,
-    format_time,
-    parse_time,
 )
 from store.ops import (
     Ack,
@@ -53,29 +45,13 @@ from store.ops import (
     Publish,
     Pull,
     PullStatus,
-    PurgeResult,
     PurgeStream,
     SetPushInterest,
     Tick,
 )
 from store.streams import Ctx, StreamRt
-from store.subjects import is_valid_subject, subject_matches, subjects_overlap
+from store.subjects import subject_matches
 from store.writer import Job
-
-_NAME_ALPHABET = string.ascii_letters + string.digits
-
-# Consumer fields an update may not change (spec §1.6), with nats-server's wording.
-_FIXED_CONSUMER_FIELDS = {
-    "deliver_policy": "deliver policy can not be updated",
-    "opt_start_seq": "start sequence can not be updated",
-    "opt_start_time": "start time can not be updated",
-    "ack_policy": "ack policy can not be updated",
-    "replay_policy": "replay policy can not be updated",
-    "idle_heartbeat": "heart beats can not be updated",
-    "flow_control": "flow control can not be updated",
-    "max_waiting": "max waiting can not be updated",
-    "mem_storage": "mem storage can not be updated",
-}
 
 
 class Engine:
@@ -223,17 +199,17 @@ class Engine:
             case Tick():
                 return self._tick(ctx, op)
             case CreateStream():
-                return self._create_stream(ctx, op)
+                return admin.create_stream(self, ctx, op)
             case DeleteStream():
-                return self._delete_stream(ctx, op.stream)
+                return admin.delete_stream(self, ctx, op.stream)
             case PurgeStream():
-                return self._purge(ctx, op)
+                return admin.purge(self, ctx, op)
             case DeleteMsg():
-                return self._delete_msg(ctx, op)
+                return admin.delete_msg(self, ctx, op)
             case CreateConsumer():
-                return self._create_consumer(ctx, op)
+                return admin.create_consumer(self, ctx, op)
             case DeleteConsumer():
-                return self._delete_consumer(ctx, self._stream(op.stream), op.consumer)
+                return admin.delete_consumer(self, ctx, self._stream(op.stream), op.consumer)
             case SetPushInterest():
                 c = self._consumer(op.stream, op.consumer)
                 c.push_bound = op.bound
@@ -241,11 +217,11 @@ class Engine:
                 ctx.touched.add(c.stream)
                 return None
             case GetStreamInfo():
-                return self.stream_info(
-                    ctx, self._stream(op.stream), op.subjects_filter, op.deleted_details
+                return admin.stream_info(
+                    self, ctx, self._stream(op.stream), op.subjects_filter, op.deleted_details
                 )
             case GetConsumerInfo():
-                return self.consumer_info(ctx, self._consumer(op.stream, op.consumer))
+                return admin.consumer_info(self, ctx, self._consumer(op.stream, op.consumer))
         raise TypeError(f"unknown operation {op!r}")
 
     def _find(self, key: tuple[str, str]) -> ConsumerRt | None:
@@ -397,7 +373,7 @@ class Engine:
                     c.expire_requests(ctx)
                     ia = c.inactive_deadline()
                     if ia and ia <= ctx.now:
-                        self._delete_consumer(ctx, st, c.name)
+                        admin.delete_consumer(self, ctx, st, c.name)
                         ctx.events.append(
                             Advisory("consumer_deleted", st.name, c.name, time_ns=ctx.now)
                         )
@@ -413,363 +389,3 @@ class Engine:
             for c in st.consumers.values():
                 if c.deliver(ctx):
                     ctx.dirty_consumers.add(c)
-
-    # -- stream admin --------------------------------------------------------------------
-
-    def _create_stream(self, ctx: Ctx, op: CreateStream) -> OpResult:
-        cfg = op.config.normalized()
-        existing = self.streams.get(cfg.name)
-        if not op.update:
-            if existing is not None:
-                if existing.config == cfg:
-                    return self.stream_info(ctx, existing)
-                raise js_error("stream_name_exist")
-            if cfg.sealed:
-                raise js_error(
-                    "stream_invalid_config", err="stream configuration for create can not be sealed"
-                )
-            self._check_overlap(cfg, None)
-            sid = self._next_id(ctx)
-            st = StreamRt(cfg.name, sid, cfg, ctx.now)
-            st.on_remove = self._on_msg_removed
-            if cfg.first_seq:
-                st.first_seq = cfg.first_seq
-                st.last_seq = cfg.first_seq - 1
-            self._write_stream_record(ctx, st)
-            st.save_state(ctx)
-            self.streams[cfg.name] = st
-            self._capture.clear()
-            return self.stream_info(ctx, st)
-        if existing is None:
-            raise js_error("stream_not_found")
-        old = existing.config
-
-        def bad(msg: str) -> JetStreamError:
-            return js_error("stream_invalid_config", err=msg)
-
-        if cfg.storage != old.storage:
-            raise bad("stream configuration update can not change storage type")
-        if (cfg.retention == "workqueue") != (old.retention == "workqueue"):
-            raise bad(
-                "stream configuration update can not change retention policy to/from workqueue"
-            )
-        if old.sealed and not cfg.sealed:
-            raise bad("stream configuration update can not unseal a sealed stream")
-        if old.deny_delete and not cfg.deny_delete:
-            raise bad("stream configuration update can not cancel deny message deletes")
-        if old.deny_purge and not cfg.deny_purge:
-            raise bad("stream configuration update can not cancel deny purge")
-        if cfg.first_seq != old.first_seq:
-            raise bad("stream configuration update can not change first sequence")
-        self._check_overlap(cfg, existing)
-        existing.config = cfg
-        self._write_stream_record(ctx, existing)
-        self._capture.clear()
-        # Apply tighter limits now.
-        if cfg.max_msgs_per_subject > 0:
-            for subj in list(existing.subjects(ctx)):
-                seqs = list(existing.subject_seqs(ctx, subj))
-                for s in seqs[: max(0, len(seqs) - cfg.max_msgs_per_subject)]:
-                    existing.remove(ctx, s)
-        while cfg.max_msgs > 0 and existing.messages > cfg.max_msgs:
-            existing.remove(ctx, existing.first_seq)
-        while cfg.max_bytes > 0 and existing.bytes > cfg.max_bytes:
-            existing.remove(ctx, existing.first_seq)
-        existing.expire(ctx)
-        existing.save_state(ctx)
-        ctx.touched.add(existing)
-        return self.stream_info(ctx, existing)
-
-    def _check_overlap(self, cfg: StreamConfig, me: StreamRt | None) -> None:
-        for other in self.streams.values():
-            if other is me:
-                continue
-            for a in cfg.subjects:
-                for b in other.config.subjects:
-                    if subjects_overlap(a, b):
-                        raise js_error("stream_subject_overlap")
-
-    def _write_stream_record(self, ctx: Ctx, st: StreamRt) -> None:
-        ctx.txn.put(
-            st.name.encode(),
-            keys.pack_named_record(
-                keys.STREAM_RECORD_VERSION, st.sid, st.created_ns, st.config.to_json()
-            ),
-            db=ctx.db(keys.DB_STREAMS),
-        )
-
-    def _delete_stream(self, ctx: Ctx, name: str) -> OpResult:
-        st = self._stream(name)
-        for cname in list(st.consumers):
-            self._delete_consumer(ctx, st, cname, reevaluate=False)
-        prefix = keys.sid_prefix(st.sid)
-        for dbname in (
-            keys.DB_MSGS,
-            keys.DB_SUBJECTS,
-            keys.DB_SUBJCOUNT,
-            keys.DB_DEDUPE,
-            keys.DB_DEDUPESEQ,
-        ):
-            _delete_prefix(ctx, dbname, prefix)
-        ctx.txn.delete(keys.u64(st.sid), db=ctx.db(keys.DB_SSTATE))
-        ctx.txn.delete(name.encode(), db=ctx.db(keys.DB_STREAMS))
-        del self.streams[name]
-        self.deadlines.pop(name, None)
-        self._capture.clear()
-        ctx.touched.discard(st)
-        return True
-
-    def _purge(self, ctx: Ctx, op: PurgeStream) -> OpResult:
-        st = self._stream(op.stream)
-        if st.config.sealed:
-            raise js_error("stream_sealed")
-        if st.config.deny_purge:
-            raise js_error("purge_failed", err="stream purge not permitted")
-        if op.seq is not None and op.keep is not None:
-            raise js_error("bad_request")
-        if op.filter is not None and not _valid_filter(op.filter):
-            raise js_error("bad_request")
-        n = st.purge(ctx, op.filter, op.seq, op.keep)
-        if not op.filter and op.keep is None:
-            # Consumers that had not reached the purge point move past it.
-            floor = st.first_seq - 1
-            for c in st.consumers.values():
-                if c.delivered_sseq < floor:
-                    c.delivered_sseq = floor
-                    c.num_pending_cache = None
-                    if not c.pending:
-                        c.update_ack_floor()
-                    ctx.dirty_consumers.add(c)
-        for c in st.consumers.values():
-            c.num_pending_cache = None
-        ctx.touched.add(st)
-        return PurgeResult(n)
-
-    def _delete_msg(self, ctx: Ctx, op: DeleteMsg) -> OpResult:
-        st = self._stream(op.stream)
-        if st.config.sealed:
-            raise js_error("stream_sealed")
-        if st.config.deny_delete:
-            raise js_error("msg_delete_failed", err="message delete not permitted")
-        if not st.remove(ctx, op.seq):
-            raise js_error("sequence_not_found", seq=op.seq)
-        st.save_state(ctx)
-        ctx.touched.add(st)
-        return True
-
-    def stream_info(
-        self,
-        ctx: Ctx,
-        st: StreamRt,
-        subjects_filter: str | None = None,
-        deleted_details: bool = False,
-    ) -> StreamInfo:
-        num_deleted = 0
-        if st.messages:
-            num_deleted = st.last_seq - st.first_seq + 1 - st.messages
-        subjects: dict[str, int] | None = None
-        if subjects_filter:
-            subjects = {}
-            cdb = ctx.db(keys.DB_SUBJCOUNT)
-            for subj in st.subjects(ctx):
-                if subject_matches(subjects_filter, subj):
-                    raw = ctx.txn.get(keys.subjcount_key(st.sid, subj), db=cdb)
-                    subjects[subj] = keys.read_u64(raw) if raw else 0
-        deleted: list[int] | None = None
-        if deleted_details and num_deleted:
-            deleted = []
-            expect = st.first_seq
-            for seq, _ in st.seqs_from(ctx, st.first_seq):
-                deleted.extend(range(expect, seq))
-                expect = seq + 1
-        state = StreamState(
-            messages=st.messages,
-            bytes=st.bytes,
-            first_seq=st.first_seq,
-            first_ts=format_time(st.first_ts),
-            last_seq=st.last_seq,
-            last_ts=format_time(st.last_ts),
-            num_subjects=st.num_subjects or None,
-            subjects=subjects,
-            num_deleted=num_deleted or None,
-            deleted=deleted,
-            consumer_count=len(st.consumers),
-        )
-        return StreamInfo(
-            config=st.config,
-            created=format_time(st.created_ns),
-            state=state,
-            cluster=ClusterInfo(leader=self.node_name),
-            ts=format_time(self.clock()),
-        )
-
-    # -- consumer admin ------------------------------------------------------------------
-
-    def _create_consumer(self, ctx: Ctx, op: CreateConsumer) -> OpResult:
-        st = self._stream(op.stream)
-        cfg = op.config.normalized(st.config.consumer_limits)
-        name = cfg.name or cfg.durable_name
-        existing = st.consumers.get(name) if name else None
-        if existing is not None:
-            if existing.config == cfg:
-                return self.consumer_info(ctx, existing)
-            if op.action == "create":
-                raise js_error("consumer_already_exists")
-            return self._update_consumer(ctx, existing, cfg)
-        if op.action == "update":
-            raise js_error("consumer_does_not_exist")
-        if not name:
-            name = "".join(secrets.choice(_NAME_ALPHABET) for _ in range(8))
-            cfg = cfg.model_copy(update={"name": name})
-        scfg = st.config
-        if scfg.max_consumers > 0 and len(st.consumers) >= scfg.max_consumers:
-            raise js_error("maximum_consumers")
-        for f in cfg.filters:
-            if not any(subjects_overlap(f, s) for s in scfg.subjects):
-                raise js_error(
-                    "consumer_create",
-                    err=f"consumer filter subject is not a valid subset of the interest subjects: {f}",
-                )
-        if cfg.deliver_subject and any(
-            subject_matches(s, cfg.deliver_subject) for s in scfg.subjects
-        ):
-            raise js_error("deliver_subject_cycle")
-        if scfg.retention == "workqueue":
-            if cfg.ack_policy != "explicit":
-                raise js_error("wq_requires_explicit_ack")
-            if cfg.deliver_policy != "all":
-                raise js_error("wq_consumer_not_deliver_all")
-            if st.consumers:
-                if not cfg.filters or any(not o.filters for o in st.consumers.values()):
-                    raise js_error("wq_multiple_unfiltered")
-                for o in st.consumers.values():
-                    if any(subjects_overlap(a, b) for a in cfg.filters for b in o.filters):
-                        raise js_error("wq_consumer_not_unique")
-        cid = self._next_id(ctx)
-        c = ConsumerRt(st, name, cid, cfg, ctx.now)
-        self._initial_position(ctx, st, c)
-        c.update_ack_floor()
-        self._write_consumer_record(ctx, c)
-        st.consumers[name] = c
-        c.save(ctx)
-        ctx.touched.add(st)
-        return self.consumer_info(ctx, c)
-
-    def _initial_position(self, ctx: Ctx, st: StreamRt, c: ConsumerRt) -> None:
-        cfg = c.config
-        dp = cfg.deliver_policy
-        start = st.first_seq - 1 if st.first_seq else 0
-        if dp == "new":
-            start = st.last_seq
-        elif dp == "last":
-            if c.filters:
-                last = max((st.last_seq_of_subject(ctx, f) for f in c.filters), default=0)
-            else:
-                last = st.last_seq if st.messages else 0
-            start = last - 1 if last else st.last_seq
-        elif dp == "by_start_sequence":
-            start = (cfg.opt_start_seq or 1) - 1
-        elif dp == "by_start_time":
-            t = parse_time(cfg.opt_start_time or "")
-            start = st.last_seq
-            for seq, rec in st.seqs_from(ctx, st.first_seq):
-                if keys.msg_time(rec) >= t:
-                    start = seq - 1
-                    break
-        elif dp == "last_per_subject":
-            lasts = [
-                st.last_seq_of_subject(ctx, subj) for subj in st.subjects(ctx) if c.matches(subj)
-            ]
-            if lasts:
-                start = min(lasts) - 1
-                c.lps_end = max(lasts)
-            else:
-                start = st.last_seq
-        c.delivered_sseq = max(0, start)
-
-    def _update_consumer(self, ctx: Ctx, c: ConsumerRt, cfg: ConsumerConfig) -> ConsumerInfo:
-        old = c.config
-        for field, msg in _FIXED_CONSUMER_FIELDS.items():
-            if getattr(old, field) != getattr(cfg, field):
-                raise js_error("consumer_create", err=msg)
-        if old.is_push != cfg.is_push:
-            raise js_error(
-                "consumer_create",
-                err="can not update push consumer to pull based"
-                if old.is_push
-                else "can not update pull consumer to push based",
-            )
-        c.config = cfg
-        c.filters = cfg.filters
-        c.scan_floor = 0
-        c.num_pending_cache = None
-        self._write_consumer_record(ctx, c)
-        ctx.touched.add(c.stream)
-        ctx.dirty_consumers.add(c)
-        return self.consumer_info(ctx, c)
-
-    def _write_consumer_record(self, ctx: Ctx, c: ConsumerRt) -> None:
-        ctx.txn.put(
-            keys.consumer_key(c.stream.sid, c.name),
-            keys.pack_named_record(
-                keys.CONSUMER_RECORD_VERSION, c.cid, c.created_ns, c.config.to_json()
-            ),
-            db=ctx.db(keys.DB_CONSUMERS),
-        )
-
-    def _delete_consumer(
-        self, ctx: Ctx, st: StreamRt, name: str, *, reevaluate: bool = True
-    ) -> OpResult:
-        c = st.consumers.get(name)
-        if c is None:
-            raise js_error("consumer_not_found")
-        for req in c.waiting:
-            ctx.events.append(PullStatus(st.name, name, req.reply, 409, "Consumer Deleted"))
-        c.waiting.clear()
-        _delete_prefix(ctx, keys.DB_PENDING, keys.u64(c.cid))
-        ctx.txn.delete(keys.u64(c.cid), db=ctx.db(keys.DB_CSTATE))
-        ctx.txn.delete(keys.consumer_key(st.sid, name), db=ctx.db(keys.DB_CONSUMERS))
-        del st.consumers[name]
-        ctx.dirty_consumers.discard(c)
-        if reevaluate and st.config.retention != "limits":
-            for seq, _ in list(st.seqs_from(ctx, st.first_seq)):
-                ctx.retention_check.append((st, seq))
-        ctx.touched.add(st)
-        return True
-
-    def consumer_info(self, ctx: Ctx, c: ConsumerRt) -> ConsumerInfo:
-        return ConsumerInfo(
-            stream_name=c.stream.name,
-            name=c.name,
-            created=format_time(c.created_ns),
-            config=c.config,
-            delivered=SequenceInfo(
-                consumer_seq=c.delivered_cseq,
-                stream_seq=c.delivered_sseq,
-                last_active=format_time(c.last_delivered_ns) if c.last_delivered_ns else None,
-            ),
-            ack_floor=SequenceInfo(
-                consumer_seq=c.ack_cseq,
-                stream_seq=c.ack_sseq,
-                last_active=format_time(c.last_ack_ns) if c.last_ack_ns else None,
-            ),
-            num_ack_pending=c.num_ack_pending,
-            num_redelivered=sum(1 for e in c.pending.values() if e.count > 1),
-            num_waiting=len(c.waiting),
-            num_pending=c.num_pending(ctx),
-            push_bound=True if c.config.is_push and c.push_bound else None,
-            ts=format_time(self.clock()),
-        )
-
-
-def _delete_prefix(ctx: Ctx, dbname: bytes, prefix: bytes) -> None:
-    cur = ctx.txn.cursor(db=ctx.db(dbname))
-    if not cur.set_range(prefix):
-        return
-    while cur.key().startswith(prefix):
-        if not cur.delete():
-            break
-
-
-def _valid_filter(f: str) -> bool:
-    return is_valid_subject(f)
