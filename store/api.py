@@ -155,6 +155,18 @@ class Store:
             raise res
         return res
 
+    def metrics(self) -> dict[str, int]:
+        """Counters for ``$SYS`` / Prometheus: commits, submissions, operations, map."""
+        w = self._writer
+        return {
+            "commits": w.commits,
+            "jobs_committed": w.jobs_committed,
+            "ops_committed": w.ops_committed,
+            "map_growths": w.map_growths,
+            "map_size": self.env.map_size,
+            "streams": len(self._engine.streams),
+        }
+
     def next_deadline(self) -> int | None:
         """The earliest clock time (ns) at which :meth:`tick` has work, or None."""
         return self._engine.next_deadline()

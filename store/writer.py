@@ -71,7 +71,10 @@ class GroupCommitWriter:
         self._closing = False
         self._unsynced = False
         self._last_sync = time.monotonic()
-        self.commits = 0
+        self.commits = 0  # counters read from any thread (diagnostics, metrics)
+        self.jobs_committed = 0
+        self.ops_committed = 0
+        self.map_growths = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -138,6 +141,7 @@ class GroupCommitWriter:
                 txn.abort()
                 self._on_abort()
                 self._env.grow()
+                self.map_growths += 1
                 continue
             except BaseException as exc:
                 txn.abort()
@@ -152,6 +156,8 @@ class GroupCommitWriter:
                 return
             break
         self.commits += 1
+        self.jobs_committed += len(jobs)
+        self.ops_committed += sum(len(job.ops) for job in jobs)
         if not self._sync_always:
             self._unsynced = True
         # Events first, so a caller woken by its future already sees the events it caused.

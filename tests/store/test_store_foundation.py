@@ -145,6 +145,11 @@ def test_group_commit_batches_concurrent_submitters(store: Store) -> None:
         t.join(timeout=60)
     assert sorted(seqs) == list(range(1, n_threads * per + 1))
     assert store._writer.commits - commits_before < n_threads * per
+    m = store.metrics()
+    assert m["ops_committed"] >= n_threads * per
+    assert m["jobs_committed"] >= n_threads * per
+    assert m["commits"] < m["jobs_committed"]
+    assert m["streams"] == 1
 
 
 def test_one_batch_mixes_operations_and_isolates_failures(store: Store) -> None:
