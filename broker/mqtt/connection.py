@@ -272,10 +272,17 @@ class Connection:
                 for packet in cast("tuple[Packet, ...]", exc.packets):
                     events.append(self._receive(packet))
                 raise
+            connected = self.state is ConnectionState.CONNECTED
+            append = events.append
             for packet in packets:
-                events.append(self._receive(packet))
+                if connected and type(packet) is Publish:
+                    # Hot path: PUBLISH is allowed in CONNECTED for both roles.
+                    append(self._receive_publish(packet))
+                    continue
+                append(self._receive(packet))
                 if self.closed:
                     break
+                connected = self.state is ConnectionState.CONNECTED
         except MQTTProtocolError as exc:
             self._fail(exc)
             exc.packets = tuple(events)
