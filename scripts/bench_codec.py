@@ -24,7 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker.mqtt.codec import Decoder, EncodedPublish, encode
-from broker.mqtt.packets import ProtocolVersion, Publish
+from broker.mqtt.connection import Connection
+from broker.mqtt.packets import Connack, Connect, ProtocolVersion, Publish
 
 CHUNK = 64 * 1024
 PAYLOAD = bytes(range(100))
@@ -49,6 +50,23 @@ def _stream(version: ProtocolVersion, qos: int, count: int) -> tuple[Publish, by
 
 def bench_decode(version: ProtocolVersion, qos: int, count: int) -> float:
     return _median_rate(count, _decode_runner(version, qos, count))
+
+
+def bench_connection(version: ProtocolVersion, qos: int, count: int) -> float:
+    """Decoder plus the server connection machine (what the broker calls per chunk)."""
+    _, data = _stream(version, qos, count)
+    chunks = [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)]
+
+    def run() -> None:
+        conn = Connection()
+        conn.receive_data(encode(Connect(version, "bench"), version))
+        conn.send(Connack())
+        total = 0
+        for chunk in chunks:
+            total += len(conn.receive_data(chunk))
+        assert total == count, total
+
+    return _median_rate(count, run)
 
 
 def bench_encode(version: ProtocolVersion, qos: int, count: int) -> float:
@@ -145,9 +163,10 @@ def main() -> None:
             dec = bench_decode(version, qos, count)
             enc = bench_encode(version, qos, count)
             fan = bench_fanout(version, qos, count)
+            conn = bench_connection(version, qos, count)
             print(
                 f"{version.name:10} QoS {qos}: decode {dec:>10,.0f}/s  encode {enc:>10,.0f}/s"
-                f"  fan-out {fan:>10,.0f}/s"
+                f"  fan-out {fan:>10,.0f}/s  connection receive {conn:>10,.0f}/s"
             )
     amqtt_count = max(count // 10, 1000)
     for qos in (0, 1):
