@@ -217,10 +217,9 @@ def stream_info(
     if subjects_filter:
         subjects = {}
         cdb = ctx.db(keys.DB_SUBJCOUNT)
-        for subj in st.subjects(ctx):
-            if subject_matches(subjects_filter, subj):
-                raw = ctx.txn.get(keys.subjcount_key(st.sid, subj), db=cdb)
-                subjects[subj] = keys.read_u64(raw) if raw else 0
+        for subj in st.subjects(ctx, subjects_filter):
+            raw = ctx.txn.get(keys.subjcount_key(st.sid, subj), db=cdb)
+            subjects[subj] = keys.read_u64(raw) if raw else 0
     deleted: list[int] | None = None
     if deleted_details and num_deleted:
         deleted = []

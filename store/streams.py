@@ -124,20 +124,25 @@ class StreamRt:
                     return keys.read_u64(k, len(prefix))
             return 0
         best = 0
-        for subj in self.subjects(ctx):
-            if subject_matches(subject, subj):
-                best = max(best, self.last_seq_of_subject(ctx, subj))
+        for subj in self.subjects(ctx, subject):
+            best = max(best, self.last_seq_of_subject(ctx, subj))
         return best
 
-    def subjects(self, ctx: Ctx) -> Iterator[str]:
+    def subjects(self, ctx: Ctx, filter_: str | None = None) -> Iterator[str]:
+        """Distinct stored subjects; with ``filter_`` only matching ones, scanning only the
+        keys under the filter's literal prefix (``a.b.*`` looks at ``a.b.`` only)."""
         prefix = keys.sid_prefix(self.sid)
+        if filter_:
+            prefix += literal_prefix(filter_).encode()
         cur = ctx.txn.cursor(db=ctx.db(keys.DB_SUBJCOUNT))
         if not cur.set_range(prefix):
             return
         for k in cur.iternext(keys=True, values=False):
             if not k.startswith(prefix):
                 return
-            yield bytes(k[8:]).decode()
+            subj = bytes(k[8:]).decode()
+            if filter_ is None or subject_matches(filter_, subj):
+                yield subj
 
     def get_record(self, ctx: Ctx, seq: int) -> bytes | None:
         raw = ctx.txn.get(keys.msg_key(self.sid, seq), db=ctx.db(keys.DB_MSGS))
@@ -398,12 +403,11 @@ class StreamRt:
         victims: list[int]
         if filter_ and is_literal(filter_):
             victims = list(self.subject_seqs(ctx, filter_))
+        elif filter_:
+            subjects = list(self.subjects(ctx, filter_))
+            victims = sorted(q for subj in subjects for q in self.subject_seqs(ctx, subj))
         else:
-            victims = [
-                s
-                for s, rec in self.seqs_from(ctx, 0)
-                if not filter_ or subject_matches(filter_, keys.msg_subject(rec))
-            ]
+            victims = [q for q, _ in self.seqs_from(ctx, 0)]
         if below is not None:
             victims = [s for s in victims if s < below]
         if keep is not None:
@@ -434,6 +438,16 @@ class StreamRt:
         if self.config.max_age <= 0 or not self.messages or not self.first_ts:
             return 0
         return self.first_ts + self.config.max_age
+
+
+def literal_prefix(filter_: str) -> str:
+    """The tokens of ``filter_`` before its first wildcard, with their trailing dot."""
+    out: list[str] = []
+    for tok in filter_.split("."):
+        if tok in ("*", ">"):
+            return ".".join(out) + "." if out else ""
+        out.append(tok)
+    return filter_
 
 
 @lru_cache(maxsize=65536)

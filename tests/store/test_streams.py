@@ -9,6 +9,7 @@ import pytest
 
 from store import JetStreamError, PubAck, Publish, Store, StreamConfig
 from store.models import format_time, parse_time
+from store.streams import literal_prefix
 from tests.store.conftest import SEC, T0, Events, FakeClock
 
 
@@ -451,3 +452,22 @@ def test_dedupe_entries_are_evicted_without_ticks(store: Store, clock: FakeClock
     stats = store.env.stat()
     assert stats["dedupe"]["entries"] <= 11
     assert stats["dedupeseq"]["entries"] <= 11
+
+
+def test_wildcard_purge_and_subject_prefix_scan(store: Store) -> None:
+    _stream(store)
+    for s in ("s.q.c1.1", "s.q.c1.2", "s.q.c2.1", "s.q.c10.1", "s.r.c1.1"):
+        _pub(store, s)
+    assert store.purge_stream("S", filter="s.q.c1.*") == 2
+    st = store.stream_info("S", subjects_filter="s.*.c1*.>").state
+    assert st.subjects == {}
+    st = store.stream_info("S", subjects_filter="s.*.*.1").state
+    assert st.subjects == {"s.q.c2.1": 1, "s.q.c10.1": 1, "s.r.c1.1": 1}
+    assert store.last_by_subject("S", "s.q.>").subject == "s.q.c10.1"
+
+
+def test_literal_prefix() -> None:
+    assert literal_prefix("a.b.*") == "a.b."
+    assert literal_prefix("a.>") == "a."
+    assert literal_prefix("*.a") == ""
+    assert literal_prefix("a.b") == "a.b"
