@@ -8,12 +8,20 @@ reopens of the store.
 
 from __future__ import annotations
 
+import itertools
 import shutil
-import tempfile
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from store import AckKind, Delivery, Store
 from tests.store.conftest import SEC, Events, FakeClock
@@ -22,9 +30,12 @@ ACK_WAIT = 10 * SEC
 
 
 class ConsumerModel(RuleBasedStateMachine):
+    root: Path  # set by the pytest test below to its tmp_path
+    _n = itertools.count()
+
     def __init__(self) -> None:
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="jetmq-cmodel-")
+        self.dir = self.root / f"run{next(self._n)}"
         self.clock = FakeClock()
         self.events = Events()
         self.store = self._open()
@@ -142,10 +153,9 @@ class WorkQueueConsumerModel(ConsumerModel):
     retention = "workqueue"
 
 
-_settings = settings(max_examples=50, stateful_step_count=30, deadline=None)
-ConsumerModel.TestCase.settings = _settings
-InterestConsumerModel.TestCase.settings = _settings
-WorkQueueConsumerModel.TestCase.settings = _settings
-TestConsumerModel = ConsumerModel.TestCase
-TestInterestConsumerModel = InterestConsumerModel.TestCase
-TestWorkQueueConsumerModel = WorkQueueConsumerModel.TestCase
+@pytest.mark.parametrize("machine", [ConsumerModel, InterestConsumerModel, WorkQueueConsumerModel])
+def test_consumer_against_model(tmp_path: Path, machine: type[ConsumerModel]) -> None:
+    machine.root = tmp_path
+    run_state_machine_as_test(
+        machine, settings=settings(max_examples=50, stateful_step_count=30, deadline=None)
+    )

@@ -7,13 +7,21 @@ last-by-subject all equal the model's.
 
 from __future__ import annotations
 
+import itertools
 import shutil
-import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from store import JetStreamError, PubAck, Publish, Store, keys
 from tests.store.conftest import FakeClock
@@ -22,9 +30,12 @@ SUBJECTS = ["s.a", "s.b", "s.c.d"]
 
 
 class StreamModel(RuleBasedStateMachine):
+    root: Path  # set by the pytest test below to its tmp_path
+    _n = itertools.count()
+
     def __init__(self) -> None:
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="jetmq-model-")
+        self.dir = self.root / f"run{next(self._n)}"
         self.clock = FakeClock()
         self.store = Store.open(self.dir, clock=self.clock, map_size=1 << 22, sync="batch")
         self.msgs: dict[int, tuple[str, bytes]] = {}
@@ -157,5 +168,8 @@ class StreamModel(RuleBasedStateMachine):
             assert self.store.last_by_subject("S", subj).seq == want
 
 
-StreamModel.TestCase.settings = settings(max_examples=100, stateful_step_count=25, deadline=None)
-TestStreamModel = StreamModel.TestCase
+def test_stream_against_model(tmp_path: Path) -> None:
+    StreamModel.root = tmp_path
+    run_state_machine_as_test(
+        StreamModel, settings=settings(max_examples=100, stateful_step_count=25, deadline=None)
+    )
