@@ -428,10 +428,7 @@ class ClientConnection:
         return AppMessage(forward, expires_at, origin)
 
     def _publish_refusal(self, p: Publish) -> tuple[ReasonCode, str] | None:
-        try:
-            radix.validate_topic(p.topic)
-        except radix.TopicError as exc:
-            return ReasonCode.TOPIC_NAME_INVALID, f"invalid topic name: {exc}"
+        """Checks beyond topic syntax (which the radix match validates [MQTT-3.3.2-2])."""
         if p.topic.startswith(b"$"):
             return ReasonCode.TOPIC_NAME_INVALID, "topics starting with $ are reserved"
         if (
@@ -448,22 +445,18 @@ class ClientConnection:
         session = self.session
         assert session is not None
         refusal = self._publish_refusal(p)
-        pid = p.packet_id
         if refusal is not None:
-            code, reason = refusal
-            if p.qos == 0 or self.version is not _V5:
-                if code is ReasonCode.TOPIC_NAME_INVALID and p.topic.startswith(b"$"):
-                    if p.qos:  # 3.1.1 cannot say why; acknowledge and drop
-                        await self._step(None, lambda: self._send(self._ack(p, ReasonCode.SUCCESS)))
-                    return
-                self._disconnect(code, reason)
-                return
-            await self._step(None, lambda: self._send(self._ack(p, code, reason)))
+            await self._refuse_publish(p, *refusal)
             return
         broker = self.broker
+        pid = p.packet_id
         msg = self._message(p, session.num)
         extra = broker.persist.qos2_received(session, pid) if p.qos == 2 and pid else []
-        deliveries, plan = broker.plan_publish(msg, extra)
+        try:
+            deliveries, plan = broker.plan_publish(msg, extra)
+        except radix.TopicError as exc:
+            await self._refuse_publish(p, ReasonCode.TOPIC_NAME_INVALID, f"invalid topic: {exc}")
+            return
         code = ReasonCode.SUCCESS if deliveries else ReasonCode.NO_MATCHING_SUBSCRIBERS
 
         def then() -> None:
@@ -473,6 +466,19 @@ class ClientConnection:
                 self._send(self._ack(p, code))
 
         await self._step(None if plan.empty else plan.wait, then)
+
+    async def _refuse_publish(self, p: Publish, code: ReasonCode, reason: str) -> None:
+        """Not delivered: PUBACK/PUBREC with the reason (v5, QoS > 0), else DISCONNECT
+        with it; a 3.1.x client cannot be told why, so it is acknowledged (for a reserved
+        ``$`` topic) or disconnected (for anything malformed)."""
+        if p.qos and self.version is _V5:
+            await self._step(None, lambda: self._send(self._ack(p, code, reason)))
+            return
+        if code is ReasonCode.TOPIC_NAME_INVALID and p.topic.startswith(b"$"):
+            if p.qos:
+                await self._step(None, lambda: self._send(self._ack(p, ReasonCode.SUCCESS)))
+            return
+        self._disconnect(code, reason)
 
     def _ack(self, p: Publish, code: ReasonCode, reason: str | None = None) -> Puback | Pubrec:
         pid = p.packet_id

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Broker benchmark: ../shared/bench/mqttbench against jetmq, mosquitto and amqtt, in ONE
+# session with the same flags, so the ratios mean something on a shared 2-core machine.
+#
+#   scripts/bench_broker.sh                 # MQTT 5: all six scenarios, qos1 persistent, amqtt
+#   REPEAT=1 BENCH_GROUPS="jetmq mosquitto" scripts/bench_broker.sh fanin qos1
+#
+# Groups: jetmq mosquitto persist amqtt (default: all). Results: JSON per group in $OUT and a
+# comparison table on stdout (mqttbench --compare). Nothing generated here is committed.
+#
+# "persist" runs qos1 with a subscriber that holds a persistent session (MQTT 5 clean start 0 +
+# Session Expiry 3600), so jetmq stores and fsyncs every message before its PUBACK; mosquitto
+# runs the same with its persistence-on config. The shared engine has no such option, so a
+# temporary copy of it is patched at run time (subscriber CONNECTs only, behind an env var).
+# Prerequisites: ./scripts/test or ./scripts/run once (.venv), `apt-get install mosquitto`.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SHARED=$(cd "$ROOT/../shared/bench/mqttbench" && pwd)
+WORK=${WORK:-$(mktemp -d /tmp/jetmq-bench.XXXXXX)}
+OUT=${OUT:-$WORK/results}
+REPEAT=${REPEAT:-3}
+PROTO=${PROTO:-5}
+GATE=${GATE:---quiet-wait 240 --quiet-busy 40 --max-other 50 --max-retries 2}
+BENCH_GROUPS=${BENCH_GROUPS:-jetmq mosquitto persist amqtt}
+SCENARIOS=${*:-fanin fanout qos1 latency subs storm}
+mkdir -p "$OUT"
+
+command -v mosquitto >/dev/null || { echo "bench_broker: mosquitto is not installed (apt-get install mosquitto)" >&2; exit 2; }
+[ -x "$ROOT/.venv/bin/jetmq" ] || { echo "bench_broker: run ./scripts/test or ./scripts/run first" >&2; exit 2; }
+
+# A private copy of the harness, with the persistent-subscriber patch.
+rm -rf "$WORK/mqttbench"
+cp -r "$SHARED" "$WORK/mqttbench"
+rm -rf "$WORK/mqttbench/engine/build"
+python3 - "$WORK/mqttbench/engine/mqttbench_engine.c" <<'PY'
+import pathlib, sys
+path = pathlib.Path(sys.argv[1])
+src = path.read_text()
+old = """    body[n++] = 0x02; /* clean session / clean start */
+    n += put_u16(body + n, keepalive);
+    if (g_proto == 5) body[n++] = 0; /* no properties: session expiry 0 */"""
+new = """    int persist = getenv("MQB_PERSIST_SUBS") != NULL && strstr(client_id, "-s") != NULL;
+    body[n++] = persist ? 0x00 : 0x02; /* clean session / clean start */
+    n += put_u16(body + n, keepalive);
+    if (g_proto == 5 && persist) { /* Session Expiry Interval 3600 */
+        static const uint8_t props[] = {5, 0x11, 0x00, 0x00, 0x0e, 0x10};
+        memcpy(body + n, props, sizeof props); n += sizeof props;
+    } else if (g_proto == 5) body[n++] = 0; /* no properties: session expiry 0 */"""
+if old not in src:
+    sys.exit("bench_broker: the engine's CONNECT builder changed; update the patch")
+path.write_text(src.replace(old, new))
+PY
+
+MQB=$WORK/mqttbench/mqttbench.py
+run() { python3 "$MQB" --protocol "$PROTO" --repeat "$REPEAT" $GATE "$@"; }
+
+JETMQ="sh -c 'rm -rf $WORK/jetmq-data; exec $ROOT/.venv/bin/jetmq serve --listen 127.0.0.1:19840 --data-dir $WORK/jetmq-data'"
+MOSQ="mosquitto -c $SHARED/anchors/mosquitto.conf"
+MOSQP="sh -c 'rm -rf /tmp/mqttbench-mosq-persist; mkdir -p /tmp/mqttbench-mosq-persist; exec mosquitto -c $SHARED/anchors/mosquitto-persist.conf'"
+AMQTT="$ROOT/.venv/bin/amqtt -c $SHARED/anchors/amqtt.yaml"
+
+jsons=()
+for g in $BENCH_GROUPS; do
+  case $g in
+  jetmq)
+    run --label jetmq --port 19840 --broker-cmd "$JETMQ" --broker-log "$WORK/jetmq.log" \
+        --json "$OUT/jetmq.json" $SCENARIOS
+    jsons+=("$OUT/jetmq.json") ;;
+  mosquitto)
+    run --label mosquitto --port 19831 --broker-cmd "$MOSQ" --broker-log "$WORK/mosquitto.log" \
+        --json "$OUT/mosquitto.json" $SCENARIOS
+    jsons+=("$OUT/mosquitto.json") ;;
+  persist)
+    MQB_PERSIST_SUBS=1 run --label jetmq-persist-session --port 19840 --broker-cmd "$JETMQ" \
+        --broker-log "$WORK/jetmq-persist.log" --json "$OUT/jetmq-persist.json" qos1
+    MQB_PERSIST_SUBS=1 run --label mosquitto-persist-session --port 19832 --broker-cmd "$MOSQP" \
+        --broker-log "$WORK/mosquitto-persist.log" --json "$OUT/mosquitto-persist.json" qos1
+    jsons+=("$OUT/jetmq-persist.json" "$OUT/mosquitto-persist.json") ;;
+  amqtt)
+    # As in the anchors: amqtt's subscribe cost is quadratic, so subs is scaled down and the
+    # long scenarios use 25k messages (see ../shared/bench/ANCHORS.md).
+    PROTO=3.1.1 run --label amqtt --port 19833 --broker-cmd "$AMQTT" --broker-log "$WORK/amqtt.log" \
+        -o fanout.count=25000 -o qos1.count=25000 \
+        -o subs.clients=100 -o subs.subs-total=5000 -o subs.count=1000 -o timeout=300 \
+        --json "$OUT/amqtt.json" $SCENARIOS
+    jsons+=("$OUT/amqtt.json") ;;
+  *) echo "bench_broker: unknown group $g" >&2; exit 2 ;;
+  esac
+done
+echo
+python3 "$MQB" --compare "${jsons[@]}"
+echo "results in $OUT"
