@@ -64,8 +64,9 @@ class MQTTProtocolError(Exception):
         self.packets: tuple[Event, ...] = ()
 
 
-class LocalProtocolError(Exception):
-    """Our own side asked for something the protocol forbids (a bug in the caller)."""
+class LocalProtocolError(ValueError):
+    """Our own side asked for something the protocol forbids (a bug in the caller): a
+    value the wire cannot carry, or a packet the state does not allow."""
 
 
 class PacketTooLargeError(LocalProtocolError):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 from enum import IntEnum
 from typing import Any
 
-from broker.mqtt.errors import malformed, protocol_error
+from broker.mqtt.errors import LocalProtocolError, malformed, protocol_error
 from broker.mqtt.packet_types import PacketType
 from broker.mqtt.wire import (
     MAX_VARINT,
@@ -333,8 +333,8 @@ def _encode_value(row: PropertyInfo, value: Any) -> bytes:
 def encode_property_items(
     props: Properties, context: Context, *, skip: frozenset[str] = frozenset()
 ) -> bytes:
-    """The encoded properties without the length prefix. Raises ValueError if one is not
-    allowed in ``context`` (a local bug, never peer input)."""
+    """The encoded properties without the length prefix. Raises LocalProtocolError if one
+    is not allowed in ``context`` (a local bug, never peer input)."""
     if props is EMPTY_PROPERTIES:
         return b""
     parts: list[bytes] = []
@@ -345,13 +345,13 @@ def encode_property_items(
         if value is None or value == ():
             continue
         if context not in row.contexts:
-            raise ValueError(f"property {row.id.name} is not allowed in {context.name}")
+            raise LocalProtocolError(f"property {row.id.name} is not allowed in {context.name}")
         if row.wire_type is WireType.UTF8_STRING_PAIR:
             ident = encode_varint(int(row.id))
             parts.extend(ident + encode_string(k) + encode_string(v) for k, v in value)
         elif row.id is PropertyId.SUBSCRIPTION_IDENTIFIER:
             if len(value) > 1 and context not in row.repeatable_in:
-                raise ValueError(f"{row.id.name} may appear only once in {context.name}")
+                raise LocalProtocolError(f"{row.id.name} may appear only once in {context.name}")
             parts.extend(_encode_value(row, item) for item in value)
         else:
             parts.append(_encode_value(row, value))

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from broker.mqtt.errors import LocalProtocolError
 from broker.mqtt.packets import Publish
 
 __all__ = ["Inflight", "SessionState", "Stage"]
@@ -46,13 +47,13 @@ class SessionState:
     def restore_outbound(self, packet_id: int, message: Publish, qos: int, stage: Stage) -> None:
         """Put back one outbound in-flight message (restored from storage), in send order."""
         if not 1 <= packet_id <= 0xFFFF:
-            raise ValueError(f"packet identifier {packet_id} out of range")
+            raise LocalProtocolError(f"packet identifier {packet_id} out of range")
         if qos not in (1, 2) or (qos == 1) != (stage is Stage.AWAIT_PUBACK):
-            raise ValueError(f"stage {stage.name} does not fit QoS {qos}")
+            raise LocalProtocolError(f"stage {stage.name} does not fit QoS {qos}")
         self.outbound[packet_id] = Inflight(packet_id, message, qos, stage)
 
     def restore_inbound_qos2(self, packet_id: int) -> None:
         """Put back one inbound QoS 2 packet id awaiting PUBREL."""
         if not 1 <= packet_id <= 0xFFFF:
-            raise ValueError(f"packet identifier {packet_id} out of range")
+            raise LocalProtocolError(f"packet identifier {packet_id} out of range")
         self.inbound_qos2.add(packet_id)

@@ -7,7 +7,7 @@ the body is a Malformed Packet, never "need more data".
 
 from __future__ import annotations
 
-from broker.mqtt.errors import malformed
+from broker.mqtt.errors import LocalProtocolError, malformed
 
 __all__ = [
     "MAX_VARINT",
@@ -42,10 +42,10 @@ def encode_varint(value: int) -> bytes:
     """Encode a Variable Byte Integer with the minimum number of bytes (MQTT-1.5.5-1)."""
     if value < 16384:
         if value < 0:
-            raise ValueError(f"Variable Byte Integer {value} is negative")
+            raise LocalProtocolError(f"Variable Byte Integer {value} is negative")
         return _VARINT_CACHE[value]
     if value > MAX_VARINT:
-        raise ValueError(f"Variable Byte Integer {value} exceeds {MAX_VARINT}")
+        raise LocalProtocolError(f"Variable Byte Integer {value} exceeds {MAX_VARINT}")
     return _encode_varint_slow(value)
 
 
@@ -79,7 +79,7 @@ def encode_string_bytes(raw: bytes) -> bytes:
     """Length-prefix already UTF-8-encoded bytes (topics and filters are kept as bytes)."""
     size = len(raw)
     if size > 0xFFFF:
-        raise ValueError(f"string of {size} bytes exceeds 65535")
+        raise LocalProtocolError(f"string of {size} bytes exceeds 65535")
     return size.to_bytes(2, "big") + raw
 
 
