@@ -142,6 +142,7 @@ class ClientConnection:
             self._detach()
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.stream)
+            self.broker.connection_ended(self)
 
     def _detach(self) -> None:
         session = self.session
@@ -163,6 +164,12 @@ class ClientConnection:
         self._detach()
 
     def server_shutdown(self) -> None:
+        if self.session is None:  # still in the CONNECT handshake: just stop
+            if self._read_scope is not None:
+                self._read_scope.cancel()
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+            return
         self._disconnect(ReasonCode.SERVER_SHUTTING_DOWN, "the server is shutting down")
 
     def _disconnect(self, code: ReasonCode, reason: str) -> None:

@@ -23,7 +23,7 @@ from broker.router import Delivery, Router
 from broker.sessions import Session, SessionManager, SubscriptionRecord
 
 if TYPE_CHECKING:
-    pass
+    from broker.client import ClientConnection
 
 log = logging.getLogger("jetmq.broker")
 
@@ -44,6 +44,8 @@ class Broker:
         self._retained_by_handle: dict[int, AppMessage] = {}
         self._next_retained_handle = 1
         self._nursery: trio.Nursery | None = None
+        self.connections: set[ClientConnection] = set()
+        self._all_closed = trio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -76,16 +78,29 @@ class Broker:
         from broker.client import ClientConnection
 
         assert self._nursery is not None
-        self._nursery.start_soon(ClientConnection(self, stream).run)
+        conn = ClientConnection(self, stream)
+        self.connection_started(conn)
+        self._nursery.start_soon(conn.run)
+
+    def connection_started(self, conn: ClientConnection) -> None:
+        self.connections.add(conn)
+
+    def connection_ended(self, conn: ClientConnection) -> None:
+        self.connections.discard(conn)
+        if not self.connections:
+            self._all_closed.set()
+            self._all_closed = trio.Event()
 
     async def shutdown(self) -> None:
-        """Graceful stop: tell connected clients, publish their wills, flush the store."""
-        for session in self.sessions:
-            if session.conn is not None:
-                session.conn.server_shutdown()
+        """Graceful stop: DISCONNECT 0x8B to every client, wills published, connections
+        flushed and closed, store writes committed. The caller bounds the time."""
+        for conn in list(self.connections):
+            conn.server_shutdown()
         for session in self.sessions:
             # The broker is going away: a pending will cannot wait for its delay.
             self.sessions.fire_will(session)
+        if self.connections:
+            await self._all_closed.wait()
         await self.persist.flush()
 
     async def close(self) -> None:

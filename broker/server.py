@@ -49,6 +49,14 @@ async def _accept_loop(broker: Broker, listener: trio.SocketListener) -> None:
             broker.spawn_connection(stream)
 
 
+async def _shielded_nursery(task_status: trio.TaskStatus[trio.Nursery]) -> None:
+    """A nursery outer cancellation cannot reach: connections end through shutdown."""
+    async with trio.open_nursery() as nursery:
+        nursery.cancel_scope.shield = True
+        task_status.started(nursery)
+        await trio.sleep_forever()
+
+
 async def serve(
     config: BrokerConfig,
     *,
@@ -64,17 +72,19 @@ async def serve(
         for listener in listeners:
             sockname: Any = listener.socket.getsockname()
             addresses.append((str(sockname[0]), int(sockname[1])))
-        async with trio.open_nursery() as handlers:
+        async with trio.open_nursery() as outer:
+            handlers: trio.Nursery = await outer.start(_shielded_nursery)
             broker.attach(handlers)
-            async with trio.open_nursery() as acceptors:
-                for listener in listeners:
-                    acceptors.start_soon(_accept_loop, broker, listener)
-                task_status.started(addresses)
-                try:
-                    await trio.sleep_forever()
-                finally:
-                    acceptors.cancel_scope.cancel()
-                    with trio.CancelScope(shield=True), trio.move_on_after(SHUTDOWN_GRACE):
+            try:
+                async with trio.open_nursery() as acceptors:
+                    for listener in listeners:
+                        acceptors.start_soon(_accept_loop, broker, listener)
+                    task_status.started(addresses)
+            finally:
+                # Cancelled (SIGTERM, or the caller): stop accepting (done: the acceptors
+                # are gone), then shut the connections down within the grace period.
+                with trio.CancelScope(shield=True):
+                    with trio.move_on_after(SHUTDOWN_GRACE):
                         await broker.shutdown()
                     handlers.cancel_scope.cancel()
     finally:

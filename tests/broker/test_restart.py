@@ -173,3 +173,39 @@ def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: pathlib.Path) ->
     )
     twice = [p for p, n in sub.delivered.items() if n > 1 and pub.acked.get(p) == 2]
     assert not twice, f"QoS 2 messages delivered twice: {twice[:5]}"
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_disconnects_with_0x8b_publishes_wills_and_closes_the_store(
+    tmp_path: pathlib.Path,
+) -> None:
+    from broker.mqtt.packets import Will
+    from broker.mqtt.reason_codes import ReasonCode
+
+    data = tmp_path / "data"
+    broker = BrokerProcess(data)
+    broker.start()
+    with RawClient(broker.port) as watcher, RawClient(broker.port) as leaving:
+        watcher.connect("shutdown-watcher")
+        watcher.send(Subscribe(1, (Subscription(b"bye/#", 1),)))
+        watcher.next()
+        leaving.connect("shutdown-will", will=Will(b"bye/will", b"server went away", 1, True))
+        leaving.send(Publish(b"bye/retained", b"kept", 1, True, packet_id=1))
+        assert isinstance(leaving.next(), Puback)
+        assert watcher.expect_publish().payload == b"kept"
+        assert broker.terminate() == 0
+        disconnect = leaving.expect_disconnect()
+        assert disconnect is not None
+        assert disconnect.reason_code is ReasonCode.SERVER_SHUTTING_DOWN
+    # The will was published as a retained message before the store closed.
+    broker = BrokerProcess(data)
+    broker.start()
+    try:
+        with RawClient(broker.port) as late:
+            late.connect("after-restart")
+            late.send(Subscribe(1, (Subscription(b"bye/#", 1),)))
+            late.next()
+            got = {late.expect_publish().payload for _ in range(2)}
+            assert got == {b"kept", b"server went away"}
+    finally:
+        broker.terminate()
