@@ -80,3 +80,4 @@ class Outgoing:
     sub_ids: tuple[int, ...]
     pend_seq: int = 0
     shared: bool = False  # delivered as the chosen member of a shared group
+    order: int = 0  # first $MQTT_pend sequence of this copy: its place in send order on restore

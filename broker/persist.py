@@ -337,6 +337,7 @@ class Persistence:
         ops: list[store.Op] = []
         subject = f"$MQTT.pend.{token(session.client_id)}"
         for og, packet_id, stage in entries:
+            og.order = og.order or og.pend_seq
             record = {
                 "m": og.message.key,
                 "q": og.qos,
@@ -344,6 +345,7 @@ class Persistence:
                 "s": list(og.sub_ids),
                 "p": packet_id,
                 "st": stage,
+                "o": og.order,
             }
             ops.append(store.Publish(subject, _dump(record), stream=PEND))
             ops.append(store.DeleteMsg(PEND, og.pend_seq))
@@ -470,6 +472,7 @@ class Persistence:
             stored_by_key[key] = msg
             seq_by_key[key] = stored.seq
         orphans: list[store.Op] = []
+        restored: list[tuple[int, Session, int, Outgoing, Stage]] = []
         for stored in pend:
             owner = by_token.get(stored.subject.removeprefix("$MQTT.pend."))
             rec = json.loads(stored.payload)
@@ -479,17 +482,21 @@ class Persistence:
                 continue
             msg.refs += 1
             og = Outgoing(msg, int(rec["q"]), bool(rec["r"]), tuple(rec["s"]), stored.seq)
+            og.order = int(rec.get("o", 0)) or stored.seq
             pid = int(rec["p"])
             if pid and og.qos == 2:
                 stage = Stage.AWAIT_PUBCOMP if rec["st"] == 2 else Stage.AWAIT_PUBREC
-                enc = EncodedPublish(msg.publish, ProtocolVersion(owner.protocol_version))
-                owner.state.restore_outbound(
-                    pid, enc.as_publish(pid, 2, og.retain, True, og.sub_ids), 2, stage
-                )
-                owner.outgoing[pid] = og
+                restored.append((og.order, owner, pid, og, stage))
             else:
                 owner.queue.append(og)
                 owner.queued_bytes += len(msg.payload)
+        # In-flight QoS 2 copies go back in their original send order [MQTT-4.6.0-1].
+        for _order, owner, pid, og, stage in sorted(restored, key=lambda r: r[0]):
+            enc = EncodedPublish(og.message.publish, ProtocolVersion(owner.protocol_version))
+            owner.state.restore_outbound(
+                pid, enc.as_publish(pid, 2, og.retain, True, og.sub_ids), 2, stage
+            )
+            owner.outgoing[pid] = og
         for key, maybe in stored_by_key.items():
             if maybe is None or maybe.refs == 0:
                 orphans.append(store.DeleteMsg(MSGS, seq_by_key[key]))

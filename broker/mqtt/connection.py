@@ -271,6 +271,8 @@ class Connection:
                 # The decoder puts only packets there (events come from this machine).
                 for packet in cast("tuple[Packet, ...]", exc.packets):
                     events.append(self._receive(packet))
+                    if self.closed:
+                        return events  # bytes after a DISCONNECT are ignored, bad or not
                 raise
             connected = self.state is ConnectionState.CONNECTED
             append = events.append

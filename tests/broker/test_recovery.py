@@ -1,0 +1,188 @@
+"""What a restart on the same data dir brings back, state by state (in-process brokers)."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Callable
+
+import pytest
+
+from broker.mqtt.packets import (
+    Disconnect,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Subscribe,
+    Subscription,
+)
+from broker.mqtt.properties import Properties
+from broker.mqtt.reason_codes import ReasonCode
+from tests.broker.harness import BrokerThread
+from tests.broker.rawclient import RawClient
+
+pytestmark = pytest.mark.timeout(60)
+
+KEEP = Properties(session_expiry_interval=3600)
+
+
+def _restart(
+    make_broker: Callable[..., BrokerThread], broker: BrokerThread, data: pathlib.Path
+) -> BrokerThread:
+    broker.stop()
+    return make_broker(data)
+
+
+def test_sessions_subscriptions_and_queued_messages_survive_a_restart(
+    make_broker: Callable[..., BrokerThread], tmp_path: pathlib.Path
+) -> None:
+    data = tmp_path / "d"
+    broker = make_broker(data)
+    with RawClient(broker.port) as c:
+        c.connect("keeper", properties=KEEP)
+        c.send(
+            Subscribe(1, (Subscription(b"rec/#", 2),), Properties(subscription_identifiers=(5,)))
+        )
+        c.next()
+        c.send(Disconnect())
+    with RawClient(broker.port) as pub:
+        pub.connect("rec-pub")
+        pub.publish(b"rec/1", b"one", qos=1, packet_id=1)
+        assert pub.expect(Puback).reason_code is ReasonCode.SUCCESS
+        pub.publish(b"rec/2", b"two", qos=2, packet_id=2)
+        assert pub.expect(Pubrec).reason_code is ReasonCode.SUCCESS
+        pub.send(Pubrel(2))
+        pub.expect(Pubcomp)
+    broker = _restart(make_broker, broker, data)
+    with RawClient(broker.port) as c:
+        assert c.connect("keeper", clean_start=False, properties=KEEP).session_present
+        first = c.expect_publish()
+        assert (first.payload, first.qos) == (b"one", 1)
+        assert first.properties.subscription_identifiers == (5,)
+        second = c.expect(Publish)
+        assert (second.payload, second.qos) == (b"two", 2)
+        assert second.packet_id is not None
+        c.send(Pubrec(second.packet_id))
+        c.expect(Pubrel)
+        c.send(Pubcomp(second.packet_id))
+        # The subscription itself came back: a new message arrives live.
+        with RawClient(broker.port) as pub:
+            pub.connect("rec-pub-2")
+            pub.publish(b"rec/3", b"three", qos=1, packet_id=1)
+            pub.expect(Puback)
+        assert c.expect_publish().payload == b"three"
+        c.send(Disconnect())
+    broker = _restart(make_broker, broker, data)
+    with RawClient(broker.port) as c:
+        c.connect("keeper", clean_start=False, properties=KEEP)
+        assert c.nothing_within(0.3)  # acknowledged copies are gone for good
+
+
+def test_inbound_qos2_is_exactly_once_across_a_restart(
+    make_broker: Callable[..., BrokerThread], tmp_path: pathlib.Path
+) -> None:
+    data = tmp_path / "d"
+    broker = make_broker(data)
+    with RawClient(broker.port) as sub:
+        sub.connect("x1-sub", properties=KEEP)
+        sub.subscribe((b"x1/t", 1))
+        sub.send(Disconnect())
+    with RawClient(broker.port) as pub:
+        pub.connect("x1-pub", properties=KEEP)
+        pub.publish(b"x1/t", b"once", qos=2, packet_id=7)
+        pub.expect(Pubrec)  # stored; the publisher crashes before PUBREL
+    broker = _restart(make_broker, broker, data)
+    with RawClient(broker.port) as pub:
+        pub.connect("x1-pub", clean_start=False, properties=KEEP)
+        pub.send(Publish(b"x1/t", b"once", 2, False, True, 7))  # the DUP resend
+        pub.expect(Pubrec)
+        pub.send(Pubrel(7))
+        assert pub.expect(Pubcomp).reason_code is ReasonCode.SUCCESS
+    with RawClient(broker.port) as sub:
+        sub.connect("x1-sub", clean_start=False, properties=KEEP)
+        assert sub.expect_publish().payload == b"once"
+        assert sub.nothing_within(0.5)  # not twice
+
+
+def test_outbound_qos2_resumes_with_its_packet_id_and_stage(
+    make_broker: Callable[..., BrokerThread], tmp_path: pathlib.Path
+) -> None:
+    data = tmp_path / "d"
+    broker = make_broker(data)
+    with RawClient(broker.port) as sub, RawClient(broker.port) as pub:
+        sub.connect("x2-sub", properties=KEEP)
+        sub.subscribe((b"x2/#", 2))
+        pub.connect("x2-pub")
+        for i, topic in enumerate((b"x2/a", b"x2/b"), start=1):
+            pub.publish(topic, topic[-1:], qos=2, packet_id=i)
+            pub.expect(Pubrec)
+            pub.send(Pubrel(i))
+            pub.expect(Pubcomp)
+        a = sub.expect(Publish)
+        b = sub.expect(Publish)
+        assert a.packet_id is not None
+        assert b.packet_id is not None
+        sub.send(Pubrec(a.packet_id))  # a: PUBREC sent, b: nothing yet
+        sub.expect(Pubrel)
+        sub.close()
+    broker = _restart(make_broker, broker, data)
+    with RawClient(broker.port) as sub:
+        sub.connect("x2-sub", clean_start=False, properties=KEEP)
+        again = [sub.next(), sub.next()]
+        assert again[0] == Pubrel(a.packet_id)  # a: PUBREL again, never the PUBLISH
+        resent = again[1]
+        assert isinstance(resent, Publish)
+        assert (resent.packet_id, resent.dup, resent.payload) == (b.packet_id, True, b"b")
+
+
+def test_retained_messages_survive_and_expire_across_restarts(
+    make_broker: Callable[..., BrokerThread], tmp_path: pathlib.Path
+) -> None:
+    data = tmp_path / "d"
+    broker = make_broker(data)
+    with RawClient(broker.port) as pub:
+        pub.connect("ret")
+        pub.publish(
+            b"ret/a",
+            b"kept",
+            qos=1,
+            packet_id=1,
+            retain=True,
+            user_properties=(("k", "v"),),
+            content_type="text/plain",
+        )
+        pub.expect(Puback)
+        pub.publish(b"ret/b", b"gone", qos=1, packet_id=2, retain=True)
+        pub.expect(Puback)
+        pub.publish(b"ret/b", b"", qos=1, packet_id=3, retain=True)
+        pub.expect(Puback)
+    broker = _restart(make_broker, broker, data)
+    with RawClient(broker.port) as sub:
+        sub.connect("ret-sub")
+        sub.subscribe((b"ret/#", 1))
+        got = sub.expect_publish()
+        assert (got.topic, got.payload, got.retain) == (b"ret/a", b"kept", True)
+        assert got.properties.user_properties == (("k", "v"),)
+        assert got.properties.content_type == "text/plain"
+        assert sub.nothing_within(0.3)
+
+
+def test_clean_start_removes_stored_state(
+    make_broker: Callable[..., BrokerThread], tmp_path: pathlib.Path
+) -> None:
+    data = tmp_path / "d"
+    broker = make_broker(data)
+    with RawClient(broker.port) as c:
+        c.connect("wipe", properties=KEEP)
+        c.subscribe((b"wipe/t", 1))
+        c.send(Disconnect())
+    with RawClient(broker.port) as c:
+        c.connect("wipe", clean_start=True, properties=KEEP)
+        c.send(Disconnect())
+    broker = _restart(make_broker, broker, data)
+    with RawClient(broker.port) as c, RawClient(broker.port) as pub:
+        assert c.connect("wipe", clean_start=False, properties=KEEP).session_present
+        pub.connect("wipe-pub")
+        pub.publish(b"wipe/t", b"x", qos=1, packet_id=1)
+        assert pub.expect(Puback).reason_code is ReasonCode.NO_MATCHING_SUBSCRIBERS
