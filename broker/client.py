@@ -25,6 +25,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -413,26 +414,24 @@ class ClientConnection:
     # == inbound PUBLISH ==========================================================================
 
     def _message(self, publish: Publish, origin: int) -> AppMessage:
-        """The message as it will be forwarded: only the properties an onward PUBLISH
-        carries unchanged [MQTT-3.3.2-4, -15, -16, -17, -20] (no Topic Alias, no
-        Subscription Identifier, no Will Delay Interval)."""
+        """The message as it will be forwarded, properties unchanged and in order
+        [MQTT-3.3.2-4, -15, -16, -17, -20]. A client's PUBLISH is forwarded as decoded:
+        the machine already resolved its topic alias, and the encoder sets dup, packet
+        id, QoS and retain per recipient. A will loses its Will Delay Interval."""
         props = publish.properties
         expires_at = None
         if props is not EMPTY_PROPERTIES:
             if props.message_expiry_interval is not None:
                 expires_at = trio.current_time() + props.message_expiry_interval
-            props = Properties(
-                payload_format_indicator=props.payload_format_indicator,
-                message_expiry_interval=props.message_expiry_interval,
-                content_type=props.content_type,
-                response_topic=props.response_topic,
-                correlation_data=props.correlation_data,
-                user_properties=props.user_properties,
-            )
-        forward = Publish(
-            publish.topic, publish.payload, publish.qos, publish.retain, properties=props
-        )
-        return AppMessage(forward, expires_at, origin)
+            if props.will_delay_interval is not None:
+                publish = Publish(
+                    publish.topic,
+                    publish.payload,
+                    publish.qos,
+                    publish.retain,
+                    properties=replace(props, will_delay_interval=None),
+                )
+        return AppMessage(publish, expires_at, origin)
 
     def _publish_refusal(self, p: Publish) -> tuple[ReasonCode, str] | None:
         """Checks beyond topic syntax (which the radix match validates [MQTT-3.3.2-2])."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from broker.mqtt.encoder import EncodedPublish
 from broker.mqtt.packet_types import ProtocolVersion
@@ -27,7 +27,7 @@ class AppMessage:
     key: str = ""  # unique id in $MQTT_msgs once stored for a persistent session ("" = not)
     stored_seq: int = 0  # its sequence in $MQTT_msgs (0 = not stored / not yet committed)
     refs: int = 0  # pending entries in $MQTT_pend that reference the stored copy
-    encoded: dict[ProtocolVersion, EncodedPublish] = field(default_factory=dict)
+    encoded: dict[ProtocolVersion, EncodedPublish] | None = None
 
     @property
     def topic(self) -> bytes:
@@ -52,9 +52,12 @@ class AppMessage:
         [MQTT-3.3.2-6]; the others are encoded once per protocol version.
         """
         if self.expires_at is None:
-            enc = self.encoded.get(version)
+            cache = self.encoded
+            if cache is None:
+                cache = self.encoded = {}
+            enc = cache.get(version)
             if enc is None:
-                enc = self.encoded[version] = EncodedPublish(self.publish, version)
+                enc = cache[version] = EncodedPublish(self.publish, version)
             return enc
         remaining = self.expires_at - now
         if remaining <= 0:

@@ -63,31 +63,41 @@ class Router:
         self, topic: bytes, publisher: int, is_connected: Callable[[int], bool]
     ) -> list[Delivery]:
         """Every delivery a PUBLISH on ``topic`` from client ``publisher`` produces."""
+        found = self.index.match_detailed(topic)
+        clients = found.clients
+        hs = found.handles
+        gs = found.groups
+        n = len(clients)
+        if n == 1 and not gs[0]:  # one subscriber, one subscription: the common case
+            h = hs[0]
+            client = clients[0]
+            if h & handles.NO_LOCAL and client == publisher:
+                return []
+            sid = h >> handles.SUB_ID_SHIFT
+            return [
+                Delivery(
+                    client,
+                    h & handles.QOS_MASK,
+                    bool(h & handles.RETAIN_AS_PUBLISHED),
+                    (sid,) if sid else (),
+                )
+            ]
         direct: dict[int, list[int]] = {}
         groups: dict[int, list[tuple[int, int]]] = {}
-        for client, handle, group in self.index.match_detailed(topic):
+        for i in range(n):
+            client = clients[i]
+            h = hs[i]
+            group = gs[i]
             if group:
-                groups.setdefault(group, []).append((client, handle))
-            elif not (handle & handles.NO_LOCAL and client == publisher):
-                direct.setdefault(client, []).append(handle)
+                groups.setdefault(group, []).append((client, h))
+            elif not (h & handles.NO_LOCAL and client == publisher):
+                direct.setdefault(client, []).append(h)
         out: list[Delivery] = []
-        for client, hs in direct.items():
-            if len(hs) == 1:
-                h = hs[0]
-                sid = h >> handles.SUB_ID_SHIFT
-                out.append(
-                    Delivery(
-                        client,
-                        h & handles.QOS_MASK,
-                        bool(h & handles.RETAIN_AS_PUBLISHED),
-                        (sid,) if sid else (),
-                    )
-                )
-                continue
+        for client, hlist in direct.items():
             qos = 0
             rap = False
             sids: list[int] = []
-            for h in hs:
+            for h in hlist:
                 qos = max(qos, h & handles.QOS_MASK)
                 rap = rap or bool(h & handles.RETAIN_AS_PUBLISHED)
                 sid = h >> handles.SUB_ID_SHIFT
