@@ -317,8 +317,8 @@ class EncodedPublish:
         # result is byte-identical to encode():
         #   [01 format] [02 expiry] [03 08 09] [0B sub ids] [23 alias] [26 user properties]
         #    _head                   _tail                               _user
-        if version is _V5:
-            props = publish.properties
+        props = publish.properties
+        if version is _V5 and props is not EMPTY_PROPERTIES:
             self._head = encode_property_items(props, Context.PUBLISH, skip=_NOT_HEAD)
             self._tail = encode_property_items(props, Context.PUBLISH, skip=_NOT_TAIL)
             self._user = encode_property_items(
