@@ -655,3 +655,9 @@ def test_a_3_1_1_connack_declares_no_limits() -> None:
     for pid in (1, 2):
         server.receive_data(encode(Publish(b"t", b"", 1, packet_id=pid), V311))
     assert server.inbound_inflight_count == 2
+
+
+def test_garbage_after_disconnect_in_the_same_chunk_is_ignored() -> None:
+    server, client = pair()
+    assert server.receive_data(client.send(Disconnect()) + b"\xc1\x00") == [Disconnect()]
+    assert server.closed

@@ -21,6 +21,7 @@ from broker.mqtt.errors import MQTTProtocolError, PacketTooLargeError
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Connack, Connect, Packet
 from broker.mqtt.reason_codes import ReasonCode
+from broker.mqtt.reason_codes import ReasonCode as RC
 
 from .mqtt_strategies import VERSIONS, any_packet, connects
 
@@ -139,3 +140,32 @@ def test_client_connection_survives_any_input(
     if error is not None:
         assert isinstance(error.reason_code, ReasonCode)
         assert client.closed
+
+
+def _feed_connection(chunks: list[bytes]) -> tuple[list[object], RC | None, bool]:
+    server = Connection(Role.SERVER)
+    events: list[object] = []
+    code: RC | None = None
+    try:
+        for chunk in chunks:
+            events.extend(server.receive_data(chunk))
+            if server.state.name == "CONNECTING":
+                server.send(Connack())
+                events.extend(server.receive_data(b""))
+    except MQTTProtocolError as exc:
+        events.extend(exc.packets)
+        code = exc.reason_code
+    return events, code, server.closed
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=lambda v: v.name)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_connection_byte_by_byte_equals_one_chunk(
+    version: ProtocolVersion, data: st.DataObject
+) -> None:
+    connect = encode(Connect(version, "c"), version)
+    rest = data.draw(mutated(version))
+    whole = _feed_connection([connect + rest])
+    pieces = _feed_connection([bytes([b]) for b in connect + rest])
+    assert whole == pieces

@@ -139,3 +139,10 @@ def test_held_packets_are_not_rescanned_until_the_gate_opens() -> None:
     assert decoder._buf is buffer
     decoder.gate = None
     assert decoder.feed(b"") == [Publish(b"t", b"x"), Auth()]
+
+
+def test_repeated_topic_in_one_chunk_is_validated_once_and_decoded_each_time() -> None:
+    version = ProtocolVersion.MQTT_3_1_1
+    packets = [Publish(b"same/topic", bytes([i])) for i in range(3)]
+    wire = b"".join(encode(p, version) for p in packets)
+    assert Decoder(version).feed(wire) == packets
