@@ -180,6 +180,14 @@ class Decoder:
         valid_topics: set[bytes] = set()
         while pos + 1 < n:
             first = data[pos]
+            if version is None and first >> 4 != PacketType.CONNECT:
+                # Decided from the first byte: a non-MQTT peer (say, an HTTP request) is
+                # refused at once instead of waiting for the body it seems to announce.
+                raise MQTTProtocolError(
+                    ReasonCode.PROTOCOL_ERROR,
+                    "the first packet must be CONNECT [MQTT-3.1.0-1]",
+                    answer=Answer.CLOSE,
+                )
             byte = data[pos + 1]
             if byte < 0x80:
                 end = pos + 2 + byte
@@ -276,12 +284,7 @@ class Decoder:
             if self.gate_after_connect:
                 self.gate = frozenset({PacketType.AUTH})
             return packet
-        if version is None:
-            raise MQTTProtocolError(
-                ReasonCode.PROTOCOL_ERROR,
-                "the first packet must be CONNECT [MQTT-3.1.0-1]",
-                answer=Answer.CLOSE,
-            )
+        assert version is not None  # _decode refuses anything but CONNECT before it
         if ptype == 0 or (ptype == PacketType.AUTH and version is not _V5):
             raise malformed(f"reserved packet type {ptype}")
         expected = 0x02 if ptype in _FLAGS_0010 else 0x00
