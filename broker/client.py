@@ -94,9 +94,8 @@ class ClientConnection:
         self._writer_done = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._read_scope: trio.CancelScope | None = None
-        self._steps_send, self._steps_recv = trio.open_memory_channel[Step](
-            cfg.receive_maximum + 256
-        )
+        # The ordered pipeline is created on first need (most connections never wait).
+        self._steps_send: trio.MemorySendChannel[Step] | None = None
         self._steps_pending = 0
 
     # == lifecycle ================================================================================
@@ -115,7 +114,6 @@ class ClientConnection:
                     return
                 self._accept(connect)
                 nursery.start_soon(self._writer)
-                self.broker.spawn(self._pipeline)
                 await self._after_connack()
                 with trio.CancelScope() as scope:
                     self._read_scope = scope
@@ -139,7 +137,8 @@ class ClientConnection:
                     await self.stream.send_all(data)
         finally:
             self._closing = True
-            self._steps_send.close()
+            if self._steps_send is not None:
+                self._steps_send.close()
             self._detach()
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.stream)
@@ -766,15 +765,25 @@ class ClientConnection:
         if wait is None and self._steps_pending == 0:
             then()
             return
+        if self._steps_send is None:
+            if self._closing:
+                return
+            send, recv = trio.open_memory_channel[Step](
+                self.broker.config.mqtt.receive_maximum + 256
+            )
+            self._steps_send = send
+            self.broker.spawn(self._pipeline, recv)
         self._steps_pending += 1
         try:
             await self._steps_send.send((wait, then))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self._steps_pending -= 1
 
-    async def _pipeline(self) -> None:
-        async with self._steps_recv:
-            async for wait, then in self._steps_recv:
+    async def _pipeline(self, steps: trio.MemoryReceiveChannel[Step]) -> None:
+        """Owned by the broker's nursery: a commit already submitted is applied even if
+        this connection dies meanwhile (its acknowledgements are then not sent)."""
+        async with steps:
+            async for wait, then in steps:
                 if wait is not None:
                     await wait()
                 then()

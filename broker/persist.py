@@ -271,6 +271,7 @@ class Persistence:
                     continue
                 if plan is EMPTY_PLAN:
                     plan = PublishPlan(ops)
+                session.stored = True
                 if plan.msg_op < 0:
                     msg.key = f"{self._boot}-{next(self._keys)}"
                     plan.msg_op = len(ops)
@@ -362,6 +363,7 @@ class Persistence:
     # -- sessions ----------------------------------------------------------------------------
 
     def save_session(self, session: Session) -> concurrent.futures.Future[list[store.OpResult]]:
+        session.stored = True
         record = {
             "id": session.client_id,
             "expiry": session.expiry_interval,
@@ -383,7 +385,10 @@ class Persistence:
         )
 
     def session_ended(self, session: Session, dropped: Sequence[Outgoing]) -> None:
-        """The session is over (or was cleaned): remove its stored state."""
+        """The session is over (or was cleaned): remove its stored state, if it has any."""
+        if not session.stored:
+            return
+        session.stored = False
         ops: list[store.Op] = []
         for og in dropped:
             self._release_copy(og, ops)
@@ -397,6 +402,7 @@ class Persistence:
         """Ops recording an inbound QoS 2 packet id (exactly once across restarts)."""
         if not session.persistent:
             return []
+        session.stored = True
         return [
             store.Publish(
                 f"$MQTT.qos2.{token(session.client_id)}.{packet_id}",
@@ -446,6 +452,7 @@ class Persistence:
         for stored in sess_msgs:
             rec = json.loads(stored.payload)
             session = broker.sessions.create(rec["id"])
+            session.stored = True
             session.expiry_interval = int(rec["expiry"])
             session.protocol_version = int(rec.get("version", 5))
             for flt, qos, nl, rap, rh, sid in rec["subs"]:

@@ -70,6 +70,7 @@ class Session:
         "queue",
         "queued_bytes",
         "state",
+        "stored",
         "subscriptions",
         "will",
         "will_scope",
@@ -86,6 +87,7 @@ class Session:
         # The codec's session state: outbound in-flight packets and inbound QoS 2 ids.
         self.state = SessionState()
         self.outgoing: dict[int, Outgoing] = {}  # packet id -> the copy in flight
+        self.stored = False  # whether anything of this session may be in the store
         self.conn: ClientConnection | None = None
         self.will: WillRecord | None = None
         self.will_scope: trio.CancelScope | None = None
