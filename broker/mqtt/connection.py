@@ -236,7 +236,12 @@ class Connection:
 
     def pending_retransmissions(self) -> list[Publish | Pubrel]:
         """What to resend, in order, on a resumed session: unacknowledged PUBLISH packets
-        with DUP set, and PUBREL for messages that got their PUBREC (MQTT 5.0 §4.4)."""
+        with DUP set, and PUBREL for messages that got their PUBREC (MQTT 5.0 §4.4).
+
+        The peer's Receive Maximum starts afresh on the new connection: send at most
+        ``peer_receive_maximum`` PUBLISH packets of this list now and the rest as
+        acknowledgements arrive (``send`` accepts a DUP resend of an in-flight id at any
+        time; it is the caller who paces them)."""
         out: list[Publish | Pubrel] = []
         for entry in self.session.outbound.values():
             if entry.stage is Stage.AWAIT_PUBCOMP:

@@ -661,3 +661,37 @@ def test_garbage_after_disconnect_in_the_same_chunk_is_ignored() -> None:
     server, client = pair()
     assert server.receive_data(client.send(Disconnect()) + b"\xc1\x00") == [Disconnect()]
     assert server.closed
+
+
+def test_restored_inflight_counts_against_a_smaller_receive_maximum() -> None:
+    session = SessionState()
+    for pid in (1, 2, 3):
+        session.restore_outbound(pid, Publish(b"t", b"", 1, packet_id=pid), 1, Stage.AWAIT_PUBACK)
+    server, client = pair(connect=Properties(receive_maximum=2), session=session)
+    assert server.inflight_count == 3
+    assert not server.can_send_qos_message()
+    # The client's quota is re-initialised on the new connection [MQTT-3.3.4-9]: resend only
+    # as many as it allows, the rest as acknowledgements come back.
+    first, second, third = server.pending_retransmissions()
+    for packet in (first, second):
+        client.receive_data(server.send(packet))
+    for pid in (1, 2):
+        server.receive_data(client.send(Puback(pid)))
+    assert server.inflight_count == 1
+    assert client.receive_data(server.send(third)) == [third]
+    assert server.can_send_qos_message()
+
+
+def test_send_publish_records_the_remaining_lifetime() -> None:
+    server, client = pair()
+    message = EncodedPublish(
+        Publish(b"t", b"p", properties=Properties(message_expiry_interval=60)), V5
+    )
+    pid = server.next_packet_id()
+    data = server.send_publish(
+        message, qos=1, retain=False, packet_id=pid, message_expiry_interval=15
+    )
+    [got] = client.receive_data(data)
+    assert isinstance(got, Publish)
+    assert got.properties.message_expiry_interval == 15
+    assert server.session.outbound[pid].message == got
