@@ -81,7 +81,8 @@ BAD: list[tuple[str, ProtocolVersion | None, str, RC]] = [
     ("puback-5-code-not-allowed", V5, "40 03 00 01 8E", MAL),
     ("puback-3.1.1-trailing", V311, "40 03 00 01 00", MAL),
     # SUBSCRIBE
-    ("mqtt-3.8.3-2-subscribe-without-filter", V311, "82 02 00 01", PROTO),
+    ("mqtt-3.8.3-2-subscribe-5-without-filter", V5, "82 03 00 01 00", PROTO),
+    ("subscribe-3.1.1-without-filter", V311, "82 02 00 01", PROTO),
     ("subscribe-qos-3", V311, "82 06 00 01 00 01 74 03", MAL),
     ("mqtt-3.8.3-4-subscribe-3.1.1-reserved-bits", V311, "82 06 00 01 00 01 74 04", MAL),
     ("mqtt-3.8.3-5-subscribe-5-reserved-bits", V5, "82 07 00 01 00 00 01 74 C0", MAL),
