@@ -42,6 +42,7 @@ class Subscriber:
     delivered: dict[bytes, int] = field(default_factory=dict)
     awaiting_pubrel: set[int] = field(default_factory=set)
     stop: threading.Event = field(default_factory=threading.Event)
+    ready: threading.Event = field(default_factory=threading.Event)
 
     def run(self, port: int, first: bool) -> None:
         try:
@@ -52,6 +53,7 @@ class Subscriber:
                     c.next()
                 else:
                     assert connack.session_present, "the persistent session was lost"
+                self.ready.set()
                 while not self.stop.is_set():
                     try:
                         packet = c.next(timeout=0.2)
@@ -104,10 +106,14 @@ class Publisher:
                         inflight[pid] = (payload, qos)
                         c.send(Publish(b"load/t", payload, qos, packet_id=pid))
                     packet = c.next(timeout=5)
+                    # Only Success obliges delivery: the subscriber is subscribed before
+                    # publishing starts, so 0x10 (no matching subscribers) would be a bug.
                     if isinstance(packet, Puback):
                         payload, qos = inflight.pop(packet.packet_id)
+                        assert packet.reason_code == 0, packet
                         self.acked[payload] = qos
                     elif isinstance(packet, Pubrec):
+                        assert packet.reason_code == 0, packet
                         c.send(Pubrel(packet.packet_id))
                     elif isinstance(packet, Pubcomp):
                         payload, qos = inflight.pop(packet.packet_id)
@@ -133,12 +139,14 @@ def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: pathlib.Path) ->
                 assert isinstance(r.next(), Puback)
         sub.stop.clear()
         pub.stop.clear()
+        sub.ready.clear()
         threads = [
             threading.Thread(target=sub.run, args=(broker.port, round_no == 0)),
             threading.Thread(target=pub.run, args=(broker.port, round_no)),
         ]
-        for t in threads:
-            t.start()
+        threads[0].start()
+        assert sub.ready.wait(30), "the subscriber did not get its session back"
+        threads[1].start()
         threading.Event().wait(rng.uniform(0.3, 1.2))  # load for a random while, then crash
         broker.kill9()
         pub.stop.set()
