@@ -100,6 +100,9 @@ class ClientConnection:
         self._out: list[bytes] = []
         self._qos0_pending = 0
         self._wake = trio.Event()
+        self._raw = _raw_socket(stream)
+        self._idle = False  # the writer waits for a wake-up with nothing in hand
+        self._in_batch = False
         self._closing = False
         self._send_will = True
         self._writer_done = trio.Event()
@@ -371,7 +374,12 @@ class ClientConnection:
                 return
             if not data:
                 return  # closed without DISCONNECT: the will goes out
-            await self._feed(bytes(data))
+            broker = self.broker
+            broker.batch = []
+            try:
+                await self._feed(bytes(data))
+            finally:
+                broker.flush_batch()
 
     async def _feed(self, data: bytes) -> None:
         try:
@@ -667,10 +675,51 @@ class ClientConnection:
             self._out.append(self.proto.send(packet))
         except PacketTooLargeError:
             return  # the client's Maximum Packet Size forbids it [MQTT-3.1.2-24]
-        self._wake.set()
+        self.output_ready()
 
     def wake(self) -> None:
-        self._wake.set()
+        self.output_ready()
+
+    def output_ready(self) -> None:
+        """There is something to send. Inside a reader's chunk it waits for the chunk's
+        end (``Broker.flush_batch``: one write per connection, no task switch);
+        otherwise the writer task is woken."""
+        batch = self.broker.batch
+        if batch is None:
+            self._wake.set()
+        elif not self._in_batch:
+            self._in_batch = True
+            batch.append(self)
+
+    def flush_direct(self) -> None:
+        """Send ``_out`` from the calling task if the writer is idle and the session has
+        no queued copies to move; whatever the kernel does not take goes to the writer."""
+        self._in_batch = False
+        session = self.session
+        raw = self._raw
+        if (
+            not self._idle
+            or raw is None
+            or self._closing
+            or not self._out
+            or (session is not None and session.queue)
+        ):
+            self._wake.set()
+            return
+        out = self._out
+        data = out[0] if len(out) == 1 else b"".join(out)
+        self._out = []
+        self._qos0_pending = 0
+        try:
+            sent = raw.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self._close_soon()
+            return
+        if sent < len(data):
+            self._out.append(data[sent:])
+            self._wake.set()
 
     def send_qos0(
         self, msg: AppMessage, retain: bool, sub_ids: tuple[int, ...], now: float
@@ -691,7 +740,7 @@ class ClientConnection:
             return
         self._out.append(data)
         self._qos0_pending += 1
-        self._wake.set()
+        self.output_ready()
 
     async def _fill(self) -> None:
         """Move queued copies into the client's Receive Maximum window, in order.
@@ -746,10 +795,12 @@ class ClientConnection:
 
     async def _writer(self) -> None:
         stream = self.stream
-        raw = _raw_socket(stream)
+        raw = self._raw
         try:
             while True:
+                self._idle = not self._out
                 await self._wake.wait()  # a checkpoint even when already set
+                self._idle = False
                 self._wake = trio.Event()
                 if not self._closing:
                     await self._fill()
@@ -789,6 +840,9 @@ class ClientConnection:
         if wait is None and self._steps_pending == 0:
             then()
             return
+        # About to wait (maybe): what this chunk produced so far goes out now, so no
+        # other task's output is held while this one is suspended.
+        self.broker.flush_batch()
         if self._steps_send is None:
             if self._closing:
                 return

@@ -46,6 +46,9 @@ class Broker:
         self._nursery: trio.Nursery | None = None
         self.connections: set[ClientConnection] = set()
         self._all_closed = trio.Event()
+        # Connections that got output while a reader handles one input chunk; the reader
+        # sends it at the end of the chunk (see ClientConnection.output_ready).
+        self.batch: list[ClientConnection] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -81,6 +84,15 @@ class Broker:
         conn = ClientConnection(self, stream)
         self.connection_started(conn)
         self._nursery.start_soon(conn.run)
+
+    def flush_batch(self) -> None:
+        """Send what the current input chunk produced, one write per connection."""
+        batch = self.batch
+        if batch is None:
+            return
+        self.batch = None
+        for conn in batch:
+            conn.flush_direct()
 
     def connection_started(self, conn: ClientConnection) -> None:
         self.connections.add(conn)
