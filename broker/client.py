@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -362,15 +361,19 @@ class ClientConnection:
 
     async def _read_loop(self) -> None:
         proto = self.proto
+        stream = self.stream
         while not self._closing:
             deadline = proto.keepalive_deadline(trio.current_time())
-            with trio.move_on_at(math.inf if deadline is None else deadline) as timer:
-                try:
-                    data = await self.stream.receive_some(READ_SIZE)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return
-            if timer.cancelled_caught:
-                self._disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+            try:
+                if deadline is None:  # keep alive 0: no timer (a cancel scope per read costs)
+                    data = await stream.receive_some(READ_SIZE)
+                else:
+                    with trio.move_on_at(deadline) as timer:
+                        data = await stream.receive_some(READ_SIZE)
+                    if timer.cancelled_caught:
+                        self._disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+                        return
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             if not data:
                 return  # closed without DISCONNECT: the will goes out
