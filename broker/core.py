@@ -240,11 +240,11 @@ class Broker:
             limits.max_queued_bytes and session.queued_bytes + size > limits.max_queued_bytes
         ):
             if limits.overflow == "drop_newest" or not session.queue:
-                self.persist.copy_dropped(session, og)
+                self.persist.copy_done(session, og)
                 return
             old = session.queue.popleft()
             session.queued_bytes -= len(old.message.payload)
-            self.persist.copy_dropped(session, old)
+            self.persist.copy_done(session, old)
         session.queue.append(og)
         session.queued_bytes += size
         conn = session.conn

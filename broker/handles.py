@@ -36,15 +36,3 @@ def pack(
         | (retain_handling << RH_SHIFT)
         | (sub_id << SUB_ID_SHIFT)
     )
-
-
-def qos_of(handle: int) -> int:
-    return handle & QOS_MASK
-
-
-def sub_id_of(handle: int) -> int:
-    return handle >> SUB_ID_SHIFT
-
-
-def retain_handling_of(handle: int) -> int:
-    return (handle >> RH_SHIFT) & 0x3

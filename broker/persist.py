@@ -322,9 +322,6 @@ class Persistence:
         self._release_copy(og, ops)
         self._fire(ops)
 
-    def copy_dropped(self, session: Session, og: Outgoing) -> None:
-        self.copy_done(session, og)
-
     def stage_copies(
         self, session: Session, entries: Sequence[tuple[Outgoing, int, int]]
     ) -> concurrent.futures.Future[list[store.OpResult]] | None:
@@ -420,11 +417,6 @@ class Persistence:
         return self._submit(
             [store.PurgeStream(QOS2IN, filter=f"$MQTT.qos2.{token(session.client_id)}.{packet_id}")]
         )
-
-    def submit_ops(
-        self, ops: Sequence[store.Op]
-    ) -> concurrent.futures.Future[list[store.OpResult]]:
-        return self._submit(ops)
 
     # -- startup -------------------------------------------------------------------------------
 

@@ -145,14 +145,6 @@ class SessionManager:
         self.by_num[session.num] = session
         return session
 
-    def restore(self, client_id: str, num: int) -> Session:
-        """Re-create a session loaded from the store with its persisted number."""
-        session = Session(client_id, num)
-        self._by_id[client_id] = session
-        self.by_num[num] = session
-        self._nums = itertools.count(max(num + 1, next(self._nums)))
-        return session
-
     def forget(self, session: Session) -> None:
         """Remove an ended session from the maps (the caller cleans the indexes)."""
         self.cancel_timers(session)
