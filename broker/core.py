@@ -67,7 +67,6 @@ class Broker:
     def attach(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
         self.sessions.attach_nursery(nursery)
-        self.persist.attach(nursery)
         for session in self.sessions:
             if session.conn is None:  # restored from the store: its expiry clock restarts now
                 self.sessions.start_expiry(session)

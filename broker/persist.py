@@ -193,7 +193,6 @@ class Persistence:
         self.store = st
         self._keys = itertools.count(1)
         self._boot = f"{os.getpid():x}{time.time_ns() & 0xFFFFFFFF:08x}"
-        self._nursery: trio.Nursery | None = None
         self._last: concurrent.futures.Future[list[store.OpResult]] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -216,9 +215,6 @@ class Persistence:
             return st
 
         return cls(await trio.to_thread.run_sync(_open))
-
-    def attach(self, nursery: trio.Nursery) -> None:
-        self._nursery = nursery
 
     async def flush(self) -> None:
         """Wait until everything submitted so far is committed."""
