@@ -43,6 +43,7 @@ class Subscriber:
     awaiting_pubrel: set[int] = field(default_factory=set)
     stop: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)
+    changed: threading.Condition = field(default_factory=threading.Condition)
 
     def run(self, port: int, first: bool) -> None:
         try:
@@ -82,7 +83,15 @@ class Subscriber:
             c.send(Pubcomp(packet.packet_id))
 
     def _deliver(self, payload: bytes) -> None:
-        self.delivered[payload] = self.delivered.get(payload, 0) + 1
+        with self.changed:
+            self.delivered[payload] = self.delivered.get(payload, 0) + 1
+            self.changed.notify_all()
+
+    def wait_for(self, payloads: set[bytes], timeout: float) -> set[bytes]:
+        """Wait until every payload was delivered; return those still missing."""
+        with self.changed:
+            self.changed.wait_for(lambda: payloads <= self.delivered.keys(), timeout)
+            return payloads - self.delivered.keys()
 
 
 @dataclass
@@ -160,12 +169,7 @@ def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: pathlib.Path) ->
         sub.stop.clear()
         drain = threading.Thread(target=sub.run, args=(broker.port, False))
         drain.start()
-        missing = set(pub.acked)
-        for _ in range(100):
-            missing = {p for p in pub.acked if p not in sub.delivered}
-            if not missing:
-                break
-            threading.Event().wait(0.1)
+        missing = sub.wait_for(set(pub.acked), timeout=10)
         sub.stop.set()
         drain.join(timeout=30)
         with RawClient(broker.port) as late:
