@@ -3,12 +3,17 @@
 Everything here runs on the trio thread except the store's own writer thread
 and the startup load (``trio.to_thread``). A store future completes a trio
 event through ``TrioToken.run_sync_soon``; nothing blocks the event loop.
+Operations gathered in one scheduler pass go to the store as one job (``_Batch``).
 
 Records (all JSON with sorted keys, UTF-8):
 
 * session  ``{"id", "expiry", "version", "subs": [[filter, qos, nl, rap, rh, sub_id]]}``
-* pending  ``{"m": msg key, "q": qos, "r": retain, "s": [sub ids], "p": packet id, "st": stage}``
-  where stage 0 = not acknowledged yet, 2 = PUBREC received (PUBREL sent)
+* pending  ``{"m": msg key, "q": qos, "r": retain, "s": [sub ids], "p": packet id, "st": stage,
+  "o": first pending sequence}`` where stage 0 = not acknowledged yet, 2 = PUBREC received
+  (PUBREL sent) and "o" (send order on restore) is written once the entry is rewritten. A
+  message with a single persistent recipient is not stored separately: its pending entry *is*
+  the message (payload and message headers) with the record, without "m", in header
+  ``Mqtt-Pend``, so storing and acknowledging it cost one write each.
 * message  payload as is; header ``Mqtt-Topic`` (UTF-8 topic), ``Mqtt-Props`` (JSON of the
   publish properties), ``Mqtt-Qos``, ``Mqtt-Retain``.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import itertools
 import json
@@ -50,6 +56,7 @@ RMSGS = "$MQTT_rmsgs"
 MSGS = "$MQTT_msgs"
 PEND = "$MQTT_pend"
 QOS2IN = "$MQTT_qos2in"
+PEND_HEADER = "Mqtt-Pend"  # on a pending entry that holds its message inline
 
 _STREAMS: tuple[dict[str, Any], ...] = (
     {"name": SESS, "subjects": ["$MQTT.sess.>"], "max_msgs_per_subject": 1},
@@ -79,6 +86,14 @@ def token(text: bytes | str) -> str:
     return hashlib.blake2b(raw, digest_size=12).hexdigest()
 
 
+def session_token(session: Session) -> str:
+    """The session's client id token (computed once per session)."""
+    tok = session.token
+    if not tok:
+        tok = session.token = token(session.client_id)
+    return tok
+
+
 def _props_to_json(props: Properties) -> str:
     out: dict[str, Any] = {}
     for name in _PROP_FIELDS:
@@ -104,13 +119,18 @@ def _props_from_json(text: str | None) -> Properties:
     return Properties(**kwargs)
 
 
+@functools.lru_cache(maxsize=4096)
+def _topic_json(topic: bytes) -> str:
+    return json.dumps(topic.decode("utf-8"), ensure_ascii=True)
+
+
 def _message_headers(msg: AppMessage) -> tuple[tuple[str, str], ...]:
-    topic = msg.topic.decode("utf-8")
+    props = msg.publish.properties
     return (
-        ("Mqtt-Topic", json.dumps(topic, ensure_ascii=True)),
+        ("Mqtt-Topic", _topic_json(msg.topic)),
         ("Mqtt-Qos", str(msg.qos)),
         ("Mqtt-Retain", "1" if msg.retain else "0"),
-        ("Mqtt-Props", _props_to_json(msg.publish.properties)),
+        ("Mqtt-Props", "{}" if props is EMPTY_PROPERTIES else _props_to_json(props)),
     )
 
 
@@ -140,39 +160,78 @@ def _message_from_stored(
     return AppMessage(publish, expires_at, 0)
 
 
+def _notify(fut: concurrent.futures.Future[list[store.OpResult]], event: trio.Event) -> None:
+    """Set ``event`` on the trio thread once ``fut`` (completed on the writer) is done."""
+    tok = trio.lowlevel.current_trio_token()
+
+    def done(_: object) -> None:
+        # The loop may already be gone at shutdown; nobody is waiting then.
+        with contextlib.suppress(trio.RunFinishedError):
+            tok.run_sync_soon(event.set)
+
+    fut.add_done_callback(done)
+
+
 async def wait_future(fut: concurrent.futures.Future[list[store.OpResult]]) -> list[store.OpResult]:
     """Await a store future from trio without blocking the loop."""
     if not fut.done():
-        tok = trio.lowlevel.current_trio_token()
         event = trio.Event()
-
-        def done(_: object) -> None:
-            # The loop may already be gone at shutdown; nobody is waiting then.
-            with contextlib.suppress(trio.RunFinishedError):
-                tok.run_sync_soon(event.set)
-
-        fut.add_done_callback(done)
+        _notify(fut, event)
         await event.wait()
     return fut.result()
 
 
+class _Batch:
+    """Operations gathered on the trio thread and submitted as one store job.
+
+    Every PUBLISH read in one scheduler pass (and every acknowledgement's deletions)
+    joins the open batch; it is submitted when somebody waits for it, before any other
+    submission (store order is submission order), or by a callback queued when the
+    batch was opened, whichever comes first. One future and one trio event per batch
+    instead of per message.
+    """
+
+    __slots__ = ("event", "future", "ops", "owner")
+
+    def __init__(self, owner: Persistence) -> None:
+        self.owner = owner
+        self.ops: list[store.Op] = []
+        self.future: concurrent.futures.Future[list[store.OpResult]] | None = None
+        self.event: trio.Event | None = None
+
+    async def results(self) -> list[store.OpResult]:
+        if self.future is None:
+            self.owner.submit_open()
+        fut = self.future
+        assert fut is not None
+        if not fut.done():
+            event = self.event
+            if event is None:
+                event = self.event = trio.Event()
+                _notify(fut, event)
+            await event.wait()
+        return fut.result()
+
+
 @dataclass(slots=True)
 class PublishPlan:
-    """What one PUBLISH must store before it is acknowledged, and the results."""
+    """What one PUBLISH stores before it is acknowledged (a slice of a batch), and the results."""
 
-    ops: list[store.Op] = field(default_factory=list)
+    batch: _Batch | None = None
+    offset: int = 0  # where this plan's operations start in the batch
+    count: int = 0
     pend_index: dict[int, int] = field(default_factory=dict)  # delivery index -> op index
     msg_op: int = -1
-    future: concurrent.futures.Future[list[store.OpResult]] | None = None
     results: list[store.OpResult] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not self.ops
+        return self.batch is None
 
     async def wait(self) -> None:
-        if self.future is not None and not self.results:
-            self.results = await wait_future(self.future)
+        if self.batch is not None and not self.results:
+            res = await self.batch.results()
+            self.results = res[self.offset : self.offset + self.count]
 
     def seq_of(self, op_index: int) -> int:
         res = self.results[op_index] if 0 <= op_index < len(self.results) else None
@@ -194,6 +253,8 @@ class Persistence:
         self._keys = itertools.count(1)
         self._boot = f"{os.getpid():x}{time.time_ns() & 0xFFFFFFFF:08x}"
         self._last: concurrent.futures.Future[list[store.OpResult]] | None = None
+        self._open: _Batch | None = None
+        self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -218,21 +279,74 @@ class Persistence:
 
     async def flush(self) -> None:
         """Wait until everything submitted so far is committed."""
+        self.submit_open()
         if self._last is not None:
             await wait_future(self._last)
 
     async def close(self) -> None:
+        self.submit_open()
+        self._closed = True
         await trio.to_thread.run_sync(self.store.close)
 
+    def submit_open(self) -> None:
+        """Submit the open batch, if any (idempotent)."""
+        batch = self._open
+        if batch is None:
+            return
+        self._open = None
+        if self._closed:
+            return
+        batch.future = self._last = self.store.submit(batch.ops)
+
+    def _batch(self) -> _Batch:
+        batch = self._open
+        if batch is None:
+            batch = self._open = _Batch(self)
+            trio.lowlevel.current_trio_token().run_sync_soon(self.submit_open)
+        return batch
+
     def _submit(self, ops: Sequence[store.Op]) -> concurrent.futures.Future[list[store.OpResult]]:
+        self.submit_open()  # what was gathered before goes first
         fut = self.store.submit(ops)
         self._last = fut
         return fut
 
     def _fire(self, ops: Sequence[store.Op]) -> None:
-        """Submit without waiting (the caller's correctness does not depend on the commit)."""
+        """Store without waiting (the caller's correctness does not depend on the commit)."""
         if ops:
-            self._submit(ops)
+            self._batch().ops.extend(ops)
+
+    @staticmethod
+    def _pend_subject(session: Session) -> str:
+        return f"$MQTT.pend.{session_token(session)}"
+
+    def _pend_op(
+        self,
+        session: Session,
+        msg: AppMessage,
+        qos: int,
+        retain: bool,
+        sub_ids: Sequence[int],
+        packet_id: int = 0,
+        stage: int = 0,
+        order: int = 0,
+    ) -> store.Publish:
+        """One copy's pending entry: a reference to the stored message, or (a message with
+        a single persistent recipient) the message itself with the copy's fields in a header."""
+        # The record's JSON is built directly (this runs per stored copy), keys sorted.
+        ids = ",".join(map(str, sub_ids))
+        record = "".join(
+            (
+                f'{{"m":{json.dumps(msg.key)},' if msg.key else "{",
+                f'"o":{order},' if order else "",
+                f'"p":{packet_id},"q":{qos},"r":{int(retain)},"s":[{ids}],"st":{stage}}}',
+            )
+        )
+        subject = self._pend_subject(session)
+        if msg.key:
+            return store.Publish(subject, record.encode(), stream=PEND)
+        headers = (*_message_headers(msg), (PEND_HEADER, record))
+        return store.Publish(subject, msg.payload, headers, stream=PEND)
 
     # -- publish -----------------------------------------------------------------------------
 
@@ -248,52 +362,48 @@ class Persistence:
         ``extra`` (inbound QoS 2 state) commits in the same batch.
         """
         ops: list[store.Op] = list(extra)
-        plan = PublishPlan(ops) if ops else EMPTY_PLAN
         if msg.retain and broker.config.mqtt.retain_available:
-            if plan is EMPTY_PLAN:
-                plan = PublishPlan(ops)
             subject = f"$MQTT.rmsgs.{token(msg.topic)}"
             if msg.payload:
                 ops.append(store.Publish(subject, msg.payload, _message_headers(msg), stream=RMSGS))
             else:
                 ops.append(store.PurgeStream(RMSGS, filter=subject))
+        pend_index: dict[int, int] = {}
+        msg_op = -1
         if msg.qos:
             by_num = broker.sessions.by_num
+            targets: list[tuple[int, Delivery, Session]] = []
             for index, d in enumerate(deliveries):
                 if d.qos == 0:
                     continue
                 session = by_num.get(d.client)
-                if session is None or not session.persistent:
-                    continue
-                if plan is EMPTY_PLAN:
-                    plan = PublishPlan(ops)
-                session.stored = True
-                if plan.msg_op < 0:
-                    msg.key = f"{self._boot}-{next(self._keys)}"
-                    plan.msg_op = len(ops)
-                    ops.append(
-                        store.Publish(
-                            f"$MQTT.msgs.{msg.key}", msg.payload, _message_headers(msg), stream=MSGS
-                        )
-                    )
-                qos = min(msg.qos, d.qos)
-                record = {
-                    "m": msg.key,
-                    "q": qos,
-                    "r": int(msg.retain and d.retain_as_published),
-                    "s": list(d.sub_ids),
-                    "p": 0,
-                    "st": 0,
-                }
-                plan.pend_index[index] = len(ops)
-                msg.refs += 1
+                if session is not None and session.persistent:
+                    targets.append((index, d, session))
+            if len(targets) > 1:
+                # Stored once, referenced by one pending entry per session.
+                msg.key = f"{self._boot}-{next(self._keys)}"
+                msg_op = len(ops)
                 ops.append(
                     store.Publish(
-                        f"$MQTT.pend.{token(session.client_id)}", _dump(record), stream=PEND
+                        f"$MQTT.msgs.{msg.key}", msg.payload, _message_headers(msg), stream=MSGS
                     )
                 )
-        if plan is not EMPTY_PLAN:
-            plan.future = self._submit(ops)
+            for index, d, session in targets:
+                session.stored = True
+                if msg.key:
+                    msg.refs += 1
+                pend_index[index] = len(ops)
+                qos = msg.qos if msg.qos < d.qos else d.qos
+                ops.append(
+                    self._pend_op(
+                        session, msg, qos, msg.retain and d.retain_as_published, d.sub_ids
+                    )
+                )
+        if not ops:
+            return EMPTY_PLAN
+        batch = self._batch()
+        plan = PublishPlan(batch, len(batch.ops), len(ops), pend_index, msg_op)
+        batch.ops.extend(ops)
         return plan
 
     def after_commit(self, msg: AppMessage, plan: PublishPlan) -> None:
@@ -307,6 +417,8 @@ class Persistence:
             ops.append(store.DeleteMsg(PEND, og.pend_seq))
             og.pend_seq = 0
             msg = og.message
+            if not msg.key:
+                return  # the entry held the message itself
             msg.refs -= 1
             if msg.refs <= 0 and msg.stored_seq:
                 ops.append(store.DeleteMsg(MSGS, msg.stored_seq))
@@ -329,19 +441,13 @@ class Persistence:
         awaits the future and then calls :meth:`stages_committed`.
         """
         ops: list[store.Op] = []
-        subject = f"$MQTT.pend.{token(session.client_id)}"
         for og, packet_id, stage in entries:
             og.order = og.order or og.pend_seq
-            record = {
-                "m": og.message.key,
-                "q": og.qos,
-                "r": int(og.retain),
-                "s": list(og.sub_ids),
-                "p": packet_id,
-                "st": stage,
-                "o": og.order,
-            }
-            ops.append(store.Publish(subject, _dump(record), stream=PEND))
+            ops.append(
+                self._pend_op(
+                    session, og.message, og.qos, og.retain, og.sub_ids, packet_id, stage, og.order
+                )
+            )
             ops.append(store.DeleteMsg(PEND, og.pend_seq))
         return self._submit(ops) if ops else None
 
@@ -374,7 +480,7 @@ class Persistence:
             ],
         }
         return self._submit(
-            [store.Publish(f"$MQTT.sess.{token(session.client_id)}", _dump(record), stream=SESS)]
+            [store.Publish(f"$MQTT.sess.{session_token(session)}", _dump(record), stream=SESS)]
         )
 
     def session_ended(self, session: Session, dropped: Sequence[Outgoing]) -> None:
@@ -385,7 +491,7 @@ class Persistence:
         ops: list[store.Op] = []
         for og in dropped:
             self._release_copy(og, ops)
-        tok = token(session.client_id)
+        tok = session_token(session)
         ops.append(store.PurgeStream(SESS, filter=f"$MQTT.sess.{tok}"))
         ops.append(store.PurgeStream(PEND, filter=f"$MQTT.pend.{tok}"))
         ops.append(store.PurgeStream(QOS2IN, filter=f"$MQTT.qos2.{tok}.*"))
@@ -398,7 +504,7 @@ class Persistence:
         session.stored = True
         return [
             store.Publish(
-                f"$MQTT.qos2.{token(session.client_id)}.{packet_id}",
+                f"$MQTT.qos2.{session_token(session)}.{packet_id}",
                 b"",
                 (("Mqtt-Client", json.dumps(session.client_id, ensure_ascii=True)),),
                 stream=QOS2IN,
@@ -411,7 +517,7 @@ class Persistence:
         if not session.persistent:
             return None
         return self._submit(
-            [store.PurgeStream(QOS2IN, filter=f"$MQTT.qos2.{token(session.client_id)}.{packet_id}")]
+            [store.PurgeStream(QOS2IN, filter=f"$MQTT.qos2.{session_token(session)}.{packet_id}")]
         )
 
     # -- startup -------------------------------------------------------------------------------
@@ -455,7 +561,7 @@ class Persistence:
                     flt.encode("utf-8"), qos, bool(nl), bool(rap), int(rh), sid, handle
                 )
                 broker.subscribe(session, record)
-            by_token[token(session.client_id)] = session
+            by_token[session_token(session)] = session
         stored_by_key: dict[str, AppMessage | None] = {}
         seq_by_key: dict[str, int] = {}
         for stored in msgs:
@@ -470,12 +576,18 @@ class Persistence:
         restored: list[tuple[int, Session, int, Outgoing, Stage]] = []
         for stored in pend:
             owner = by_token.get(stored.subject.removeprefix("$MQTT.pend."))
-            rec = json.loads(stored.payload)
-            msg = stored_by_key.get(rec["m"])
+            inline = stored.header(PEND_HEADER)
+            if inline is not None:
+                rec = json.loads(inline)
+                msg = _message_from_stored(stored, now_wall, now)
+            else:
+                rec = json.loads(stored.payload)
+                msg = stored_by_key.get(rec["m"])
             if owner is None or msg is None:
                 orphans.append(store.DeleteMsg(PEND, stored.seq))
                 continue
-            msg.refs += 1
+            if msg.key:
+                msg.refs += 1
             og = Outgoing(msg, int(rec["q"]), bool(rec["r"]), tuple(rec["s"]), stored.seq)
             og.order = int(rec.get("o", 0)) or stored.seq
             pid = int(rec["p"])

@@ -72,6 +72,7 @@ class Session:
         "state",
         "stored",
         "subscriptions",
+        "token",
         "will",
         "will_scope",
     )
@@ -88,6 +89,7 @@ class Session:
         self.state = SessionState()
         self.outgoing: dict[int, Outgoing] = {}  # packet id -> the copy in flight
         self.stored = False  # whether anything of this session may be in the store
+        self.token = ""  # its subject token in the store, computed on first use
         self.conn: ClientConnection | None = None
         self.will: WillRecord | None = None
         self.will_scope: trio.CancelScope | None = None

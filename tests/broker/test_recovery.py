@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
+import store
 from broker.mqtt.packets import (
     Disconnect,
     Puback,
@@ -186,3 +187,45 @@ def test_clean_start_removes_stored_state(
         pub.connect("wipe-pub")
         pub.publish(b"wipe/t", b"x", qos=1, packet_id=1)
         assert pub.expect(Puback).reason_code is ReasonCode.NO_MATCHING_SUBSCRIBERS
+
+
+def test_copies_for_one_or_several_persistent_sessions_survive_and_leave_nothing_behind(
+    make_broker: Callable[..., BrokerThread], tmp_path: pathlib.Path
+) -> None:
+    """A message for one persistent session is stored inside its pending entry; one for
+    several is stored once and referenced. Both come back after a restart, with their
+    properties, and acknowledging every copy removes every record."""
+    data = tmp_path / "d"
+    broker = make_broker(data)
+    for name, flt in (("many-1", b"both/#"), ("many-2", b"both/+"), ("many-2", b"only/2")):
+        with RawClient(broker.port) as c:
+            c.connect(name, clean_start=False, properties=KEEP)
+            c.subscribe((flt, 2))
+            c.send(Disconnect())
+    with RawClient(broker.port) as pub:
+        pub.connect("many-pub")
+        pub.publish(b"both/x", b"shared", qos=1, packet_id=1, user_properties=(("a", "1"),))
+        assert pub.expect(Puback).reason_code is ReasonCode.SUCCESS
+        pub.publish(b"only/2", b"mine", qos=1, packet_id=2, content_type="text/plain")
+        assert pub.expect(Puback).reason_code is ReasonCode.SUCCESS
+    broker = _restart(make_broker, broker, data)
+    got: dict[str, list[Publish]] = {}
+    for name in ("many-1", "many-2"):
+        with RawClient(broker.port) as c:
+            c.connect(name, clean_start=False, properties=KEEP)
+            got[name] = [c.expect_publish()]
+            if name == "many-2":
+                got[name].append(c.expect_publish())
+            assert c.nothing_within(0.3)
+            c.send(Disconnect())
+    assert [(p.topic, p.payload) for p in got["many-1"]] == [(b"both/x", b"shared")]
+    assert [(p.topic, p.payload) for p in got["many-2"]] == [
+        (b"both/x", b"shared"),
+        (b"only/2", b"mine"),
+    ]
+    assert got["many-1"][0].properties.user_properties == (("a", "1"),)
+    assert got["many-2"][1].properties.content_type == "text/plain"
+    broker.stop()
+    with store.Store.open(data) as st:
+        assert st.stream_state("$MQTT_msgs").messages == 0
+        assert st.stream_state("$MQTT_pend").messages == 0
