@@ -24,8 +24,11 @@ Shutdown
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -35,18 +38,36 @@ from broker.config import BrokerConfig
 from broker.core import Broker
 
 SHUTDOWN_GRACE = 5.0
+ACCEPT_BURST = 64
+_PEER_GONE = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM})
 
 
 async def _accept_loop(broker: Broker, listener: trio.SocketListener) -> None:
+    """Accept connections in bursts: a non-blocking ``accept`` until the backlog is empty,
+    then one wait for readability (trio's ``listener.accept`` is a scheduler round trip per
+    connection, which a connection storm pays thousands of times a second)."""
     async with listener:
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:  # EMFILE and friends: back off instead of spinning
-                broker.log_warning("accept failed: %s", exc)
-                await trio.sleep(0.1)
-                continue
-            broker.spawn_connection(stream)
+        # A duplicate of the listening descriptor, so the stdlib object can be non-blocking
+        # and closed independently of trio's (the listener closes the original).
+        with socket.socket(fileno=os.dup(listener.socket.fileno())) as sock:
+            sock.setblocking(False)
+            while True:
+                for _ in range(ACCEPT_BURST):
+                    try:
+                        conn, _addr = sock.accept()
+                    except BlockingIOError:
+                        await trio.lowlevel.wait_readable(sock)
+                        break
+                    except OSError as exc:
+                        if exc.errno in _PEER_GONE:
+                            continue  # that client gave up before we accepted it
+                        # EMFILE and friends: back off instead of spinning.
+                        broker.log_warning("accept failed: %s", exc)
+                        await trio.sleep(0.1)
+                        break
+                    broker.spawn_connection(trio.SocketStream(trio.socket.from_stdlib_socket(conn)))
+                else:
+                    await trio.lowlevel.checkpoint()  # a long burst still lets others run
 
 
 async def _shielded_nursery(task_status: trio.TaskStatus[trio.Nursery]) -> None:
