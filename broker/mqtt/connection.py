@@ -76,8 +76,14 @@ class Role(Enum):
     SERVER = "server"
     CLIENT = "client"
 
+    # Members are singletons compared by identity: identity hashing keeps the per-packet
+    # table lookups keyed by (role, state) in C (Enum's own __hash__ is Python code).
+    __hash__ = object.__hash__
+
 
 class ConnectionState(Enum):
+    __hash__ = object.__hash__
+
     AWAIT_CONNECT = "await_connect"
     CONNECTING = "connecting"  # CONNECT seen, CONNACK not yet
     CONNECTED = "connected"
