@@ -198,8 +198,7 @@ def delete_msg(eng: Engine, ctx: Ctx, op: DeleteMsg) -> OpResult:
         raise js_error("msg_delete_failed", err="message delete not permitted")
     if not st.remove(ctx, op.seq):
         raise js_error("sequence_not_found", seq=op.seq)
-    st.save_state(ctx)
-    ctx.touched.add(st)
+    ctx.touched.add(st)  # the engine writes the state record once per batch
     return True
 
 

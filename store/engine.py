@@ -135,12 +135,16 @@ class Engine:
                 self._with_waiting.discard(key)
                 continue
             self._waiting_snapshot[key] = [replace(r) for r in c.waiting]
+        publish = self._publish
         for job in jobs:
             results = job.results
             for op in job.ops:
                 try:
-                    if type(op) is Publish:  # the hot path skips the dispatch below
-                        res: OpResult = self._publish(ctx, op)
+                    # The hot paths skip the dispatch below.
+                    if type(op) is Publish:
+                        res: OpResult = publish(ctx, op)
+                    elif type(op) is DeleteMsg:
+                        res = admin.delete_msg(self, ctx, op)
                     else:
                         res = self._op(ctx, op)
                 except JetStreamError as exc:
@@ -164,8 +168,10 @@ class Engine:
         for c in ctx.dirty_consumers:
             if c.stream.name in self.streams and c.name in c.stream.consumers:
                 c.save(ctx)
+        streams = self.streams
         for st in ctx.touched:
-            if st.name in self.streams:
+            if streams.get(st.name) is st:  # not deleted (nor deleted and re-created)
+                st.flush_counts(ctx)
                 st.save_state(ctx)
                 self._refresh_deadline(st)
         self._publish_deadline()
@@ -277,10 +283,11 @@ class Engine:
         if st.config.retention == "interest":
             interest = any(c.matches(op.subject) for c in st.consumers.values())
         res = st.publish(ctx, op.subject, op.payload, op.headers, interest)
-        if isinstance(res, PubAck) and not res.duplicate:
+        if type(res) is PubAck and not res.duplicate:
             ctx.touched.add(st)
-            for c in st.consumers.values():
-                c.on_append(res.seq, op.subject)
+            if st.consumers:
+                for c in st.consumers.values():
+                    c.on_append(res.seq, op.subject)
         return res
 
     def _on_msg_removed(self, ctx: Ctx, st: StreamRt, seq: int, subject: str) -> None:

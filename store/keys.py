@@ -160,6 +160,11 @@ def split_subject_key(key: bytes) -> tuple[int, str, int]:
     return sid, key[8:-9].decode(), seq
 
 
+def subject_index_key(sid_prefix_: bytes, subject: bytes, seq: int) -> bytes:
+    """:func:`subject_key` from the stream's :func:`sid_prefix` and the UTF-8 subject."""
+    return sid_prefix_ + subject + b"\x00" + _U64.pack(seq)
+
+
 def subjcount_key(sid: int, subject: str) -> bytes:
     return _U64.pack(sid) + subject.encode()
 
@@ -180,11 +185,15 @@ def pending_key(cid: int, seq: int) -> bytes:
 
 
 def pack_msg(time_ns: int, subject: str, header_block: bytes, payload: bytes) -> bytes:
-    subj = subject.encode()
+    return msg_record(time_ns, subject.encode(), header_block, payload)
+
+
+def msg_record(time_ns: int, subject: bytes, header_block: bytes, payload: bytes) -> bytes:
+    """:func:`pack_msg` with the subject already UTF-8 (the writer's hot path)."""
     return b"".join(
         (
-            _MSG_HEAD.pack(MSG_RECORD_VERSION, time_ns, len(subj)),
-            subj,
+            _MSG_HEAD.pack(MSG_RECORD_VERSION, time_ns, len(subject)),
+            subject,
             _U32.pack(len(header_block)),
             header_block,
             payload,
@@ -219,10 +228,15 @@ def msg_time(record: bytes) -> int:
 
 
 def msg_subject(record: bytes) -> str:
+    return msg_subject_bytes(record).decode()
+
+
+def msg_subject_bytes(record: bytes) -> bytes:
+    """The subject of a message record, still UTF-8."""
     version, _, slen = _MSG_HEAD.unpack_from(record)
     if version != MSG_RECORD_VERSION:
         raise RecordError(f"unknown message record version {version}")
-    return bytes(record[_MSG_HEAD.size : _MSG_HEAD.size + slen]).decode()
+    return bytes(record[_MSG_HEAD.size : _MSG_HEAD.size + slen])
 
 
 def pack_named_record(version: int, ident: int, created_ns: int, config_json: bytes) -> bytes:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 _HEADER_BAD = frozenset("\r\n")
 MAX_SUBJECT = 480  # bytes: keeps every index key under LMDB's 511-byte key limit
+MAX_CACHED_COUNTS = 50_000  # per stream: the subject-count cache is dropped above this
 
 
 @dataclass
@@ -41,17 +42,37 @@ class Ctx:
     retention_check: list[tuple[StreamRt, int]] = field(default_factory=list)
     touched: set[StreamRt] = field(default_factory=set)
     dirty_consumers: set[ConsumerRt] = field(default_factory=set)
+    # The databases of the hot path, looked up once per batch.
+    msgs_db: Any = field(init=False)
+    subjects_db: Any = field(init=False)
+    subjcount_db: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.msgs_db = self.dbs[keys.DB_MSGS]
+        self.subjects_db = self.dbs[keys.DB_SUBJECTS]
+        self.subjcount_db = self.dbs[keys.DB_SUBJCOUNT]
 
     def db(self, name: bytes) -> Any:
         return self.dbs[name]
 
 
 class StreamRt:
-    """The writer's copy of one stream."""
+    """The writer's copy of one stream.
+
+    Per-subject message counts are cached in ``_counts`` (a subject absent from the cache
+    is read from ``subjcount``). Within a batch the counts change only in memory; the
+    subjects changed (``_dirty``) are written once each by :meth:`flush_counts`, which the
+    engine calls before the commit and every reader of the ``subjcount`` table calls before
+    it reads. After an aborted batch the engine rebuilds every ``StreamRt``, so the cache
+    never holds uncommitted counts.
+    """
 
     def __init__(self, name: str, sid: int, config: StreamConfig, created_ns: int) -> None:
         self.name = name
         self.sid = sid
+        self.sid_b = keys.sid_prefix(sid)
+        self._counts: dict[str, int] = {}
+        self._dirty: set[str] = set()
         self.config = config
         self.created_ns = created_ns
         self.first_seq = 0
@@ -95,8 +116,31 @@ class StreamRt:
     # -- lookups -------------------------------------------------------------------------
 
     def subject_count(self, ctx: Ctx, subject: str) -> int:
-        raw = ctx.txn.get(keys.subjcount_key(self.sid, subject), db=ctx.db(keys.DB_SUBJCOUNT))
-        return keys.read_u64(raw) if raw else 0
+        n = self._counts.get(subject)
+        if n is None:
+            raw = ctx.txn.get(keys.subjcount_key(self.sid, subject), db=ctx.subjcount_db)
+            n = self._counts[subject] = keys.read_u64(raw) if raw else 0
+        return n
+
+    def flush_counts(self, ctx: Ctx) -> None:
+        """Write the per-subject counts changed since the last flush (once per subject)."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        counts = self._counts
+        txn = ctx.txn
+        db = ctx.subjcount_db
+        sid = self.sid
+        for subject in dirty:
+            n = counts[subject]
+            if n:
+                txn.put(keys.subjcount_key(sid, subject), keys.u64(n), db=db)
+            else:
+                txn.delete(keys.subjcount_key(sid, subject), db=db)
+                del counts[subject]
+        dirty.clear()
+        if len(counts) > MAX_CACHED_COUNTS:
+            counts.clear()
 
     def subject_seqs(self, ctx: Ctx, subject: str, start: int = 0) -> Iterator[int]:
         """Stored sequences of one literal subject, ascending, from ``start``."""
@@ -131,6 +175,7 @@ class StreamRt:
     def subjects(self, ctx: Ctx, filter_: str | None = None) -> Iterator[str]:
         """Distinct stored subjects; with ``filter_`` only matching ones, scanning only the
         keys under the filter's literal prefix (``a.b.*`` looks at ``a.b.`` only)."""
+        self.flush_counts(ctx)
         prefix = keys.sid_prefix(self.sid)
         if filter_:
             prefix += literal_prefix(filter_).encode()
@@ -205,10 +250,10 @@ class StreamRt:
         now = ctx.now
         txn.put(
             keys.msg_key(self.sid, seq),
-            keys.pack_msg(now, subject, block, payload),
-            db=ctx.db(keys.DB_MSGS),
+            keys.msg_record(now, subj_b, block, payload),
+            db=ctx.msgs_db,
         )
-        txn.put(keys.subject_key(self.sid, subject, seq), b"", db=ctx.db(keys.DB_SUBJECTS))
+        txn.put(keys.subject_index_key(self.sid_b, subj_b, seq), b"", db=ctx.subjects_db)
         count = self._bump_subject(ctx, subject, +1)
         if not self.messages:
             self.first_seq = seq
@@ -297,19 +342,22 @@ class StreamRt:
         return msg_id or None, rollup
 
     def _bump_subject(self, ctx: Ctx, subject: str, delta: int) -> int:
-        key = keys.subjcount_key(self.sid, subject)
-        db = ctx.db(keys.DB_SUBJCOUNT)
-        raw = ctx.txn.get(key, db=db)
-        old = keys.read_u64(raw) if raw else 0
+        """Change a subject's count in memory; :meth:`flush_counts` writes it."""
+        old = self._counts.get(subject)
+        if old is None:
+            old = self.subject_count(ctx, subject)
         new = old + delta
-        if new <= 0:
-            ctx.txn.delete(key, db=db)
-            if old:
-                self.num_subjects -= 1
-            return 0
-        ctx.txn.put(key, keys.u64(new), db=db)
+        if new < 0:
+            new = 0
+        self._counts[subject] = new
+        if not self._dirty:
+            ctx.touched.add(self)  # the engine flushes touched streams before the commit
+        self._dirty.add(subject)
         if not old:
-            self.num_subjects += 1
+            if new:
+                self.num_subjects += 1
+        elif not new:
+            self.num_subjects -= 1
         return new
 
     # -- dedupe --------------------------------------------------------------------------
@@ -375,14 +423,16 @@ class StreamRt:
     def remove(self, ctx: Ctx, seq: int) -> bool:
         """Remove one message (limits, delete, purge, retention). False if not stored."""
         key = keys.msg_key(self.sid, seq)
-        mdb = ctx.db(keys.DB_MSGS)
-        record = ctx.txn.get(key, db=mdb)
+        txn = ctx.txn
+        mdb = ctx.msgs_db
+        record = txn.get(key, db=mdb)
         if record is None:
             return False
         record = bytes(record)
-        subject = keys.msg_subject(record)
-        ctx.txn.delete(key, db=mdb)
-        ctx.txn.delete(keys.subject_key(self.sid, subject, seq), db=ctx.db(keys.DB_SUBJECTS))
+        subj_b = keys.msg_subject_bytes(record)
+        subject = subj_b.decode()
+        txn.delete(key, db=mdb)
+        txn.delete(keys.subject_index_key(self.sid_b, subj_b, seq), db=ctx.subjects_db)
         self._bump_subject(ctx, subject, -1)
         self.messages -= 1
         self.bytes -= keys.record_bytes(record)
@@ -390,10 +440,11 @@ class StreamRt:
             self.first_seq = self.last_seq + 1
             self.first_ts = 0
         elif seq == self.first_seq:
-            for nseq, rec in self.seqs_from(ctx, seq + 1):
-                self.first_seq = nseq
-                self.first_ts = keys.msg_time(rec)
-                break
+            # The next stored message is the new first: one cursor step past the deleted key.
+            cur = txn.cursor(db=mdb)
+            if cur.set_range(key) and cur.key()[:8] == self.sid_b:
+                self.first_seq = keys.split_msg_key(cur.key())[1]
+                self.first_ts = keys.msg_time(cur.value())
         if self.on_remove is not None:
             self.on_remove(ctx, self, seq, subject)
         return True
@@ -418,7 +469,7 @@ class StreamRt:
             # Purging past the end moves the stream forward (nats-server's "compact").
             self.last_seq = below - 1
             self.first_seq = below
-        self.save_state(ctx)
+        ctx.touched.add(self)  # the engine writes the state record once per batch
         return len(victims)
 
     def expire(self, ctx: Ctx) -> None:

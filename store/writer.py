@@ -1,9 +1,10 @@
 """The writer thread: every LMDB write transaction, with group commit.
 
 Callers hand :meth:`GroupCommitWriter.submit` a list of operations and get a
-``concurrent.futures.Future`` that completes with one result per operation once the
-transaction holding them is committed (and, with ``sync="always"``, fsynced). While one
-commit runs, new submissions queue up; the next transaction takes all of them at once.
+``concurrent.futures.Future`` (the :class:`Job` itself) that completes with one result per
+operation once the transaction holding them is committed (and, with ``sync="always"``,
+fsynced). While one commit runs, new submissions queue up; the next transaction takes all
+of them at once.
 
 Failure rules:
 - an operation that fails with a JetStream error reports it as its result (the engine
@@ -14,16 +15,22 @@ Failure rules:
 
 After a commit the engine's events are handed over first, then the futures complete.
 Future callbacks run on the writer thread: they must be quick and thread-safe (the broker
-uses ``TrioToken.run_sync_soon``).
+uses ``TrioToken.run_sync_soon``). Cancelling a future does not withdraw its operations:
+they commit, and only the result is dropped.
+
+Hot path (tens of thousands of submissions per second): a submission is one object (the
+job is its own future) put on a ``queue.SimpleQueue`` under a plain lock; the writer
+blocks in the queue's C ``get`` and drains whatever else is queued without waiting.
 """
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, Final
 
 import lmdb
@@ -34,14 +41,17 @@ MAX_BATCH_JOBS: Final = 4096
 BATCH_SYNC_INTERVAL_S: Final = 0.05  # sync="batch": the documented loss window
 
 
-class Job:
-    """One submission: its operations, its future, and (filled by the engine) its results."""
+class Job(Future[list[Any]]):
+    """One submission: its operations and (filled by the engine) its results.
 
-    __slots__ = ("future", "ops", "results")
+    The job is the future handed back to the caller, so a submission allocates one object.
+    """
+
+    __slots__ = ("ops", "results")
 
     def __init__(self, ops: Sequence[Any]) -> None:
+        super().__init__()
         self.ops = ops
-        self.future: Future[list[Any]] = Future()
         self.results: list[Any] = []
 
 
@@ -66,8 +76,9 @@ class GroupCommitWriter:
         self._on_abort = on_abort
         self._after_commit = after_commit
         self._sync_always = sync_always
-        self._queue: deque[Job] = deque()
-        self._cond = threading.Condition()
+        # None is the stop mark, queued by close() after every job (both under _lock).
+        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
         self._closing = False
         self._unsynced = False
         self._last_sync = time.monotonic()
@@ -80,18 +91,18 @@ class GroupCommitWriter:
 
     def submit(self, ops: Sequence[Any]) -> Future[list[Any]]:
         job = Job(ops)
-        with self._cond:
+        with self._lock:
             if self._closing:
                 raise StoreClosedError("store is closed")
-            self._queue.append(job)
-            self._cond.notify()
-        return job.future
+            self._queue.put(job)
+        return job
 
     def close(self) -> None:
         """Finish every queued job, then stop the thread."""
-        with self._cond:
-            self._closing = True
-            self._cond.notify()
+        with self._lock:
+            if not self._closing:
+                self._closing = True
+                self._queue.put(None)
         if threading.current_thread() is not self._thread:
             self._thread.join()
 
@@ -101,22 +112,33 @@ class GroupCommitWriter:
 
     # -- the thread -----------------------------------------------------------------------
 
+    def _next(self) -> Job | None:
+        """Block for the next submission (or the stop mark); sync="batch" syncs when due."""
+        q = self._queue
+        while self._unsynced:
+            left = BATCH_SYNC_INTERVAL_S - (time.monotonic() - self._last_sync)
+            if left > 0:
+                try:
+                    return q.get(timeout=left)
+                except queue.Empty:
+                    pass
+            self._sync()
+        return q.get()
+
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closing:
-                    if self._unsynced:
-                        # sync="batch": wait for more work, but sync within the window.
-                        left = BATCH_SYNC_INTERVAL_S - (time.monotonic() - self._last_sync)
-                        if left <= 0 or not self._cond.wait(left):
-                            break
-                    else:
-                        self._cond.wait()
-                if not self._queue and self._closing:
+        q = self._queue
+        stop = False
+        while not stop:
+            item = self._next()
+            jobs: list[Job] = []
+            while True:
+                if item is None:
+                    stop = True
                     break
-                jobs: list[Job] = []
-                while self._queue and len(jobs) < MAX_BATCH_JOBS:
-                    jobs.append(self._queue.popleft())
+                jobs.append(item)
+                if len(jobs) >= MAX_BATCH_JOBS or q.empty():
+                    break
+                item = q.get_nowait()  # the only consumer: not empty means get succeeds
             if jobs:
                 self._commit(jobs)
             if self._unsynced and time.monotonic() - self._last_sync >= BATCH_SYNC_INTERVAL_S:
@@ -130,9 +152,11 @@ class GroupCommitWriter:
         self._last_sync = time.monotonic()
 
     def _commit(self, jobs: list[Job]) -> None:
+        retry = False
         while True:
-            for job in jobs:
-                job.results = []
+            if retry:
+                for job in jobs:
+                    job.results = []
             txn = self._env.begin_write()
             try:
                 token = self._apply(txn, jobs)
@@ -142,25 +166,34 @@ class GroupCommitWriter:
                 self._on_abort()
                 self._env.grow()
                 self.map_growths += 1
+                retry = True
                 continue
             except BaseException as exc:
                 txn.abort()
                 self._on_abort()
                 if len(jobs) > 1:
                     for job in jobs:
+                        job.results = []
                         self._commit([job])
                     return
-                jobs[0].future.set_exception(exc)
+                with contextlib.suppress(InvalidStateError):  # cancelled by its caller
+                    jobs[0].set_exception(exc)
                 if not isinstance(exc, Exception):
                     raise
                 return
             break
         self.commits += 1
         self.jobs_committed += len(jobs)
-        self.ops_committed += sum(len(job.ops) for job in jobs)
         if not self._sync_always:
             self._unsynced = True
         # Events first, so a caller woken by its future already sees the events it caused.
         self._after_commit(token)
+        nops = 0
         for job in jobs:
-            job.future.set_result(job.results)
+            nops += len(job.ops)
+            # try/except, not contextlib.suppress: no context-manager object per job.
+            try:  # noqa: SIM105
+                job.set_result(job.results)
+            except InvalidStateError:  # cancelled by its caller: the ops committed anyway
+                pass
+        self.ops_committed += nops

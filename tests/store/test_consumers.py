@@ -666,8 +666,9 @@ def test_aborted_batch_restores_pull_requests(store: Store, events: Events) -> N
     store.pull("S", "c", "inbox", batch=3)
     eng = store._engine
     job = Job([Publish("s.a", b"1"), Publish("s.b", b"2")])
-    # The writer is idle: drive one batch by hand, then abort it as the writer would.
-    with store._writer._cond:
+    # The writer is idle (and no submission can get in while we hold its lock): drive one
+    # batch by hand, then abort it as the writer would.
+    with store._writer._lock:
         txn = store.env.begin_write()
         eng.apply(txn, [job])
         assert eng.streams["S"].consumers["c"].waiting[0].batch == 1
