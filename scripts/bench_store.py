@@ -20,6 +20,7 @@ Usage: ``.venv/bin/python scripts/bench_store.py [--quick]``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import statistics
@@ -35,7 +36,7 @@ import lmdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from store import Ack, Delivery, Event, OpResult, Publish, Pull, Store
+from store import Ack, DeleteMsg, Delivery, Event, OpResult, PubAck, Publish, Pull, Store
 
 PAYLOAD = bytes(100)
 RUNS = 5
@@ -49,24 +50,24 @@ def _fresh_dir() -> str:
     return tempfile.mkdtemp(prefix="jetmq-bench-", dir=os.environ.get("BENCH_DIR"))
 
 
-def appends_per_s(submitters: int, seconds: float) -> float:
+def appends_per_s(submitters: int, seconds: float, shared_subject: bool = False) -> float:
+    """Closed loop: each submitter submits one ``Publish`` and, once it is durable, the next."""
     d = _fresh_dir()
     try:
         with Store.open(d, sync="always") as s:
             s.create_stream({"name": "B", "subjects": ["b.>"]})
             done = threading.Event()
             lock = threading.Lock()
-            count = 0
+            counts = [0] * submitters
+            live = [submitters]
             stop_at = time.perf_counter() + seconds
 
-            def chain(i: int) -> None:
-                subject = f"b.{i}"
+            def chain(i: int) -> Callable[[], None]:
+                subject = "b.all" if shared_subject else f"b.{i}"
 
-                def next_one(_: Future[list[OpResult]] | None = None) -> None:
-                    nonlocal count
-                    if _ is not None:
-                        with lock:
-                            count += 1
+                def next_one(fut: Future[list[OpResult]] | None = None) -> None:
+                    if fut is not None:
+                        counts[i] += 1  # only this chain's callbacks touch counts[i]
                     if time.perf_counter() >= stop_at:
                         with lock:
                             live[0] -= 1
@@ -75,15 +76,93 @@ def appends_per_s(submitters: int, seconds: float) -> float:
                         return
                     s.submit([Publish(subject, PAYLOAD)]).add_done_callback(next_one)
 
-                next_one()
+                return next_one
 
-            live = [submitters]
+            chains = [chain(i) for i in range(submitters)]
             t0 = time.perf_counter()
-            for i in range(submitters):
-                chain(i)
+            for start in chains:
+                start()
             done.wait(seconds + 30)
             elapsed = time.perf_counter() - t0
-            return count / elapsed
+            return sum(counts) / elapsed
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# The broker's records (broker/persist.py): a stored message with its four headers, and a
+# pending entry of about 60 bytes per subscriber.
+_BROKER_HEADERS = (
+    ("Mqtt-Topic", '"sensors/room-1/temperature"'),
+    ("Mqtt-Qos", "1"),
+    ("Mqtt-Retain", "0"),
+    ("Mqtt-Props", "{}"),
+)
+_PENDING = b'{"m":"1a2b3c4d-12345","p":0,"q":1,"r":0,"s":[],"st":0}'
+
+
+def broker_pattern_per_s(submitters: int, seconds: float) -> float:
+    """The broker's QoS 1 shape: per MQTT message one job of two ``Publish`` (the message in
+    ``$MQTT_msgs``, the subscriber's pending entry in ``$MQTT_pend``), then, once that is
+    durable, one job of two ``DeleteMsg`` (the subscriber's PUBACK). Returns messages per
+    second; each message is 2 appends + 2 deletes in 2 commits."""
+    d = _fresh_dir()
+    try:
+        with Store.open(d, sync="always") as s:
+            s.create_stream({"name": "$MQTT_msgs", "subjects": ["$MQTT.msgs.>"]})
+            s.create_stream({"name": "$MQTT_pend", "subjects": ["$MQTT.pend.>"]})
+            done = threading.Event()
+            lock = threading.Lock()
+            counts = [0] * submitters
+            live = [submitters]
+            stop_at = time.perf_counter() + seconds
+            keys = itertools.count()
+            errors: list[str] = []
+
+            def chain(i: int) -> Callable[[], None]:
+                pend_subject = f"$MQTT.pend.client{i:04d}"
+
+                def deleted(fut: Future[list[OpResult]] | None = None) -> None:
+                    if fut is not None:
+                        if fut.result() != [True, True]:
+                            errors.append(repr(fut.result()))
+                        counts[i] += 1
+                    if errors or time.perf_counter() >= stop_at:
+                        with lock:
+                            live[0] -= 1
+                            if not live[0]:
+                                done.set()
+                        return
+                    ops = [
+                        Publish(
+                            f"$MQTT.msgs.boot-{next(keys)}",
+                            PAYLOAD,
+                            _BROKER_HEADERS,
+                            stream="$MQTT_msgs",
+                        ),
+                        Publish(pend_subject, _PENDING, stream="$MQTT_pend"),
+                    ]
+                    s.submit(ops).add_done_callback(stored)
+
+                def stored(fut: Future[list[OpResult]]) -> None:
+                    msg, pend = fut.result()
+                    if not isinstance(msg, PubAck) or not isinstance(pend, PubAck):
+                        errors.append(repr((msg, pend)))
+                        return deleted()
+                    ops = [DeleteMsg("$MQTT_pend", pend.seq), DeleteMsg("$MQTT_msgs", msg.seq)]
+                    s.submit(ops).add_done_callback(deleted)
+
+                return deleted
+
+            chains = [chain(i) for i in range(submitters)]
+            t0 = time.perf_counter()
+            for start in chains:
+                start()
+            done.wait(seconds + 30)
+            elapsed = time.perf_counter() - t0
+            if errors:
+                raise RuntimeError(f"broker pattern: unexpected results {errors[:3]}")
+            assert s.stream_state("$MQTT_msgs").messages <= submitters
+            return sum(counts) / elapsed
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -210,6 +289,16 @@ def main(argv: list[str] | None = None) -> int:
             f"  ({r / per_txn:5.1f}x raw txn-per-msg, {r / one:5.1f}x store at 1 submitter,"
             f" {100 * r / ceiling:4.1f}% of ceiling)"
         )
+    r = statistics.median(appends_per_s(64, secs, shared_subject=True) for _ in range(runs))
+    print(
+        f"  group commit, sync=always, 64 submitters, one shared subject: {r:10,.0f} appends/s"
+        f"  ({r / per_txn:5.1f}x raw txn-per-msg)"
+    )
+    r = statistics.median(broker_pattern_per_s(64, secs) for _ in range(runs))
+    print(
+        f"  broker pattern, 64 submitters (publish msg + pending entry, then delete both):"
+        f" {r:10,.0f} msgs/s = {2 * r:,.0f} appends/s + {2 * r:,.0f} deletes/s"
+    )
     cyc = statistics.median(
         consumer_cycles_per_s(2_000 if args.quick else 20_000) for _ in range(runs)
     )

@@ -270,13 +270,17 @@ class Engine:
         return found
 
     def _publish(self, ctx: Ctx, op: Publish) -> OpResult:
-        st = self.capture(op.subject)
         if op.stream is not None:
             named = self.streams.get(op.stream)
             if named is None:
                 return js_error("stream_not_found")
-            if st is not named:
+            # Stream subjects never overlap, so a stream whose subjects match is the one
+            # that captures the subject (no capture lookup: the broker's are mostly unique).
+            st: StreamRt | None = named
+            if not any(subject_matches(s, op.subject) for s in named.config.subjects):
                 return js_error("stream_not_match")
+        else:
+            st = self.capture(op.subject)
         if st is None:
             return None
         interest = True

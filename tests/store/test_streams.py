@@ -325,6 +325,16 @@ def test_bad_publish_subjects(store: Store) -> None:
     assert _err(store.publish, "s.a", b"", stream="NOPE").err_code == 10059
 
 
+def test_publish_to_a_named_stream_needs_its_subjects(store: Store) -> None:
+    _stream(store)
+    store.create_stream({"name": "T", "subjects": ["t.>"]})
+    assert store.publish("s.a", b"", stream="S") == PubAck("S", 1)
+    assert _err(store.publish, "t.a", b"", stream="S").err_code == 10060  # T captures it
+    assert _err(store.publish, "u.a", b"", stream="S").err_code == 10060  # nobody does
+    assert store.publish("t.a", b"", stream="T") == PubAck("T", 1)
+    assert store.stream_state("S").messages == 1
+
+
 def test_sealed_stream_refuses_everything(store: Store) -> None:
     _stream(store)
     _pub(store, "s.a")

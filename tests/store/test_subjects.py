@@ -68,3 +68,28 @@ def test_validity() -> None:
     assert is_valid_name("ORDERS")
     for bad in ("", "a.b", "a*", "a>", "a/b", "a\\b", "a b", "x" * 256):
         assert not is_valid_name(bad)
+
+
+def _valid_by_tokens(subject: str, wildcards: bool) -> bool:
+    """The validity rule spelled out token by token (the model for the fast check)."""
+    if not subject or any(c in " \t\r\n\f\x00" for c in subject):
+        return False
+    tokens = subject.split(".")
+    for i, tok in enumerate(tokens):
+        if not tok:
+            return False
+        if tok in ("*", ">") and (not wildcards or (tok == ">" and i != len(tokens) - 1)):
+            return False
+    return True
+
+
+@settings(max_examples=500)
+@given(
+    st.lists(st.sampled_from(["a", "*", ">", "", "a*", "b>", " ", "\t", "\x00", "\r"]), max_size=5),
+    st.booleans(),
+)
+def test_is_valid_subject_equals_token_rule(parts: list[str], wildcards: bool) -> None:
+    for subject in (".".join(parts), "".join(parts)):
+        assert is_valid_subject(subject, wildcards=wildcards) == _valid_by_tokens(
+            subject, wildcards
+        )
