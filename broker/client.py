@@ -383,6 +383,7 @@ class ClientConnection:
                 await self._feed(bytes(data))
             finally:
                 broker.flush_batch()
+                broker.persist.chunk_done()
 
     async def _feed(self, data: bytes) -> None:
         try:

@@ -191,10 +191,11 @@ class _Batch:
     instead of per message.
     """
 
-    __slots__ = ("event", "future", "ops", "owner")
+    __slots__ = ("awaited", "event", "future", "ops", "owner")
 
     def __init__(self, owner: Persistence) -> None:
         self.owner = owner
+        self.awaited = False  # holds a PUBLISH's writes (an acknowledgement waits for them)
         self.ops: list[store.Op] = []
         self.future: concurrent.futures.Future[list[store.OpResult]] | None = None
         self.event: trio.Event | None = None
@@ -287,6 +288,13 @@ class Persistence:
         self.submit_open()
         self._closed = True
         await trio.to_thread.run_sync(self.store.close)
+
+    def chunk_done(self) -> None:
+        """A reader finished an input chunk: PUBLISH writes go to the store now, so their
+        commit overlaps the other connections' work in this pass; deletions can wait."""
+        batch = self._open
+        if batch is not None and batch.awaited:
+            self.submit_open()
 
     def submit_open(self) -> None:
         """Submit the open batch, if any (idempotent)."""
@@ -404,6 +412,7 @@ class Persistence:
         batch = self._batch()
         plan = PublishPlan(batch, len(batch.ops), len(ops), pend_index, msg_op)
         batch.ops.extend(ops)
+        batch.awaited = True
         return plan
 
     def after_commit(self, msg: AppMessage, plan: PublishPlan) -> None:
