@@ -191,7 +191,7 @@ class _Batch:
     instead of per message.
     """
 
-    __slots__ = ("awaited", "event", "future", "ops", "owner")
+    __slots__ = ("awaited", "done", "event", "future", "ops", "owner")
 
     def __init__(self, owner: Persistence) -> None:
         self.owner = owner
@@ -199,8 +199,11 @@ class _Batch:
         self.ops: list[store.Op] = []
         self.future: concurrent.futures.Future[list[store.OpResult]] | None = None
         self.event: trio.Event | None = None
+        self.done: list[store.OpResult] | None = None
 
     async def results(self) -> list[store.OpResult]:
+        if self.done is not None:
+            return self.done
         if self.future is None:
             self.owner.submit_open()
         fut = self.future
@@ -211,7 +214,8 @@ class _Batch:
                 event = self.event = trio.Event()
                 _notify(fut, event)
             await event.wait()
-        return fut.result()
+        self.done = fut.result()  # every later waiter skips the future's lock
+        return self.done
 
 
 @dataclass(slots=True)
