@@ -93,3 +93,22 @@ def test_is_valid_subject_equals_token_rule(parts: list[str], wildcards: bool) -
         assert is_valid_subject(subject, wildcards=wildcards) == _valid_by_tokens(
             subject, wildcards
         )
+
+
+LONG_LITERALS = [
+    ".".join(p) for n in range(1, 4) for p in itertools.product(["a", "ab", "ba"], repeat=n)
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    head=st.lists(st.sampled_from(["a", "ab", "ba", "*"]), max_size=2),
+    subject=st.sampled_from(LONG_LITERALS),
+)
+def test_tail_wildcard_match_equals_brute_force_with_longer_tokens(
+    head: list[str], subject: str
+) -> None:
+    # "a.ab.>" takes a prefix fast path: tokens that are prefixes of each other must not
+    # match ("ab.>" never matches "aba.x"), and ">" needs at least one more token.
+    pattern = ".".join([*head, ">"])
+    assert subject_matches(pattern, subject) == _brute_match(pattern, subject)
