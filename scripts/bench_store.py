@@ -20,6 +20,7 @@ Usage: ``.venv/bin/python scripts/bench_store.py [--quick]``.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import shutil
@@ -31,6 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
+from typing import NamedTuple
 
 import lmdb
 
@@ -46,11 +48,45 @@ def median_of(fn: Callable[[], float], runs: int = RUNS) -> float:
     return statistics.median(fn() for _ in range(runs))
 
 
+class Run(NamedTuple):
+    """One closed-loop run: its rate and where the writer thread spent its time."""
+
+    rate: float
+    jobs_per_commit: float
+    commit_ms: float  # per commit (LMDB commit: page writes + data fsync + meta fsync)
+    apply_us: float  # per job: applying its operations
+    complete_us: float  # per job: its future and the submitter's done callback (next submit)
+
+    @classmethod
+    def of(cls, rate: float, m: dict[str, int]) -> Run:
+        commits, jobs = max(1, m["commits"]), max(1, m["jobs_committed"])
+        return cls(
+            rate,
+            jobs / commits,
+            m["commit_us"] / commits / 1000,
+            m["apply_us"] / jobs,
+            m["complete_us"] / jobs,
+        )
+
+    def split(self) -> str:
+        return (
+            f"[{self.jobs_per_commit:.0f} jobs/commit; writer per job: apply"
+            f" {self.apply_us:.1f} us, future+callback {self.complete_us:.1f} us;"
+            f" commit {self.commit_ms:.2f} ms]"
+        )
+
+
+def median_run(fn: Callable[[], Run], runs: int) -> Run:
+    """The run with the median rate (its own time split, not a mix of runs)."""
+    results = sorted((fn() for _ in range(runs)), key=lambda r: r.rate)
+    return results[len(results) // 2]
+
+
 def _fresh_dir() -> str:
     return tempfile.mkdtemp(prefix="jetmq-bench-", dir=os.environ.get("BENCH_DIR"))
 
 
-def appends_per_s(submitters: int, seconds: float, shared_subject: bool = False) -> float:
+def appends_per_s(submitters: int, seconds: float, shared_subject: bool = False) -> Run:
     """Closed loop: each submitter submits one ``Publish`` and, once it is durable, the next."""
     d = _fresh_dir()
     try:
@@ -79,12 +115,14 @@ def appends_per_s(submitters: int, seconds: float, shared_subject: bool = False)
                 return next_one
 
             chains = [chain(i) for i in range(submitters)]
+            before = s.metrics()
             t0 = time.perf_counter()
             for start in chains:
                 start()
             done.wait(seconds + 30)
             elapsed = time.perf_counter() - t0
-            return sum(counts) / elapsed
+            m = {k: v - before[k] for k, v in s.metrics().items()}
+            return Run.of(sum(counts) / elapsed, m)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -100,7 +138,7 @@ _BROKER_HEADERS = (
 _PENDING = b'{"m":"1a2b3c4d-12345","p":0,"q":1,"r":0,"s":[],"st":0}'
 
 
-def broker_pattern_per_s(submitters: int, seconds: float) -> float:
+def broker_pattern_per_s(submitters: int, seconds: float) -> Run:
     """The broker's QoS 1 shape: per MQTT message one job of two ``Publish`` (the message in
     ``$MQTT_msgs``, the subscriber's pending entry in ``$MQTT_pend``), then, once that is
     durable, one job of two ``DeleteMsg`` (the subscriber's PUBACK). Returns messages per
@@ -154,15 +192,17 @@ def broker_pattern_per_s(submitters: int, seconds: float) -> float:
                 return deleted
 
             chains = [chain(i) for i in range(submitters)]
+            before = s.metrics()
             t0 = time.perf_counter()
             for start in chains:
                 start()
             done.wait(seconds + 30)
             elapsed = time.perf_counter() - t0
+            m = {k: v - before[k] for k, v in s.metrics().items()}
             if errors:
                 raise RuntimeError(f"broker pattern: unexpected results {errors[:3]}")
             assert s.stream_state("$MQTT_msgs").messages <= submitters
-            return sum(counts) / elapsed
+            return Run.of(sum(counts) / elapsed, m)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -282,22 +322,34 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  raw py-lmdb put loop, no fsync (ceiling): {ceiling:10,.0f} msgs/s")
     one = 0.0
     for k in (1, 8, 64):
-        r = statistics.median(appends_per_s(k, secs) for _ in range(runs))
+        run = median_run(functools.partial(appends_per_s, k, secs), runs)
+        r = run.rate
         one = one or r
         print(
             f"  group commit, sync=always, {k:2d} submitters: {r:10,.0f} appends/s"
             f"  ({r / per_txn:5.1f}x raw txn-per-msg, {r / one:5.1f}x store at 1 submitter,"
             f" {100 * r / ceiling:4.1f}% of ceiling)"
         )
-    r = statistics.median(appends_per_s(64, secs, shared_subject=True) for _ in range(runs))
+        if k == 64:
+            print(f"    {run.split()}")
+    run = median_run(lambda: appends_per_s(64, secs, shared_subject=True), runs)
     print(
-        f"  group commit, sync=always, 64 submitters, one shared subject: {r:10,.0f} appends/s"
-        f"  ({r / per_txn:5.1f}x raw txn-per-msg)"
+        f"  group commit, sync=always, 64 submitters, one shared subject: {run.rate:10,.0f}"
+        f" appends/s  ({run.rate / per_txn:5.1f}x raw txn-per-msg)\n    {run.split()}"
     )
-    r = statistics.median(broker_pattern_per_s(64, secs) for _ in range(runs))
+    run = median_run(lambda: broker_pattern_per_s(64, secs), runs)
+    r = run.rate
     print(
         f"  broker pattern, 64 submitters (publish msg + pending entry, then delete both):"
-        f" {r:10,.0f} msgs/s = {2 * r:,.0f} appends/s + {2 * r:,.0f} deletes/s"
+        f" {r:10,.0f} msgs/s = {2 * r:,.0f} appends/s + {2 * r:,.0f} deletes/s\n"
+        f"    {run.split()}"
+    )
+    per_txn_after = statistics.median(
+        txn_per_message(100 if args.quick else 300) for _ in range(runs)
+    )
+    print(
+        f"  one txn + fsync per message (baseline, again at the end): {per_txn_after:8,.0f}"
+        " msgs/s (the disk's fsync latency drifts: compare ratios only within a steady run)"
     )
     cyc = statistics.median(
         consumer_cycles_per_s(2_000 if args.quick else 20_000) for _ in range(runs)

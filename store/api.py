@@ -156,13 +156,17 @@ class Store:
         return res
 
     def metrics(self) -> dict[str, int]:
-        """Counters for ``$SYS`` / Prometheus: commits, submissions, operations, map."""
+        """Counters for ``$SYS`` / Prometheus: commits, submissions, operations, map, and the
+        writer's time (µs) applying operations, committing (fsync), completing futures."""
         w = self._writer
         return {
             "commits": w.commits,
             "jobs_committed": w.jobs_committed,
             "ops_committed": w.ops_committed,
             "map_growths": w.map_growths,
+            "apply_us": w.apply_ns // 1000,
+            "commit_us": w.commit_ns // 1000,
+            "complete_us": w.complete_ns // 1000,
             "map_size": self.env.map_size,
             "streams": len(self._engine.streams),
         }

@@ -150,6 +150,9 @@ def test_group_commit_batches_concurrent_submitters(store: Store) -> None:
     assert m["jobs_committed"] >= n_threads * per
     assert m["commits"] < m["jobs_committed"]
     assert m["streams"] == 1
+    assert m["apply_us"] > 0
+    assert m["commit_us"] > 0
+    assert m["complete_us"] >= 0
 
 
 def test_one_batch_mixes_operations_and_isolates_failures(store: Store) -> None:
