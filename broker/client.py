@@ -882,3 +882,5 @@ class ClientConnection:
                         step = steps.receive_nowait()
                     except trio.WouldBlock:
                         break
+                    except trio.EndOfChannel:
+                        return  # the connection is gone and every step has run

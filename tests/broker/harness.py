@@ -166,6 +166,8 @@ class BrokerProcess:
             self._pump.join(timeout=10)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+        # Captured by pytest and shown with a failure: what the broker said before it ended.
+        sys.stdout.write(f"--- broker output (exit {code}) ---\n{''.join(self.output)}")
         return code
 
     def kill9(self) -> None:

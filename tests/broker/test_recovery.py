@@ -229,3 +229,31 @@ def test_copies_for_one_or_several_persistent_sessions_survive_and_leave_nothing
     with store.Store.open(data) as st:
         assert st.stream_state("$MQTT_msgs").messages == 0
         assert st.stream_state("$MQTT_pend").messages == 0
+
+
+def test_a_publisher_gone_before_its_messages_commit_leaves_the_broker_serving(
+    make_broker: Callable[..., BrokerThread], tmp_path: pathlib.Path
+) -> None:
+    """The publisher's acknowledgements wait for a commit; it closes its socket first.
+    The waiting steps still run (the messages are stored and delivered), and the
+    connection's pipeline ends quietly instead of taking the broker down."""
+    broker = make_broker(tmp_path / "d")
+    with RawClient(broker.port) as sub:
+        sub.connect("vanish-sub", properties=KEEP)
+        sub.subscribe((b"vanish/#", 1))
+        for n in range(3):
+            with RawClient(broker.port) as pub:
+                pub.connect(f"vanish-pub-{n}")
+                pub.send_raw(
+                    b"".join(
+                        pub.encode(Publish(b"vanish/t", b"%d" % i, 1, packet_id=i))
+                        for i in range(1, 41)
+                    )
+                )
+            got = {sub.expect_publish().payload for _ in range(40)}
+            assert got == {b"%d" % i for i in range(1, 41)}
+        with RawClient(broker.port) as probe:
+            probe.connect("vanish-probe")
+            probe.publish(b"vanish/t", b"still here", qos=1, packet_id=1)
+            assert probe.expect(Puback).reason_code is ReasonCode.SUCCESS
+        assert sub.expect_publish().payload == b"still here"
