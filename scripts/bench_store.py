@@ -59,13 +59,14 @@ class Run(NamedTuple):
 
     @classmethod
     def of(cls, rate: float, m: dict[str, int]) -> Run:
+        # .get: stores older than the writer time split report 0 (before/after runs).
         commits, jobs = max(1, m["commits"]), max(1, m["jobs_committed"])
         return cls(
             rate,
             jobs / commits,
-            m["commit_us"] / commits / 1000,
-            m["apply_us"] / jobs,
-            m["complete_us"] / jobs,
+            m.get("commit_us", 0) / commits / 1000,
+            m.get("apply_us", 0) / jobs,
+            m.get("complete_us", 0) / jobs,
         )
 
     def split(self) -> str:
