@@ -87,6 +87,19 @@ def _fresh_dir() -> str:
     return tempfile.mkdtemp(prefix="jetmq-bench-", dir=os.environ.get("BENCH_DIR"))
 
 
+def _drive(
+    s: Store, chains: list[Callable[[], None]], done: threading.Event, seconds: float
+) -> tuple[float, dict[str, int]]:
+    """Start every chain, wait until the last one stops; elapsed time and the metrics' change."""
+    before = s.metrics()
+    t0 = time.perf_counter()
+    for start in chains:
+        start()
+    done.wait(seconds + 30)
+    elapsed = time.perf_counter() - t0
+    return elapsed, {k: v - before[k] for k, v in s.metrics().items()}
+
+
 def appends_per_s(submitters: int, seconds: float, shared_subject: bool = False) -> Run:
     """Closed loop: each submitter submits one ``Publish`` and, once it is durable, the next."""
     d = _fresh_dir()
@@ -115,14 +128,7 @@ def appends_per_s(submitters: int, seconds: float, shared_subject: bool = False)
 
                 return next_one
 
-            chains = [chain(i) for i in range(submitters)]
-            before = s.metrics()
-            t0 = time.perf_counter()
-            for start in chains:
-                start()
-            done.wait(seconds + 30)
-            elapsed = time.perf_counter() - t0
-            m = {k: v - before[k] for k, v in s.metrics().items()}
+            elapsed, m = _drive(s, [chain(i) for i in range(submitters)], done, seconds)
             return Run.of(sum(counts) / elapsed, m)
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -192,14 +198,7 @@ def broker_pattern_per_s(submitters: int, seconds: float) -> Run:
 
                 return deleted
 
-            chains = [chain(i) for i in range(submitters)]
-            before = s.metrics()
-            t0 = time.perf_counter()
-            for start in chains:
-                start()
-            done.wait(seconds + 30)
-            elapsed = time.perf_counter() - t0
-            m = {k: v - before[k] for k, v in s.metrics().items()}
+            elapsed, m = _drive(s, [chain(i) for i in range(submitters)], done, seconds)
             if errors:
                 raise RuntimeError(f"broker pattern: unexpected results {errors[:3]}")
             assert s.stream_state("$MQTT_msgs").messages <= submitters
