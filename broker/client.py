@@ -199,7 +199,7 @@ class ClientConnection:
         with trio.move_on_after(self.broker.config.mqtt.connect_timeout):
             while True:
                 try:
-                    data = await self.stream.receive_some(READ_SIZE)
+                    data = await self._receive()
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return None
                 if not data:
@@ -361,15 +361,14 @@ class ClientConnection:
 
     async def _read_loop(self) -> None:
         proto = self.proto
-        stream = self.stream
         while not self._closing:
             deadline = proto.keepalive_deadline(trio.current_time())
             try:
                 if deadline is None:  # keep alive 0: no timer (a cancel scope per read costs)
-                    data = await stream.receive_some(READ_SIZE)
+                    data = await self._receive()
                 else:
                     with trio.move_on_at(deadline) as timer:
-                        data = await stream.receive_some(READ_SIZE)
+                        data = await self._receive()
                     if timer.cancelled_caught:
                         self._disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
                         return
@@ -384,6 +383,26 @@ class ClientConnection:
             finally:
                 broker.flush_batch()
                 broker.persist.chunk_done()
+
+    async def _receive(self) -> bytes | bytearray:
+        """``receive_some`` on the raw socket: a non-blocking ``recv`` first, a wait only
+        when there is nothing yet, and one checkpoint either way (trio's own call also
+        enters a conflict detector and two context managers per read)."""
+        raw = self._raw
+        if raw is None:
+            return await self.stream.receive_some(READ_SIZE)
+        while True:
+            try:
+                data = raw.recv(READ_SIZE)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(raw)
+                continue
+            except OSError as exc:
+                if raw.fileno() == -1:
+                    raise trio.ClosedResourceError from None
+                raise trio.BrokenResourceError from exc
+            await trio.lowlevel.checkpoint()
+            return data
 
     async def _feed(self, data: bytes) -> None:
         try:
