@@ -1,14 +1,18 @@
 """One network connection: CONNECT handshake, read loop, packet handling, writer.
 
-Tasks per connection (all owned by the connection's nursery, except the
-pipeline task, which the broker's nursery owns so that a commit already
-submitted is applied even when the socket dies):
+Tasks per connection (the reader is the connection's own task; the others are
+started in the broker's nursery when first needed, and the reader ends them):
 
 * the reader (this task): reads up to 64 KiB, feeds the codec machine, handles
-  each event; keep alive is the machine's deadline [MQTT-3.1.2-22];
-* the writer: waits for a wake-up, moves queued QoS 1/2 copies into the
-  client's Receive Maximum window [MQTT-3.3.4-9], and sends everything pending
-  in ONE ``send_all`` (coalesced writes);
+  each event; one cancel scope covers the CONNECT timeout, keep alive (the
+  machine's deadline [MQTT-3.1.2-22]) and a close requested from elsewhere.
+  Output produced while handling a chunk is sent by this task at the chunk's
+  end, straight to the socket, when nothing is ahead of it;
+* the writer, started the first time output has to wait (the kernel did not
+  take it all, a copy needs a commit first, or output arrives outside a
+  chunk): waits for a wake-up, moves queued QoS 1/2 copies into the client's
+  Receive Maximum window [MQTT-3.3.4-9], and sends everything pending in ONE
+  write (coalesced writes). An idle connection never has one;
 * the pipeline: acknowledgements that depend on a store commit (PUBACK, PUBREC,
   PUBCOMP, SUBACK, UNSUBACK, PUBREL of stored copies) run in arrival order after
   their commit, and so do the deliveries of the PUBLISH they acknowledge. Steps
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -75,6 +80,14 @@ _WILDCARDS = (b"+", b"#")
 Step = tuple[Callable[[], Awaitable[Any]] | None, Callable[[], None]]
 
 
+def prepare_socket(sock: socket.socket) -> socket.socket:
+    """An accepted TCP socket as a connection uses it: non-blocking, Nagle off (trio's
+    ``SocketStream`` does the same; a connection works on the socket directly)."""
+    sock.setblocking(False)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 def _raw_socket(stream: trio.abc.Stream) -> socket.socket | None:
     """The non-blocking stdlib socket under a trio SocketStream, if there is one.
 
@@ -88,9 +101,16 @@ def _raw_socket(stream: trio.abc.Stream) -> socket.socket | None:
 class ClientConnection:
     """See module docstring."""
 
-    def __init__(self, broker: Broker, stream: trio.abc.Stream) -> None:
+    def __init__(self, broker: Broker, transport: socket.socket | trio.abc.Stream) -> None:
+        """``transport``: an accepted socket (see :func:`prepare_socket`), or any trio
+        stream (tests drive a connection through in-memory streams)."""
         self.broker = broker
-        self.stream = stream
+        self.stream: trio.abc.Stream | None
+        self._raw: socket.socket | None
+        if isinstance(transport, socket.socket):
+            self.stream, self._raw = None, transport
+        else:
+            self.stream, self._raw = transport, _raw_socket(transport)
         cfg = broker.config.mqtt
         self.proto = Connection(Role.SERVER, max_packet_size=cfg.max_packet_size)
         self.session: Session | None = None
@@ -99,13 +119,12 @@ class ClientConnection:
         self._out: list[bytes] = []
         self._qos0_pending = 0
         self._wake = trio.Event()
-        self._raw = _raw_socket(stream)
         self._idle = False  # the writer waits for a wake-up with nothing in hand
         self._in_batch = False
         self._closing = False
         self._send_will = True
         self._writer_done = trio.Event()
-        self._nursery: trio.Nursery | None = None
+        self._writer_scope: trio.CancelScope | None = None  # set once the writer is started
         self._read_scope: trio.CancelScope | None = None
         # The ordered pipeline is created on first need (most connections never wait).
         self._steps_send: trio.MemorySendChannel[Step] | None = None
@@ -115,8 +134,9 @@ class ClientConnection:
 
     async def run(self) -> None:
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
+            connect_timeout = self.broker.config.mqtt.connect_timeout
+            with trio.CancelScope(deadline=trio.current_time() + connect_timeout) as scope:
+                self._read_scope = scope
                 connect = await self._handshake()
                 if connect is None:
                     return
@@ -125,17 +145,23 @@ class ClientConnection:
                     self.version = connect.protocol_version
                     await self._refuse(refusal[0], refusal[1], connect.protocol_version)
                     return
+                scope.deadline = math.inf
                 self._accept(connect)
-                nursery.start_soon(self._writer)
                 await self._after_connack()
-                with trio.CancelScope() as scope:
-                    self._read_scope = scope
-                    await self._read_loop()
-                self._closing = True
-                self._wake.set()
-                with trio.move_on_after(FLUSH_TIMEOUT):
+                await self._read_loop()
+            if scope.cancelled_caught and not self._closing and self.session is not None:
+                # Only the keep-alive deadline cancels the scope without closing first.
+                self._disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+            self._closing = True
+            with trio.move_on_after(FLUSH_TIMEOUT):
+                if self._writer_scope is not None:
+                    self._wake.set()
                     await self._writer_done.wait()
-                nursery.cancel_scope.cancel()
+                elif self._out:
+                    data = b"".join(self._out)
+                    self._out = []
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        await self._send_all(data)
         except Exception:
             # A bug while serving this client must not take the broker down: log it with
             # its traceback, tell the client (0x83), and close only this connection.
@@ -147,15 +173,48 @@ class ClientConnection:
                     trio.move_on_after(FLUSH_TIMEOUT),
                     contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
                 ):
-                    await self.stream.send_all(data)
+                    await self._send_all(data)
         finally:
             self._closing = True
+            if self._writer_scope is not None:
+                self._writer_scope.cancel()
             if self._steps_send is not None:
                 self._steps_send.close()
             self._detach()
             with trio.CancelScope(shield=True):
-                await trio.aclose_forcefully(self.stream)
+                await self._close_transport()
             self.broker.connection_ended(self)
+
+    async def _send_all(self, data: bytes | memoryview) -> None:
+        """Everything in ``data``, waiting for the socket as needed."""
+        raw = self._raw
+        if raw is None:
+            assert self.stream is not None
+            await self.stream.send_all(data)
+            return
+        view = memoryview(data)
+        while view:
+            try:
+                sent = raw.send(view)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(raw)
+                continue
+            except OSError as exc:
+                if raw.fileno() == -1:
+                    raise trio.ClosedResourceError from None
+                raise trio.BrokenResourceError from exc
+            view = view[sent:]
+
+    async def _close_transport(self) -> None:
+        if self.stream is not None:
+            await trio.aclose_forcefully(self.stream)
+            return
+        raw = self._raw
+        assert raw is not None
+        if raw.fileno() != -1:
+            trio.lowlevel.notify_closing(raw)  # a task waiting on it gets ClosedResourceError
+            raw.close()
+        await trio.lowlevel.checkpoint()
 
     def _detach(self) -> None:
         session = self.session
@@ -165,11 +224,12 @@ class ClientConnection:
         self.broker.sessions.connection_closed(session, send_will=self._send_will)
 
     def _close_soon(self) -> None:
-        """Stop reading; the writer flushes what is queued and the connection closes."""
+        """Stop reading; what is queued is flushed and the connection closes."""
         self._closing = True
         if self._read_scope is not None:
             self._read_scope.cancel()
-        self._wake.set()
+        if self._writer_scope is not None:
+            self._wake.set()
 
     def taken_over(self) -> None:
         """Another connection took this client id [MQTT-3.1.4-3]."""
@@ -180,8 +240,6 @@ class ClientConnection:
         if self.session is None:  # still in the CONNECT handshake: just stop
             if self._read_scope is not None:
                 self._read_scope.cancel()
-            if self._nursery is not None:
-                self._nursery.cancel_scope.cancel()
             return
         self._disconnect(ReasonCode.SERVER_SHUTTING_DOWN, "the server is shutting down")
 
@@ -195,25 +253,24 @@ class ClientConnection:
     # == handshake ================================================================================
 
     async def _handshake(self) -> Connect | None:
-        """Read CONNECT within the connect timeout [MQTT-3.1.0-1]; answer errors directly."""
-        with trio.move_on_after(self.broker.config.mqtt.connect_timeout):
-            while True:
-                try:
-                    data = await self._receive()
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return None
-                if not data:
-                    return None
-                try:
-                    events = self.proto.receive_data(bytes(data))
-                except MQTTProtocolError as exc:
-                    await self._refuse(exc.reason_code, exc.reason, exc.version, exc.answer)
-                    return None
-                if events:
-                    packet = events[0]
-                    assert isinstance(packet, Connect)
-                    return packet
-        return None
+        """Read CONNECT (the caller's scope has the connect timeout [MQTT-3.1.0-1]);
+        answer errors directly."""
+        while True:
+            try:
+                data = await self._receive()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return None
+            if not data:
+                return None
+            try:
+                events = self.proto.receive_data(bytes(data))
+            except MQTTProtocolError as exc:
+                await self._refuse(exc.reason_code, exc.reason, exc.version, exc.answer)
+                return None
+            if events:
+                packet = events[0]
+                assert isinstance(packet, Connect)
+                return packet
 
     async def _refuse(
         self,
@@ -234,7 +291,7 @@ class ClientConnection:
             data = encode(Connack(False, code), version)
         with trio.move_on_after(FLUSH_TIMEOUT):
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self.stream.send_all(data)
+                await self._send_all(data)
 
     def _accept(self, connect: Connect) -> None:
         """Session lookup, takeover, CONNACK (the CONNECT passed ``_refusal``)."""
@@ -353,25 +410,24 @@ class ClientConnection:
         """Resend in-flight copies in order with DUP before anything new [MQTT-4.4.0-1]."""
         for packet in self.proto.pending_retransmissions():
             self._out.append(self.proto.send(packet))
-        self._wake.set()
+        self.flush_direct()
         # Packets the client pipelined after CONNECT were held until CONNACK was sent.
         await self._feed(b"")
 
     # == reading ================================================================================
 
     async def _read_loop(self) -> None:
+        """Runs inside the connection's scope, whose deadline is the keep-alive deadline
+        (the caller turns its expiry into the DISCONNECT)."""
         proto = self.proto
+        scope = self._read_scope
+        assert scope is not None
         while not self._closing:
             deadline = proto.keepalive_deadline(trio.current_time())
+            if deadline is not None:
+                scope.deadline = deadline
             try:
-                if deadline is None:  # keep alive 0: no timer (a cancel scope per read costs)
-                    data = await self._receive()
-                else:
-                    with trio.move_on_at(deadline) as timer:
-                        data = await self._receive()
-                    if timer.cancelled_caught:
-                        self._disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
-                        return
+                data = await self._receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             if not data:
@@ -390,6 +446,7 @@ class ClientConnection:
         enters a conflict detector and two context managers per read)."""
         raw = self._raw
         if raw is None:
+            assert self.stream is not None
             return await self.stream.receive_some(READ_SIZE)
         while True:
             try:
@@ -554,7 +611,8 @@ class ClientConnection:
         og = session.outgoing.pop(packet_id, None)
         if og is not None:
             self.broker.persist.copy_done(session, og)
-            self._wake.set()
+            if session.queue:
+                self.output_ready()  # the window has room for a queued copy
 
     async def _on_pubrec(self, p: Pubrec) -> None:
         session = self.session
@@ -709,25 +767,38 @@ class ClientConnection:
         otherwise the writer task is woken."""
         batch = self.broker.batch
         if batch is None:
-            self._wake.set()
+            self._kick()
         elif not self._in_batch:
             self._in_batch = True
             batch.append(self)
 
+    def _kick(self) -> None:
+        """Wake the writer, starting it on first need. Before CONNACK and once closing
+        there is none to start: ``run`` sends what is left itself."""
+        if self._writer_scope is None:
+            if self._closing or self.session is None:
+                return
+            self._writer_scope = trio.CancelScope()
+            self.broker.spawn(self._writer)
+        self._wake.set()
+
     def flush_direct(self) -> None:
-        """Send ``_out`` from the calling task if the writer is idle and the session has
-        no queued copies to move; whatever the kernel does not take goes to the writer."""
+        """Send what is pending from the calling task when nothing is ahead of it (no
+        writer, or an idle one), moving queued copies into the window first; what the
+        kernel does not take, or a copy that needs a commit first, goes to the writer."""
         self._in_batch = False
-        session = self.session
         raw = self._raw
-        if (
-            not self._idle
-            or raw is None
-            or self._closing
-            or not self._out
-            or (session is not None and session.queue)
-        ):
-            self._wake.set()
+        if raw is None or self._closing or (self._writer_scope is not None and not self._idle):
+            self._kick()
+            return
+        more = False
+        session = self.session
+        if session is not None and session.queue:
+            self._out.extend(self._take(None))
+            more = bool(session.queue) and self.proto.can_send_qos_message()
+        if not self._out:
+            if more:
+                self._kick()
             return
         out = self._out
         data = out[0] if len(out) == 1 else b"".join(out)
@@ -742,7 +813,9 @@ class ClientConnection:
             return
         if sent < len(data):
             self._out.append(data[sent:])
-            self._wake.set()
+            self._kick()
+        elif more:
+            self._kick()
 
     def send_qos0(
         self, msg: AppMessage, retain: bool, sub_ids: tuple[int, ...], now: float
@@ -765,25 +838,27 @@ class ClientConnection:
         self._qos0_pending += 1
         self.output_ready()
 
-    async def _fill(self) -> None:
-        """Move queued copies into the client's Receive Maximum window, in order.
+    def _take(self, staged: list[tuple[Outgoing, int, int]] | None) -> list[bytes]:
+        """Move queued copies into the client's Receive Maximum window, in order, and
+        return their bytes: at most ``FILL_BATCH`` packets, so a busy session still sends
+        while new copies keep arriving.
 
-        At most ``FILL_BATCH`` packets per flush, so a busy session still sends
-        while new copies keep arriving. QoS 2 copies of a persistent session get
-        their packet ids recorded in one commit before their bytes are released.
+        A QoS 2 copy of a persistent session has its packet id recorded in a commit
+        before its bytes may go out: it is listed in ``staged`` for the caller to commit,
+        or, with ``staged`` None (a direct flush, which cannot wait), left queued.
         """
         session = self.session
-        if session is None:
-            return
+        assert session is not None
         proto = self.proto
         persist = self.broker.persist
         queue = session.queue
         now = trio.current_time()
         ready: list[bytes] = []
-        staged: list[tuple[Outgoing, int, int]] = []
         while queue and len(ready) < FILL_BATCH:
             og = queue[0]
             if og.qos and not proto.can_send_qos_message():
+                break
+            if staged is None and og.qos == 2 and og.pend_seq:
                 break
             queue.popleft()
             session.queued_bytes -= len(og.message.payload)
@@ -807,51 +882,67 @@ class ClientConnection:
             if pid is not None:
                 session.outgoing[pid] = og
                 if og.qos == 2 and og.pend_seq:
+                    assert staged is not None
                     staged.append((og, pid, 0))
+        return ready
+
+    async def _fill(self) -> None:
+        """The writer's move of queued copies (:meth:`_take`), committing staged ones."""
+        session = self.session
+        if session is None:
+            return
+        staged: list[tuple[Outgoing, int, int]] = []
+        ready = self._take(staged)
         if staged:
+            persist = self.broker.persist
             fut = persist.stage_copies(session, staged)
             assert fut is not None
             persist.stages_committed(staged, await wait_future(fut))
         self._out.extend(ready)
-        if queue and proto.can_send_qos_message():
+        if session.queue and self.proto.can_send_qos_message():
             self._wake.set()  # more to send after this flush
 
     async def _writer(self) -> None:
-        stream = self.stream
+        """Started by :meth:`_kick` in the broker's nursery; ended by ``run`` (closing
+        flushes first) or by a failed send, which closes the connection."""
+        scope = self._writer_scope
+        assert scope is not None
         raw = self._raw
         try:
-            while True:
-                self._idle = not self._out
-                await self._wake.wait()  # a checkpoint even when already set
-                self._idle = False
-                self._wake = trio.Event()
-                if not self._closing:
-                    await self._fill()
-                if self._out:
-                    out = self._out
-                    self._out = []
-                    self._qos0_pending = 0
-                    data = out[0] if len(out) == 1 else b"".join(out)
-                    try:
-                        sent = 0
-                        if raw is not None:
-                            # Measured: trio's send_all costs two scheduler checkpoints per
-                            # call, which dominated fan-out to many connections. Try the
-                            # kernel first; trio only waits for what it did not take.
-                            try:
-                                sent = raw.send(data)
-                            except BlockingIOError:
-                                sent = 0
-                            except OSError:
-                                raise trio.BrokenResourceError from None
-                        if sent < len(data):
-                            await stream.send_all(memoryview(data)[sent:] if sent else data)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        if self._nursery is not None:
-                            self._nursery.cancel_scope.cancel()
+            with scope:
+                while True:
+                    self._idle = not self._out
+                    await self._wake.wait()  # a checkpoint even when already set
+                    self._idle = False
+                    self._wake = trio.Event()
+                    if not self._closing:
+                        await self._fill()
+                    if self._out:
+                        out = self._out
+                        self._out = []
+                        self._qos0_pending = 0
+                        data = out[0] if len(out) == 1 else b"".join(out)
+                        try:
+                            sent = 0
+                            if raw is not None:
+                                # Measured: trio's send_all costs two scheduler checkpoints
+                                # per call, which dominated fan-out to many connections. Try
+                                # the kernel first; only what it did not take waits.
+                                try:
+                                    sent = raw.send(data)
+                                except BlockingIOError:
+                                    sent = 0
+                                except OSError:
+                                    raise trio.BrokenResourceError from None
+                            if sent < len(data):
+                                await self._send_all(memoryview(data)[sent:] if sent else data)
+                        except (trio.BrokenResourceError, trio.ClosedResourceError):
+                            self._closing = True
+                            if self._read_scope is not None:
+                                self._read_scope.cancel()
+                            return
+                    if self._closing and not self._out:
                         return
-                if self._closing and not self._out:
-                    return
         finally:
             self._writer_done.set()
 

@@ -9,7 +9,9 @@ wait for the commit before acknowledging (a PUBACK means stored).
 
 from __future__ import annotations
 
+import functools
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,15 @@ from broker.sessions import Session, SessionManager, SubscriptionRecord
 
 if TYPE_CHECKING:
     from broker.client import ClientConnection
+
+
+@functools.cache
+def _connection_class() -> type[ClientConnection]:
+    # broker.client imports this module; resolved once, not per connection.
+    from broker.client import ClientConnection
+
+    return ClientConnection
+
 
 log = logging.getLogger("jetmq.broker")
 
@@ -76,11 +87,12 @@ class Broker:
         assert self._nursery is not None
         self._nursery.start_soon(fn, *args)
 
-    def spawn_connection(self, stream: trio.SocketStream) -> None:
-        from broker.client import ClientConnection
-
+    def spawn_connection(self, transport: socket.socket | trio.abc.Stream) -> None:
+        """Serve one accepted connection (a socket from ``client.prepare_socket``, or a
+        trio stream in tests)."""
+        cls = _connection_class()
         assert self._nursery is not None
-        conn = ClientConnection(self, stream)
+        conn = cls(self, transport)
         self.connection_started(conn)
         self._nursery.start_soon(conn.run)
 

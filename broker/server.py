@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import gc
 import os
 import signal
 import socket
@@ -34,11 +35,13 @@ from typing import Any
 
 import trio
 
+from broker.client import prepare_socket
 from broker.config import BrokerConfig
 from broker.core import Broker
 
 SHUTDOWN_GRACE = 5.0
 ACCEPT_BURST = 64
+GC_THRESHOLD = 10_000  # net allocations between young-generation collections
 _PEER_GONE = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM})
 
 
@@ -65,7 +68,7 @@ async def _accept_loop(broker: Broker, listener: trio.SocketListener) -> None:
                         broker.log_warning("accept failed: %s", exc)
                         await trio.sleep(0.1)
                         break
-                    broker.spawn_connection(trio.SocketStream(trio.socket.from_stdlib_socket(conn)))
+                    broker.spawn_connection(prepare_socket(conn))
                 else:
                     await trio.lowlevel.checkpoint()  # a long burst still lets others run
 
@@ -117,12 +120,28 @@ async def _main(config: BrokerConfig) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             addresses = await nursery.start(functools.partial(serve, config))
+            _tune_gc()
             for host, port in addresses:
                 print(f"jetmq: listening on {host}:{port}", flush=True)
             async for signum in signals:
                 print(f"jetmq: {signal.Signals(signum).name}, shutting down", flush=True)
                 nursery.cancel_scope.cancel()
                 break
+
+
+def _tune_gc() -> None:
+    """The cyclic collector, set up for a server (the broker process only, not tests).
+
+    Measured with mqttbench (storm: 2,000 connects; fresh broker per run): with the
+    default thresholds the collector ran over the growing set of connection objects
+    again and again, ≈20 % of the broker's time. Everything loaded at start-up (modules,
+    configuration, restored sessions, retained messages) is moved out of its reach, and
+    the youngest generation is collected every 10,000 net allocations instead of 700.
+    Garbage without cycles is still freed at once by reference counting.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLD, 10, 10)
 
 
 def run_broker(config: BrokerConfig) -> int:
