@@ -50,7 +50,7 @@ class MemClient:
     @classmethod
     async def connect(cls, broker: Broker, client_id: str, **kwargs: object) -> MemClient:
         client_side, server_side = trio.testing.memory_stream_pair()
-        broker.spawn_connection(server_side)  # type: ignore[arg-type]
+        broker.spawn_connection(server_side)
         client = cls(client_side)
         properties = kwargs.pop("properties", Properties())
         await client.send(Connect(V5, client_id, properties=properties, **kwargs))  # type: ignore[arg-type]
@@ -185,7 +185,7 @@ def test_keep_alive_allows_one_and_a_half_times_the_interval_mqtt_3_1_2_22(
 def test_connect_timeout_closes_a_silent_connection(tmp_path: pathlib.Path) -> None:
     async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
         client_side, server_side = trio.testing.memory_stream_pair()
-        broker.spawn_connection(server_side)  # type: ignore[arg-type]
+        broker.spawn_connection(server_side)
         start = trio.current_time()
         with trio.fail_after(600):
             assert await client_side.receive_some(10) == b""
