@@ -349,10 +349,19 @@ class ClientConnection:
                 ),
                 delay,
             )
-        if v5:
+        if not v5:
+            connack_properties = EMPTY_PROPERTIES
+        elif connack_props or assigned is not None or props.request_response_information:
             connack_props.update(self._connack_properties(client_id, assigned, props))
+            connack_properties = Properties(**connack_props)
+        else:  # what most clients get: built once (the encoder caches its bytes)
+            base = broker.connack_properties
+            if base is None:
+                base = Properties(**self._connack_properties(client_id, None, props))
+                broker.connack_properties = base
+            connack_properties = base
         self.proto.session = session.state
-        connack = Connack(session_present, ReasonCode.SUCCESS, Properties(**connack_props))
+        connack = Connack(session_present, ReasonCode.SUCCESS, connack_properties)
         self._out.append(self.proto.send(connack))
         if "server_keep_alive" in connack_props:
             self.proto.keep_alive = keep_alive

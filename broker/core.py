@@ -20,6 +20,7 @@ import trio
 from broker import handles
 from broker.config import BrokerConfig
 from broker.message import AppMessage, Outgoing
+from broker.mqtt.properties import Properties
 from broker.persist import Persistence, PublishPlan
 from broker.router import Delivery, Router
 from broker.sessions import Session, SessionManager, SubscriptionRecord
@@ -60,6 +61,8 @@ class Broker:
         # Connections that got output while a reader handles one input chunk; the reader
         # sends it at the end of the chunk (see ClientConnection.output_ready).
         self.batch: list[ClientConnection] | None = None
+        # The CONNACK properties of an MQTT 5 client that asked for nothing special.
+        self.connack_properties: Properties | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ omitted when there are none (§3.4.2.2); DISCONNECT and AUTH likewise (§3.14.2.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -134,12 +135,21 @@ def _connect(p: Connect, _v5: bool) -> tuple[int, bytes]:
     return 0x10, b"".join(parts)
 
 
+@functools.lru_cache(maxsize=16)
+def _connack_properties(props: Properties) -> bytes:
+    # A server sends most clients the same CONNACK properties: encoded once.
+    return encode_properties(props, Context.CONNACK)
+
+
 def _connack(p: Connack, v5: bool) -> tuple[int, bytes]:
     flags = _BYTE[1 if p.session_present else 0]
     if v5:
-        return 0x20, flags + _reason(p.reason_code, PacketType.CONNACK) + encode_properties(
-            p.properties, Context.CONNACK
-        )
+        props = p.properties
+        if props.assigned_client_identifier is None:  # not one client's own
+            encoded = _connack_properties(props)
+        else:
+            encoded = encode_properties(props, Context.CONNACK)
+        return 0x20, flags + _reason(p.reason_code, PacketType.CONNACK) + encoded
     code = connack_return_code(p.reason_code)
     if code is None:
         raise LocalProtocolError(
