@@ -12,6 +12,11 @@ other thread may touch these indexes).
 * each matching shared group (share name, filter) delivers to exactly one
   member, preferring connected members, round robin among them; the copy is
   separate from the client's non-shared copy (MQTT 5 §4.8.2 allows two).
+
+The deliveries of a topic are cached until the next subscription change, unless
+they depend on the publisher (No Local) or on a pick (shared groups): a topic
+published again costs a dictionary lookup instead of a match and its collapse.
+The cached list is shared; callers only read it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import NamedTuple
 
 import radix
 from broker import handles
+
+ROUTE_CACHE_SIZE = 16_384  # topics; the cache starts over when full
 
 
 class Delivery(NamedTuple):
@@ -36,10 +43,12 @@ class Delivery(NamedTuple):
 class Router:
     """The subscription index and the retained-message index of one broker."""
 
-    def __init__(self, *, seed: int = 0) -> None:
+    def __init__(self, *, seed: int = 0, route_cache_size: int = ROUTE_CACHE_SIZE) -> None:
         self.index = radix.TopicIndex(seed)
         self.retained = radix.RetainedIndex()
         self._turn = 0  # rotating start for shared-group picks (bounded state, fair)
+        self._routes: dict[bytes, list[Delivery]] = {}
+        self._route_cache_size = route_cache_size
 
     def close(self) -> None:
         self.index.close()
@@ -49,12 +58,15 @@ class Router:
 
     def subscribe(self, client: int, topic_filter: bytes, handle: int) -> bool:
         """Add or replace ``client``'s subscription; True when it is new."""
+        self._routes.clear()
         return self.index.subscribe(topic_filter, client, handle)
 
     def unsubscribe(self, client: int, topic_filter: bytes) -> bool:
+        self._routes.clear()
         return self.index.unsubscribe(topic_filter, client)
 
     def unsubscribe_all(self, client: int) -> int:
+        self._routes.clear()
         return self.index.unsubscribe_all(client)
 
     # -- publish ---------------------------------------------------------------------------------
@@ -63,6 +75,9 @@ class Router:
         self, topic: bytes, publisher: int, is_connected: Callable[[int], bool]
     ) -> list[Delivery]:
         """Every delivery a PUBLISH on ``topic`` from client ``publisher`` produces."""
+        cached = self._routes.get(topic)
+        if cached is not None:
+            return cached
         found = self.index.match_detailed(topic)
         clients = found.clients
         hs = found.handles
@@ -74,7 +89,7 @@ class Router:
             if h & handles.NO_LOCAL and client == publisher:
                 return []
             sid = h >> handles.SUB_ID_SHIFT
-            return [
+            one = [
                 Delivery(
                     client,
                     h & handles.QOS_MASK,
@@ -82,15 +97,24 @@ class Router:
                     (sid,) if sid else (),
                 )
             ]
+            if not h & handles.NO_LOCAL:
+                self._remember(topic, one)
+            return one
         direct: dict[int, list[int]] = {}
         groups: dict[int, list[tuple[int, int]]] = {}
+        cacheable = True
         for i in range(n):
             client = clients[i]
             h = hs[i]
             group = gs[i]
             if group:
                 groups.setdefault(group, []).append((client, h))
-            elif not (h & handles.NO_LOCAL and client == publisher):
+                cacheable = False
+            elif h & handles.NO_LOCAL:
+                cacheable = False
+                if client != publisher:
+                    direct.setdefault(client, []).append(h)
+            else:
                 direct.setdefault(client, []).append(h)
         out: list[Delivery] = []
         for client, hlist in direct.items():
@@ -106,7 +130,15 @@ class Router:
             out.append(Delivery(client, qos, rap, tuple(sids)))
         for members in groups.values():
             out.append(self._pick(members, is_connected))
+        if cacheable:
+            self._remember(topic, out)
         return out
+
+    def _remember(self, topic: bytes, deliveries: list[Delivery]) -> None:
+        routes = self._routes
+        if len(routes) >= self._route_cache_size:
+            routes.clear()
+        routes[topic] = deliveries
 
     def _pick(
         self, members: list[tuple[int, int]], is_connected: Callable[[int], bool]
