@@ -27,6 +27,7 @@ CONNACK to get them.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import cast
@@ -330,9 +331,7 @@ class Connection:
                 if packet.reason_code.is_error:
                     del self.session.outbound[packet.packet_id]
                 else:
-                    self.session.outbound[packet.packet_id] = replace(
-                        entry, stage=Stage.AWAIT_PUBCOMP
-                    )
+                    self.session.outbound[packet.packet_id] = entry.at_stage(Stage.AWAIT_PUBCOMP)
         elif isinstance(packet, Pubcomp):
             entry = self.session.outbound.get(packet.packet_id)
             if entry is not None and entry.stage is Stage.AWAIT_PUBCOMP:
@@ -532,10 +531,21 @@ class Connection:
         if plan is not None:
             self._commit_alias(message.publish.topic, plan)
         if qos:
-            self._record_inflight(
-                message.as_publish(
-                    packet_id, qos, retain, dup, subscription_identifiers, message_expiry_interval
-                )
+            assert packet_id is not None  # _check_window
+            self.session.outbound[packet_id] = Inflight(
+                packet_id,
+                None,
+                qos,
+                Stage.AWAIT_PUBACK if qos == 1 else Stage.AWAIT_PUBREC,
+                functools.partial(
+                    message.as_publish,
+                    packet_id,
+                    qos,
+                    retain,
+                    dup,
+                    subscription_identifiers,
+                    message_expiry_interval,
+                ),
             )
         return data
 

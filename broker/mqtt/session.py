@@ -14,6 +14,7 @@ lives and dies with the connection [MQTT-3.3.2-7] and is not here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -31,12 +32,47 @@ class Stage(Enum):
     AWAIT_PUBCOMP = "await_pubcomp"  # QoS 2 PUBREC received, PUBREL sent
 
 
-@dataclass(frozen=True, slots=True)
 class Inflight:
-    packet_id: int
-    message: Publish
-    qos: int
-    stage: Stage
+    """One outbound QoS > 0 message awaiting acknowledgement.
+
+    ``message`` is the PUBLISH as the peer received it, needed only for a resend. The
+    fan-out path records how to build it (``build``) instead of building it per copy:
+    most copies are acknowledged without ever being resent.
+    """
+
+    __slots__ = ("_build", "_message", "packet_id", "qos", "stage")
+
+    def __init__(
+        self,
+        packet_id: int,
+        message: Publish | None,
+        qos: int,
+        stage: Stage,
+        build: Callable[[], Publish] | None = None,
+    ) -> None:
+        if message is None and build is None:
+            raise ValueError("an in-flight message needs the message or how to build it")
+        self.packet_id = packet_id
+        self.qos = qos
+        self.stage = stage
+        self._message = message
+        self._build = build
+
+    @property
+    def message(self) -> Publish:
+        message = self._message
+        if message is None:
+            assert self._build is not None
+            message = self._message = self._build()
+            self._build = None
+        return message
+
+    def at_stage(self, stage: Stage) -> Inflight:
+        """The same message waiting in ``stage``."""
+        return Inflight(self.packet_id, self._message, self.qos, stage, self._build)
+
+    def __repr__(self) -> str:
+        return f"Inflight({self.packet_id}, qos={self.qos}, {self.stage.name})"
 
 
 @dataclass(slots=True)

@@ -37,7 +37,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode as RC
-from broker.mqtt.session import SessionState, Stage
+from broker.mqtt.session import Inflight, SessionState, Stage
 
 V5 = ProtocolVersion.MQTT_5
 V311 = ProtocolVersion.MQTT_3_1_1
@@ -579,6 +579,24 @@ def test_pingresp_without_properties_too_large() -> None:
 
 
 # ---- session state -----------------------------------------------------------------
+
+
+def test_an_in_flight_entry_needs_its_message_or_how_to_build_it() -> None:
+    with pytest.raises(ValueError, match="needs the message"):
+        Inflight(1, None, 1, Stage.AWAIT_PUBACK)
+    built: list[int] = []
+
+    def build() -> Publish:
+        built.append(1)
+        return Publish(b"t", b"p", 2, packet_id=3)
+
+    entry = Inflight(3, None, 2, Stage.AWAIT_PUBREC, build)
+    later = entry.at_stage(Stage.AWAIT_PUBCOMP)
+    assert repr(later) == "Inflight(3, qos=2, AWAIT_PUBCOMP)"
+    assert later.message == entry.message == Publish(b"t", b"p", 2, packet_id=3)
+    assert len(built) == 2  # each entry builds once, on first use
+    assert later.message is later.message
+    assert len(built) == 2
 
 
 def test_session_restore_into_a_fresh_connection() -> None:
