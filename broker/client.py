@@ -129,25 +129,34 @@ class ClientConnection:
         # The ordered pipeline is created on first need (most connections never wait).
         self._steps_send: trio.MemorySendChannel[Step] | None = None
         self._steps_pending = 0
+        # What connect_now read but left to the handshake; a bug it ran into.
+        self._early: Connect | MQTTProtocolError | None = None
+        self._early_error: Exception | None = None
 
     # == lifecycle ================================================================================
 
     async def run(self) -> None:
         try:
-            connect_timeout = self.broker.config.mqtt.connect_timeout
-            with trio.CancelScope(deadline=trio.current_time() + connect_timeout) as scope:
+            if self._early_error is not None:
+                raise self._early_error  # a bug in connect_now: reported below
+            with trio.CancelScope() as scope:
                 self._read_scope = scope
-                connect = await self._handshake()
-                if connect is None:
-                    return
-                refusal = self._refusal(connect)
-                if refusal is not None:
-                    self.version = connect.protocol_version
-                    await self._refuse(refusal[0], refusal[1], connect.protocol_version)
-                    return
-                scope.deadline = math.inf
-                self._accept(connect)
-                await self._after_connack()
+                if self.session is None:  # not connected by connect_now
+                    connect_timeout = self.broker.config.mqtt.connect_timeout
+                    scope.deadline = trio.current_time() + connect_timeout
+                    connect = await self._handshake()
+                    if connect is None:
+                        return
+                    refusal = self._refusal(connect)
+                    if refusal is not None:
+                        self.version = connect.protocol_version
+                        await self._refuse(refusal[0], refusal[1], connect.protocol_version)
+                        return
+                    scope.deadline = math.inf
+                    self._accept(connect)
+                    self._resend_inflight()
+                # Packets the client pipelined after CONNECT were held until CONNACK was sent.
+                await self._feed(b"")
                 await self._read_loop()
             if scope.cancelled_caught and not self._closing and self.session is not None:
                 # Only the keep-alive deadline cancels the scope without closing first.
@@ -252,9 +261,50 @@ class ClientConnection:
 
     # == handshake ================================================================================
 
+    def connect_now(self) -> None:
+        """Called by the accept loop before the connection's task starts. Under load the
+        CONNECT is usually in the socket by the time it is accepted: read it, and if it
+        is complete and acceptable, take the session and send the CONNACK here, sparing
+        the task a wait for readability. Anything else is left to the task's handshake
+        (a partial CONNECT stays in the codec's buffer; a refusal or an error is
+        answered there)."""
+        raw = self._raw
+        if raw is None:
+            return
+        try:
+            try:
+                data = raw.recv(READ_SIZE)
+            except OSError:  # nothing yet (BlockingIOError), or gone: the task finds out
+                return
+            if not data:
+                return
+            try:
+                events = self.proto.receive_data(data)
+            except MQTTProtocolError as exc:
+                self._early = exc
+                return
+            if not events:
+                return
+            connect = events[0]
+            assert isinstance(connect, Connect)
+            if self._refusal(connect) is not None:
+                self._early = connect
+                return
+            self._accept(connect)
+            self._resend_inflight()  # before anything else can be sent to this session
+        except Exception as exc:  # a bug: the task reports it (0x83) and closes
+            self._early_error = exc
+
     async def _handshake(self) -> Connect | None:
         """Read CONNECT (the caller's scope has the connect timeout [MQTT-3.1.0-1]);
         answer errors directly."""
+        early = self._early
+        if early is not None:
+            self._early = None
+            if isinstance(early, Connect):
+                return early
+            await self._refuse(early.reason_code, early.reason, early.version, early.answer)
+            return None
         while True:
             try:
                 data = await self._receive()
@@ -415,13 +465,12 @@ class ClientConnection:
             out["response_information"] = f"$response/{client_id}"
         return out
 
-    async def _after_connack(self) -> None:
-        """Resend in-flight copies in order with DUP before anything new [MQTT-4.4.0-1]."""
+    def _resend_inflight(self) -> None:
+        """Right after the CONNACK, with nothing in between: resend in-flight copies in
+        order with DUP before anything new [MQTT-4.4.0-1], and send it all."""
         for packet in self.proto.pending_retransmissions():
             self._out.append(self.proto.send(packet))
         self.flush_direct()
-        # Packets the client pipelined after CONNECT were held until CONNACK was sent.
-        await self._feed(b"")
 
     # == reading ================================================================================
 

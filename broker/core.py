@@ -97,6 +97,7 @@ class Broker:
         assert self._nursery is not None
         conn = cls(self, transport)
         self.connection_started(conn)
+        conn.connect_now()
         self._nursery.start_soon(conn.run)
 
     def flush_batch(self) -> None:
