@@ -624,7 +624,9 @@ class ClientConnection:
         def then() -> None:
             broker.persist.after_commit(msg, plan)
             broker.apply_publish(msg, deliveries, plan)
-            if p.qos:
+            if p.qos == 1 and code is ReasonCode.SUCCESS and pid:
+                self._send_puback(pid)
+            elif p.qos:
                 self._send(self._ack(p, code))
 
         await self._step(None if plan.empty else plan.wait, then)
@@ -814,6 +816,16 @@ class ClientConnection:
             self._out.append(self.proto.send(packet))
         except PacketTooLargeError:
             return  # the client's Maximum Packet Size forbids it [MQTT-3.1.2-24]
+        self.output_ready()
+
+    def _send_puback(self, packet_id: int) -> None:
+        """``_send(Puback(packet_id))`` through the machine's shortcut."""
+        if self._closing or self.proto.closed:
+            return
+        try:
+            self._out.append(self.proto.send_puback(packet_id))
+        except PacketTooLargeError:
+            return
         self.output_ready()
 
     def wake(self) -> None:

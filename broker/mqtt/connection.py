@@ -490,6 +490,17 @@ class Connection:
         self._sent(packet, version)
         return data
 
+    def send_puback(self, packet_id: int) -> bytes:
+        """``send(Puback(packet_id))``: a PUBACK with Success and no properties, the
+        acknowledgement of nearly every QoS 1 PUBLISH, without building the packet (the
+        same 4 bytes in every protocol version)."""
+        self._check_outbound(_P.PUBACK)
+        if not 1 <= packet_id <= 0xFFFF:
+            raise LocalProtocolError("PUBACK needs a packet identifier 1..65535")
+        # No size check: a peer that took our CONNACK (5 bytes at least) takes these 4.
+        self._inbound_qos1.discard(packet_id)
+        return b"\x40\x02" + packet_id.to_bytes(2, "big")
+
     def send_publish(
         self,
         message: EncodedPublish,

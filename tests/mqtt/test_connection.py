@@ -235,6 +235,27 @@ def test_qos1_inbound_flow_and_receive_maximum_mqtt_3_3_4_7() -> None:
     assert error.answer is Answer.DISCONNECT
 
 
+@pytest.mark.parametrize("version", [V5, V311, V31])
+def test_send_puback_is_send_of_a_success_puback(version: ProtocolVersion) -> None:
+    server, client = pair(version)
+    twin, twin_client = pair(version)
+    deliver(client, server, Publish(b"t", b"x", 1, packet_id=9))
+    deliver(twin_client, twin, Publish(b"t", b"x", 1, packet_id=9))
+    assert server.inbound_inflight_count == 1
+    assert server.send_puback(9) == twin.send(Puback(9))
+    assert server.inbound_inflight_count == twin.inbound_inflight_count == 0
+    assert client.receive_data(server.send_puback(9)) == [Puback(9)]
+
+
+def test_send_puback_refusals() -> None:
+    server, client = pair()
+    with pytest.raises(LocalProtocolError, match="packet identifier"):
+        server.send_puback(0)
+    with pytest.raises(LocalProtocolError, match="cannot send PUBACK"):
+        Connection(Role.SERVER).send_puback(1)  # nothing connected yet
+    assert client.state is ConnectionState.CONNECTED
+
+
 def test_receive_maximum_at_limit_and_limit_plus_one() -> None:
     limit = 5
     server, _ = pair(connack=Properties(receive_maximum=limit))
