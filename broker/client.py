@@ -132,6 +132,7 @@ class ClientConnection:
         # What connect_now read but left to the handshake; a bug it ran into.
         self._early: Connect | MQTTProtocolError | None = None
         self._early_error: Exception | None = None
+        self._drained = False  # the last read emptied the socket: wait before the next recv
 
     # == lifecycle ================================================================================
 
@@ -278,6 +279,7 @@ class ClientConnection:
                 return
             if not data:
                 return
+            self._drained = len(data) < READ_SIZE
             try:
                 events = self.proto.receive_data(data)
             except MQTTProtocolError as exc:
@@ -499,24 +501,32 @@ class ClientConnection:
                 broker.persist.chunk_done()
 
     async def _receive(self) -> bytes | bytearray:
-        """``receive_some`` on the raw socket: a non-blocking ``recv`` first, a wait only
-        when there is nothing yet, and one checkpoint either way (trio's own call also
-        enters a conflict detector and two context managers per read)."""
+        """``receive_some`` on the raw socket: a non-blocking ``recv`` first (skipped when
+        the last read emptied the socket), a wait only when there is nothing yet, and one
+        checkpoint either way, the wait being one (trio's own call also enters a conflict
+        detector and two context managers per read)."""
         raw = self._raw
         if raw is None:
             assert self.stream is not None
             return await self.stream.receive_some(READ_SIZE)
+        waited = False
+        if self._drained:
+            self._drained = False
+            await trio.lowlevel.wait_readable(raw)
+            waited = True
         while True:
             try:
                 data = raw.recv(READ_SIZE)
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(raw)
+                waited = True
                 continue
             except OSError as exc:
                 if raw.fileno() == -1:
                     raise trio.ClosedResourceError from None
                 raise trio.BrokenResourceError from exc
-            await trio.lowlevel.checkpoint()
+            if not waited:
+                await trio.lowlevel.checkpoint()
             return data
 
     async def _feed(self, data: bytes) -> None:
