@@ -156,8 +156,10 @@ class ClientConnection:
                     scope.deadline = math.inf
                     self._accept(connect)
                     self._resend_inflight()
-                # Packets the client pipelined after CONNECT were held until CONNACK was sent.
-                await self._feed(b"")
+                # Packets the client pipelined after CONNECT were held until CONNACK was
+                # sent (not handled if the session was taken over before this task ran).
+                if not self._closing:
+                    await self._feed(b"")
                 await self._read_loop()
             if scope.cancelled_caught and not self._closing and self.session is not None:
                 # Only the keep-alive deadline cancels the scope without closing first.
