@@ -133,6 +133,7 @@ class ClientConnection:
         self._early: Connect | MQTTProtocolError | None = None
         self._early_error: Exception | None = None
         self._drained = False  # the last read emptied the socket: wait before the next recv
+        self._parked_fd = -1  # the socket, while the connection is parked (no task yet)
 
     # == lifecycle ================================================================================
 
@@ -238,10 +239,32 @@ class ClientConnection:
     def _close_soon(self) -> None:
         """Stop reading; what is queued is flushed and the connection closes."""
         self._closing = True
-        if self._read_scope is not None:
-            self._read_scope.cancel()
+        self._stop_reading()
         if self._writer_scope is not None:
             self._wake.set()
+
+    def _stop_reading(self) -> None:
+        """End the read loop (a parked connection gets its task, which then closes)."""
+        if self._read_scope is not None:
+            self._read_scope.cancel()
+        elif self._parked_fd >= 0:
+            self.broker.parking.unpark(self, self._parked_fd)
+
+    def abandoned(self) -> None:
+        """Called by ``Parking.close`` when the broker stops without serving it."""
+        self._parked_fd = -1
+        self._closing = True
+        self._detach()
+        if self._raw is not None:
+            self._raw.close()
+        self.broker.connection_ended(self)
+
+    def unparked(self, expired: bool) -> None:
+        """Called by ``Parking`` before this connection's task starts."""
+        self._parked_fd = -1
+        self._drained = False  # woken because the socket is readable (or to close)
+        if expired:
+            self._disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
 
     def taken_over(self) -> None:
         """Another connection took this client id [MQTT-3.1.4-3]."""
@@ -264,40 +287,57 @@ class ClientConnection:
 
     # == handshake ================================================================================
 
-    def connect_now(self) -> None:
+    def connect_now(self) -> bool:
         """Called by the accept loop before the connection's task starts. Under load the
         CONNECT is usually in the socket by the time it is accepted: read it, and if it
         is complete and acceptable, take the session and send the CONNACK here, sparing
         the task a wait for readability. Anything else is left to the task's handshake
         (a partial CONNECT stays in the codec's buffer; a refusal or an error is
-        answered there)."""
+        answered there).
+
+        True: connected, and parked (see ``broker.parking``): the task is started when
+        the client sends something, keep alive runs out, or the broker closes it.
+        """
         raw = self._raw
         if raw is None:
-            return
+            return False
         try:
             try:
                 data = raw.recv(READ_SIZE)
             except OSError:  # nothing yet (BlockingIOError), or gone: the task finds out
-                return
+                return False
             if not data:
-                return
+                return False
             self._drained = len(data) < READ_SIZE
             try:
                 events = self.proto.receive_data(data)
             except MQTTProtocolError as exc:
                 self._early = exc
-                return
+                return False
             if not events:
-                return
+                return False
             connect = events[0]
             assert isinstance(connect, Connect)
             if self._refusal(connect) is not None:
                 self._early = connect
-                return
+                return False
             self._accept(connect)
             self._resend_inflight()  # before anything else can be sent to this session
+            if (
+                self._closing
+                or not self._drained
+                or self.proto.buffered  # packets pipelined behind the CONNECT
+                or self._writer_scope is not None
+            ):
+                return False
+            fd = raw.fileno()
+            deadline = self.proto.keepalive_deadline(trio.current_time())
+            if self.broker.parking.park(self, fd, deadline):
+                self._parked_fd = fd
+                return True
         except Exception as exc:  # a bug: the task reports it (0x83) and closes
             self._early_error = exc
+        return False
 
     async def _handshake(self) -> Connect | None:
         """Read CONNECT (the caller's scope has the connect timeout [MQTT-3.1.0-1]);
@@ -1020,8 +1060,7 @@ class ClientConnection:
                                 await self._send_all(memoryview(data)[sent:] if sent else data)
                         except (trio.BrokenResourceError, trio.ClosedResourceError):
                             self._closing = True
-                            if self._read_scope is not None:
-                                self._read_scope.cancel()
+                            self._stop_reading()
                             return
                     if self._closing and not self._out:
                         return

@@ -21,6 +21,7 @@ from broker import handles
 from broker.config import BrokerConfig
 from broker.message import AppMessage, Outgoing
 from broker.mqtt.properties import Properties
+from broker.parking import Parkable, Parking
 from broker.persist import Persistence, PublishPlan
 from broker.router import Delivery, Router
 from broker.sessions import Session, SessionManager, SubscriptionRecord
@@ -61,6 +62,8 @@ class Broker:
         # Connections that got output while a reader handles one input chunk; the reader
         # sends it at the end of the chunk (see ClientConnection.output_ready).
         self.batch: list[ClientConnection] | None = None
+        # Connected clients that have sent nothing since their CONNECT (no task yet).
+        self.parking = Parking(self._start_parked)
         # The CONNACK properties of an MQTT 5 client that asked for nothing special.
         self.connack_properties: Properties | None = None
 
@@ -80,6 +83,7 @@ class Broker:
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
+        nursery.start_soon(self.parking.run)
         self.sessions.attach_nursery(nursery)
         for session in self.sessions:
             if session.conn is None:  # restored from the store: its expiry clock restarts now
@@ -97,7 +101,11 @@ class Broker:
         assert self._nursery is not None
         conn = cls(self, transport)
         self.connection_started(conn)
-        conn.connect_now()
+        if not conn.connect_now():  # True: connected and parked, no task until needed
+            self._nursery.start_soon(conn.run)
+
+    def _start_parked(self, conn: Parkable) -> None:
+        assert self._nursery is not None
         self._nursery.start_soon(conn.run)
 
     def flush_batch(self) -> None:
@@ -131,6 +139,7 @@ class Broker:
         await self.persist.flush()
 
     async def close(self) -> None:
+        self.parking.close()
         await self.persist.close()
         self.router.close()
 

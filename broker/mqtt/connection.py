@@ -189,6 +189,12 @@ class Connection:
         return self.state is ConnectionState.CLOSED
 
     @property
+    def buffered(self) -> int:
+        """Bytes received but not yet handed out as events (a partial packet, or packets
+        held until CONNACK is sent)."""
+        return self._decoder.buffered
+
+    @property
     def max_packet_size(self) -> int:
         """The largest packet we accept from the peer."""
         return self._decoder.max_packet_size

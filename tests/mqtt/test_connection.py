@@ -144,13 +144,15 @@ def test_mqtt_3_1_4_packets_after_connect_wait_for_connack() -> None:
     server = Connection()
     client = Connection(Role.CLIENT)
     wire = client.send(Connect(V5, "c"))
-    wire += encode(Publish(b"t", b"early"), V5) + encode(Auth(), V5)
-    events = server.receive_data(wire)
+    pipelined = encode(Publish(b"t", b"early"), V5) + encode(Auth(), V5)
+    events = server.receive_data(wire + pipelined)
     assert events == [Connect(V5, "c")]
     # The PUBLISH stays buffered: only AUTH may be processed before CONNACK.
     assert server.receive_data(b"") == []
+    assert server.buffered == len(pipelined)
     server.send(Connack())
     assert server.receive_data(b"") == [Publish(b"t", b"early"), Auth()]
+    assert server.buffered == 0
 
 
 def test_auth_exchange_before_connack() -> None:

@@ -1,0 +1,198 @@
+"""Parked connections (connected, silent, no task of their own) on trio's MockClock.
+
+The broker is real (its LMDB store in a temp dir); each client is one end of a socket
+pair whose other end is handed to the broker the way the accept loop does it, with
+the CONNECT already written, so the connection is always answered and parked on the
+spot.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import socket
+from collections.abc import Awaitable, Callable
+
+import pytest
+import trio
+import trio.testing
+
+from broker.client import prepare_socket
+from broker.core import Broker
+from broker.mqtt.connection import Connection, Role
+from broker.mqtt.packet_types import ProtocolVersion
+from broker.mqtt.packets import Connack, Connect, Disconnect, Packet, Pingreq, Pingresp
+from broker.mqtt.reason_codes import ReasonCode
+from broker.parking import Parking
+from tests.broker.harness import make_config
+
+pytestmark = pytest.mark.timeout(60)
+
+V5 = ProtocolVersion.MQTT_5
+
+
+def tcp_pair() -> tuple[socket.socket, socket.socket]:
+    """A connected TCP pair on 127.0.0.1 (client end, accepted end)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        accepted, _addr = listener.accept()
+    return client, accepted
+
+
+class SockClient:
+    """The client end of a socket pair, through our codec's client role."""
+
+    def __init__(self, broker: Broker, client_id: str, keep_alive: int = 0) -> None:
+        ours, theirs = tcp_pair()
+        self.proto = Connection(Role.CLIENT)
+        ours.sendall(self.proto.send(Connect(V5, client_id, True, keep_alive)))
+        self.sock = trio.socket.from_stdlib_socket(ours)
+        self.inbox: list[Packet] = []
+        broker.spawn_connection(prepare_socket(theirs))
+
+    async def next(self) -> Packet | None:
+        """The next packet from the broker, None once it closed the connection."""
+        while not self.inbox:
+            data = await self.sock.recv(65536)
+            if not data:
+                return None
+            self.inbox.extend(p for p in self.proto.receive_data(data) if isinstance(p, Packet))
+        return self.inbox.pop(0)
+
+    async def send(self, packet: Packet) -> None:
+        await self.sock.send(self.proto.send(packet))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def run_with_broker(
+    tmp_path: pathlib.Path, body: Callable[[Broker, trio.testing.MockClock], Awaitable[None]]
+) -> None:
+    clock = trio.testing.MockClock(autojump_threshold=0.05)
+
+    async def main() -> None:
+        broker = await Broker.open(make_config(tmp_path / "data"))
+        try:
+            async with trio.open_nursery() as nursery:
+                broker.attach(nursery)
+                await body(broker, clock)
+                nursery.cancel_scope.cancel()
+        finally:
+            await broker.close()
+
+    trio.run(main, clock=clock)
+
+
+def test_a_silent_client_is_parked_and_woken_by_its_first_packet(tmp_path: pathlib.Path) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        c = SockClient(broker, "quiet")
+        with trio.fail_after(5):
+            connack = await c.next()
+        assert isinstance(connack, Connack)
+        assert len(broker.parking) == 1
+        await c.send(Pingreq())
+        with trio.fail_after(5):
+            assert isinstance(await c.next(), Pingresp)
+        assert len(broker.parking) == 0
+        await c.send(Disconnect())
+        with trio.fail_after(5):
+            assert await c.next() is None
+        c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def test_keep_alive_runs_out_while_parked_mqtt_3_1_2_22(tmp_path: pathlib.Path) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        early = SockClient(broker, "ka-20", keep_alive=20)
+        late = SockClient(broker, "ka-100", keep_alive=100)
+        start = trio.current_time()
+        for c in (early, late):
+            with trio.fail_after(5):
+                assert isinstance(await c.next(), Connack)
+        for c, keep_alive in ((early, 20), (late, 100)):
+            with trio.fail_after(1000):
+                disconnect = await c.next()
+            assert isinstance(disconnect, Disconnect)
+            assert disconnect.reason_code is ReasonCode.KEEP_ALIVE_TIMEOUT
+            assert trio.current_time() - start == pytest.approx(1.5 * keep_alive, abs=0.5)
+            c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def test_a_parked_connection_is_taken_over_mqtt_3_1_4_3(tmp_path: pathlib.Path) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        old = SockClient(broker, "same")
+        with trio.fail_after(5):
+            assert isinstance(await old.next(), Connack)
+        new = SockClient(broker, "same")
+        with trio.fail_after(5):
+            disconnect = await old.next()
+            assert isinstance(await new.next(), Connack)
+        assert isinstance(disconnect, Disconnect)
+        assert disconnect.reason_code is ReasonCode.SESSION_TAKEN_OVER
+        old.close()
+        new.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def test_shutdown_wakes_parked_connections_mqtt_server_shutting_down(
+    tmp_path: pathlib.Path,
+) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        clients = [SockClient(broker, f"idle-{i}") for i in range(3)]
+        for c in clients:
+            with trio.fail_after(5):
+                assert isinstance(await c.next(), Connack)
+        assert len(broker.parking) == 3
+        with trio.fail_after(10):
+            await broker.shutdown()
+        for c in clients:
+            disconnect = await c.next()
+            assert isinstance(disconnect, Disconnect)
+            assert disconnect.reason_code is ReasonCode.SERVER_SHUTTING_DOWN
+            c.close()
+        assert len(broker.parking) == 0
+
+    run_with_broker(tmp_path, body)
+
+
+class _Conn:
+    def __init__(self) -> None:
+        self.expired: list[bool] = []
+        self.started = trio.Event()
+
+    def unparked(self, expired: bool) -> None:
+        self.expired.append(expired)
+
+    async def run(self) -> None:
+        self.started.set()
+
+    def abandoned(self) -> None:
+        self.expired.append(True)
+
+
+def test_parking_itself_unpark_close_and_sockets_it_cannot_watch() -> None:
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            parking = Parking(lambda conn: nursery.start_soon(conn.run))
+            a, b = socket.socketpair()
+            conn = _Conn()
+            assert not parking.park(conn, -1, None)  # not a descriptor
+            assert parking.park(conn, a.fileno(), trio.current_time() + 5)
+            assert parking.unpark(conn, a.fileno())
+            assert not parking.unpark(conn, a.fileno())  # once
+            await conn.started.wait()
+            assert conn.expired == [False]
+            left = _Conn()
+            assert parking.park(left, b.fileno(), None)
+            parking.close()
+            parking.close()
+            assert left.expired == [True]  # abandoned: closed without being served
+            assert not parking.park(_Conn(), b.fileno(), None)
+            a.close()
+            b.close()
+
+    trio.run(main)
