@@ -41,9 +41,13 @@ class Parking:
     def __init__(self, spawn: Callable[[Parkable], None]) -> None:
         self._spawn = spawn  # starts a connection's own task
         self._epoll = select.epoll()
-        self._parked: dict[int, Parkable] = {}  # socket fd -> connection
-        self._deadlines: list[tuple[float, int, int, Parkable]] = []  # (when, tie, fd, conn)
-        self._tie = itertools.count()
+        self._parked: dict[int, tuple[Parkable, int]] = {}  # socket fd -> (connection, tag)
+        # (when, tag, fd): a heap of keep-alive deadlines. An entry is live while its fd is
+        # parked under the same tag; entries of unparked connections are dropped lazily
+        # (no reference to the connection is kept) and the heap is rebuilt when they
+        # outnumber the live ones.
+        self._deadlines: list[tuple[float, int, int]] = []
+        self._tags = itertools.count(1)
         self._scope: trio.CancelScope | None = None  # the watcher's current wait
         self._closed = False
 
@@ -58,17 +62,27 @@ class Parking:
             self._epoll.register(fd, select.EPOLLIN)
         except (OSError, ValueError):  # not a descriptor epoll can watch
             return False
-        self._parked[fd] = conn
+        tag = next(self._tags)
+        self._parked[fd] = (conn, tag)
         if deadline is not None:
-            heapq.heappush(self._deadlines, (deadline, next(self._tie), fd, conn))
+            deadlines = self._deadlines
+            if len(deadlines) > 2 * len(self._parked) + 64:
+                deadlines[:] = [d for d in deadlines if self._live(d)]
+                heapq.heapify(deadlines)
+            heapq.heappush(deadlines, (deadline, tag, fd))
             scope = self._scope
             if scope is not None and deadline < scope.deadline:
                 scope.deadline = deadline
         return True
 
+    def _live(self, entry: tuple[float, int, int]) -> bool:
+        parked = self._parked.get(entry[2])
+        return parked is not None and parked[1] == entry[1]
+
     def unpark(self, conn: Parkable, fd: int, *, expired: bool = False) -> bool:
         """Stop watching ``fd`` and start ``conn``'s task; False if it was not parked."""
-        if self._parked.get(fd) is not conn:
+        parked = self._parked.get(fd)
+        if parked is None or parked[0] is not conn:
             return False
         del self._parked[fd]
         self._epoll.unregister(fd)
@@ -81,20 +95,21 @@ class Parking:
         epoll = self._epoll
         deadlines = self._deadlines
         while True:
-            while deadlines and self._parked.get(deadlines[0][2]) is not deadlines[0][3]:
+            while deadlines and not self._live(deadlines[0]):
                 heapq.heappop(deadlines)  # unparked meanwhile
             with trio.move_on_at(deadlines[0][0] if deadlines else math.inf) as scope:
                 self._scope = scope
                 await trio.lowlevel.wait_readable(epoll)
             self._scope = None
             for fd, _events in epoll.poll(0):
-                conn = self._parked.get(fd)
-                if conn is not None:
-                    self.unpark(conn, fd)
+                parked = self._parked.get(fd)
+                if parked is not None:
+                    self.unpark(parked[0], fd)
             now = trio.current_time()
             while deadlines and deadlines[0][0] <= now:
-                _when, _tie, fd, conn = heapq.heappop(deadlines)
-                self.unpark(conn, fd, expired=True)
+                entry = heapq.heappop(deadlines)
+                if self._live(entry):
+                    self.unpark(self._parked[entry[2]][0], entry[2], expired=True)
 
     def close(self) -> None:
         """After the broker stopped: nothing is watched any more. A graceful shutdown
@@ -103,7 +118,7 @@ class Parking:
         if self._closed:
             return
         self._closed = True
-        left = list(self._parked.values())
+        left = [conn for conn, _tag in self._parked.values()]
         self._parked.clear()
         self._deadlines.clear()
         trio.lowlevel.notify_closing(self._epoll)

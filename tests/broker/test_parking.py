@@ -196,3 +196,28 @@ def test_parking_itself_unpark_close_and_sockets_it_cannot_watch() -> None:
             b.close()
 
     trio.run(main)
+
+
+def test_deadlines_of_unparked_connections_do_not_pile_up() -> None:
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            parking = Parking(lambda conn: nursery.start_soon(conn.run))
+            nursery.start_soon(parking.run)
+            a, b = socket.socketpair()
+            keeper = _Conn()
+            assert parking.park(keeper, b.fileno(), trio.current_time() + 50)
+            for _ in range(1000):  # parked and woken before their deadline, many times
+                conn = _Conn()
+                assert parking.park(conn, a.fileno(), trio.current_time() + 10)
+                assert parking.unpark(conn, a.fileno())
+            assert len(parking._deadlines) <= 2 * len(parking) + 65
+            with trio.fail_after(100):
+                await keeper.started.wait()  # the live deadline still fires
+            assert keeper.expired == [True]
+            assert trio.current_time() == pytest.approx(50, abs=0.5)
+            nursery.cancel_scope.cancel()
+        parking.close()
+        a.close()
+        b.close()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0.01))
