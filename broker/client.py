@@ -1,4 +1,6 @@
-"""One network connection: CONNECT handshake, read loop, packet handling, writer.
+"""One network connection: its lifecycle, read loop and packet handling. The CONNECT
+handshake is in ``broker.handshake`` and everything it sends (direct sends, the writer,
+the ordered pipeline) in ``broker.output``, two mixins of :class:`ClientConnection`.
 
 Tasks per connection (the reader is the connection's own task; the others are
 started in the broker's nursery when first needed, and the reader ends them):
@@ -29,22 +31,20 @@ import contextlib
 import logging
 import math
 import socket
-from collections.abc import Awaitable, Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
 import radix
 from broker.core import make_handle
-from broker.message import AppMessage, Outgoing
+from broker.handshake import READ_SIZE, Handshake
+from broker.message import Outgoing
 from broker.mqtt.connection import Connection, DuplicatePublish, Role
 from broker.mqtt.encoder import encode
-from broker.mqtt.errors import Answer, MQTTProtocolError, PacketTooLargeError
+from broker.mqtt.errors import Answer, MQTTProtocolError
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import (
     Auth,
-    Connack,
     Connect,
     Disconnect,
     Packet,
@@ -62,22 +62,18 @@ from broker.mqtt.packets import (
     Unsubscribe,
 )
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
-from broker.mqtt.reason_codes import ReasonCode, connack_return_code
+from broker.mqtt.reason_codes import ReasonCode
+from broker.output import FLUSH_TIMEOUT, Step
 from broker.persist import wait_future
-from broker.sessions import NEVER_EXPIRES, Session, SubscriptionRecord, WillRecord
+from broker.sessions import Session, SubscriptionRecord
 
 if TYPE_CHECKING:
     from broker.core import Broker
 
 log = logging.getLogger("jetmq.client")
 
-READ_SIZE = 65536
-FILL_BATCH = 256  # packets moved from a session queue per flush
-FLUSH_TIMEOUT = 2.0
 _V5 = ProtocolVersion.MQTT_5
 _WILDCARDS = (b"+", b"#")
-
-Step = tuple[Callable[[], Awaitable[Any]] | None, Callable[[], None]]
 
 
 def prepare_socket(sock: socket.socket) -> socket.socket:
@@ -98,7 +94,7 @@ def _raw_socket(stream: trio.abc.Stream) -> socket.socket | None:
     return raw if isinstance(raw, socket.socket) else None
 
 
-class ClientConnection:
+class ClientConnection(Handshake):
     """See module docstring."""
 
     def __init__(self, broker: Broker, transport: socket.socket | trio.abc.Stream) -> None:
@@ -198,26 +194,6 @@ class ClientConnection:
                 await self._close_transport()
             self.broker.connection_ended(self)
 
-    async def _send_all(self, data: bytes | memoryview) -> None:
-        """Everything in ``data``, waiting for the socket as needed."""
-        raw = self._raw
-        if raw is None:
-            assert self.stream is not None
-            await self.stream.send_all(data)
-            return
-        view = memoryview(data)
-        while view:
-            try:
-                sent = raw.send(view)
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(raw)
-                continue
-            except OSError as exc:
-                if raw.fileno() == -1:
-                    raise trio.ClosedResourceError from None
-                raise trio.BrokenResourceError from exc
-            view = view[sent:]
-
     async def _close_transport(self) -> None:
         if self.stream is not None:
             await trio.aclose_forcefully(self.stream)
@@ -229,19 +205,27 @@ class ClientConnection:
             raw.close()
         await trio.lowlevel.checkpoint()
 
+    def connect_now(self) -> bool:
+        """Called by the accept loop before this connection has a task: True when the
+        CONNECT was answered on the spot and the connection is parked (see
+        ``broker.parking``): its task starts when the client sends something, keep alive
+        runs out, or the broker closes it. False: start the task."""
+        if not self._connect_inline():
+            return False
+        assert self._raw is not None
+        fd = self._raw.fileno()
+        deadline = self.proto.keepalive_deadline(trio.current_time())
+        if self.broker.parking.park(self, fd, deadline):
+            self._parked_fd = fd
+            return True
+        return False
+
     def _detach(self) -> None:
         session = self.session
         if session is None or session.conn is not self:
             return
         session.conn = None
         self.broker.sessions.connection_closed(session, send_will=self._send_will)
-
-    def _close_soon(self) -> None:
-        """Stop reading; what is queued is flushed and the connection closes."""
-        self._closing = True
-        self._stop_reading()
-        if self._writer_scope is not None:
-            self._wake.set()
 
     def _stop_reading(self) -> None:
         """End the read loop (a parked connection gets its task, which then closes)."""
@@ -284,237 +268,6 @@ class ClientConnection:
             props = Properties(reason_string=reason) if self.problem_info else EMPTY_PROPERTIES
             self._out.append(encode(Disconnect(code, props), _V5))
         self._close_soon()
-
-    # == handshake ================================================================================
-
-    def connect_now(self) -> bool:
-        """Called by the accept loop before the connection's task starts. Under load the
-        CONNECT is usually in the socket by the time it is accepted: read it, and if it
-        is complete and acceptable, take the session and send the CONNACK here, sparing
-        the task a wait for readability. Anything else is left to the task's handshake
-        (a partial CONNECT stays in the codec's buffer; a refusal or an error is
-        answered there).
-
-        True: connected, and parked (see ``broker.parking``): the task is started when
-        the client sends something, keep alive runs out, or the broker closes it.
-        """
-        raw = self._raw
-        if raw is None:
-            return False
-        try:
-            try:
-                data = raw.recv(READ_SIZE)
-            except OSError:  # nothing yet (BlockingIOError), or gone: the task finds out
-                return False
-            if not data:
-                return False
-            self._drained = len(data) < READ_SIZE
-            try:
-                events = self.proto.receive_data(data)
-            except MQTTProtocolError as exc:
-                self._early = exc
-                return False
-            if not events:
-                return False
-            connect = events[0]
-            assert isinstance(connect, Connect)
-            if self._refusal(connect) is not None:
-                self._early = connect
-                return False
-            self._accept(connect)
-            self._resend_inflight()  # before anything else can be sent to this session
-            if (
-                self._closing
-                or not self._drained
-                or self.proto.buffered  # packets pipelined behind the CONNECT
-                or self._writer_scope is not None
-            ):
-                return False
-            fd = raw.fileno()
-            deadline = self.proto.keepalive_deadline(trio.current_time())
-            if self.broker.parking.park(self, fd, deadline):
-                self._parked_fd = fd
-                return True
-        except Exception as exc:  # a bug: the task reports it (0x83) and closes
-            self._early_error = exc
-        return False
-
-    async def _handshake(self) -> Connect | None:
-        """Read CONNECT (the caller's scope has the connect timeout [MQTT-3.1.0-1]);
-        answer errors directly."""
-        early = self._early
-        if early is not None:
-            self._early = None
-            if isinstance(early, Connect):
-                return early
-            await self._refuse(early.reason_code, early.reason, early.version, early.answer)
-            return None
-        while True:
-            try:
-                data = await self._receive()
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return None
-            if not data:
-                return None
-            try:
-                events = self.proto.receive_data(bytes(data))
-            except MQTTProtocolError as exc:
-                await self._refuse(exc.reason_code, exc.reason, exc.version, exc.answer)
-                return None
-            if events:
-                packet = events[0]
-                assert isinstance(packet, Connect)
-                return packet
-
-    async def _refuse(
-        self,
-        code: ReasonCode,
-        reason: str,
-        version: ProtocolVersion | None,
-        answer: Answer = Answer.CONNACK,
-    ) -> None:
-        """CONNACK with a failure code (v5), or the 3.1.1 return code, then close."""
-        if answer is not Answer.CONNACK:
-            return
-        if version is _V5 or version is None:
-            props = Properties(reason_string=reason)
-            data = encode(Connack(False, code, props), _V5)
-        else:
-            if connack_return_code(code) is None:
-                return
-            data = encode(Connack(False, code), version)
-        with trio.move_on_after(FLUSH_TIMEOUT):
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self._send_all(data)
-
-    def _accept(self, connect: Connect) -> None:
-        """Session lookup, takeover, CONNACK (the CONNECT passed ``_refusal``)."""
-        broker = self.broker
-        cfg = broker.config.mqtt
-        version = connect.protocol_version
-        self.version = version
-        props = connect.properties
-        v5 = version is _V5
-        if props.request_problem_information == 0:
-            self.problem_info = False
-        client_id = connect.client_id
-        assigned = None
-        if not client_id:
-            client_id = assigned = broker.sessions.assign_client_id()
-        sessions = broker.sessions
-        existing = sessions.get(client_id)
-        if existing is not None and existing.conn is not None:
-            existing.conn.taken_over()
-            existing = sessions.get(client_id)
-        if existing is not None and connect.clean_start:
-            broker.end_session(existing)  # [MQTT-3.1.2-4]: discard the old session
-            existing = None
-        session_present = existing is not None
-        if existing is None:
-            session = sessions.create(client_id)
-        else:
-            session = existing
-            sessions.cancel_timers(session)
-            session.will = None  # reconnected within the will delay [MQTT-3.1.3-9]
-        was_persistent = session.persistent
-        connack_props: dict[str, Any] = {}
-        if v5:
-            expiry = props.session_expiry_interval or 0
-            if expiry > cfg.max_session_expiry_interval:
-                expiry = cfg.max_session_expiry_interval
-                connack_props["session_expiry_interval"] = expiry
-        else:
-            expiry = 0 if connect.clean_start else NEVER_EXPIRES
-        session.expiry_interval = expiry
-        session.protocol_version = int(version)
-        keep_alive = connect.keep_alive
-        if v5 and cfg.max_keepalive and (keep_alive == 0 or keep_alive > cfg.max_keepalive):
-            keep_alive = cfg.max_keepalive
-            connack_props["server_keep_alive"] = keep_alive
-        if connect.will is not None:
-            will = connect.will
-            delay = will.properties.will_delay_interval or 0 if v5 else 0
-            session.will = WillRecord(
-                self._message(
-                    Publish(
-                        will.topic, will.payload, will.qos, will.retain, properties=will.properties
-                    ),
-                    session.num,
-                ),
-                delay,
-            )
-        if not v5:
-            connack_properties = EMPTY_PROPERTIES
-        elif connack_props or assigned is not None or props.request_response_information:
-            connack_props.update(self._connack_properties(client_id, assigned, props))
-            connack_properties = Properties(**connack_props)
-        else:  # what most clients get: built once (the encoder caches its bytes)
-            base = broker.connack_properties
-            if base is None:
-                base = Properties(**self._connack_properties(client_id, None, props))
-                broker.connack_properties = base
-            connack_properties = base
-        self.proto.session = session.state
-        connack = Connack(session_present, ReasonCode.SUCCESS, connack_properties)
-        self._out.append(self.proto.send(connack))
-        if "server_keep_alive" in connack_props:
-            self.proto.keep_alive = keep_alive
-        session.conn = self
-        self.session = session
-        if session.persistent:
-            broker.persist.save_session(session)
-        elif was_persistent:
-            broker.persist.session_ended(session, ())
-
-    def _refusal(self, connect: Connect) -> tuple[ReasonCode, str] | None:
-        cfg = self.broker.config.mqtt
-        props = connect.properties
-        if props.authentication_method is not None:
-            return ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
-        if len(connect.client_id.encode("utf-8")) > cfg.max_client_id_length:
-            return ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client identifier too long"
-        will = connect.will
-        if will is not None:
-            if will.qos > cfg.maximum_qos:
-                return (
-                    ReasonCode.QOS_NOT_SUPPORTED,
-                    "will QoS above the Maximum QoS [MQTT-3.2.2-12]",
-                )
-            if will.retain and not cfg.retain_available:
-                return ReasonCode.RETAIN_NOT_SUPPORTED, "retained wills are not available"
-            try:
-                radix.validate_topic(will.topic)
-            except radix.TopicError as exc:
-                return ReasonCode.TOPIC_NAME_INVALID, f"will topic invalid: {exc}"
-        return None
-
-    def _connack_properties(
-        self, client_id: str, assigned: str | None, props: Properties
-    ) -> dict[str, Any]:
-        cfg = self.broker.config.mqtt
-        out: dict[str, Any] = {
-            "receive_maximum": cfg.receive_maximum,
-            "maximum_packet_size": cfg.max_packet_size,
-            "topic_alias_maximum": cfg.topic_alias_maximum,
-            "retain_available": int(cfg.retain_available),
-            "wildcard_subscription_available": int(cfg.wildcard_subscription_available),
-            "subscription_identifier_available": int(cfg.subscription_identifiers_available),
-            "shared_subscription_available": int(cfg.shared_subscriptions_available),
-        }
-        if cfg.maximum_qos < 2:
-            out["maximum_qos"] = cfg.maximum_qos  # only 0 or 1 may be sent [MQTT-3.2.2-9]
-        if assigned is not None:
-            out["assigned_client_identifier"] = assigned
-        if props.request_response_information:
-            out["response_information"] = f"$response/{client_id}"
-        return out
-
-    def _resend_inflight(self) -> None:
-        """Right after the CONNACK, with nothing in between: resend in-flight copies in
-        order with DUP before anything new [MQTT-4.4.0-1], and send it all."""
-        for packet in self.proto.pending_retransmissions():
-            self._out.append(self.proto.send(packet))
-        self.flush_direct()
 
     # == reading ================================================================================
 
@@ -620,26 +373,6 @@ class ClientConnection:
             self._disconnect(ReasonCode.PROTOCOL_ERROR, "AUTH without an authentication method")
 
     # == inbound PUBLISH ==========================================================================
-
-    def _message(self, publish: Publish, origin: int) -> AppMessage:
-        """The message as it will be forwarded, properties unchanged and in order
-        [MQTT-3.3.2-4, -15, -16, -17, -20]. A client's PUBLISH is forwarded as decoded:
-        the machine already resolved its topic alias, and the encoder sets dup, packet
-        id, QoS and retain per recipient. A will loses its Will Delay Interval."""
-        props = publish.properties
-        expires_at = None
-        if props is not EMPTY_PROPERTIES:
-            if props.message_expiry_interval is not None:
-                expires_at = trio.current_time() + props.message_expiry_interval
-            if props.will_delay_interval is not None:
-                publish = Publish(
-                    publish.topic,
-                    publish.payload,
-                    publish.qos,
-                    publish.retain,
-                    properties=replace(props, will_delay_interval=None),
-                )
-        return AppMessage(publish, expires_at, origin)
 
     def _publish_refusal(self, p: Publish) -> tuple[ReasonCode, str] | None:
         """Checks beyond topic syntax (which the radix match validates [MQTT-3.3.2-2])."""
@@ -858,260 +591,3 @@ class ClientConnection:
             elif was_persistent:
                 self.broker.persist.session_ended(session, ())
         self._close_soon()
-
-    # == outbound ===============================================================================
-
-    def _send(self, packet: Packet) -> None:
-        if self._closing or self.proto.closed:
-            return
-        try:
-            self._out.append(self.proto.send(packet))
-        except PacketTooLargeError:
-            return  # the client's Maximum Packet Size forbids it [MQTT-3.1.2-24]
-        self.output_ready()
-
-    def _send_puback(self, packet_id: int) -> None:
-        """``_send(Puback(packet_id))`` through the machine's shortcut."""
-        if self._closing or self.proto.closed:
-            return
-        try:
-            self._out.append(self.proto.send_puback(packet_id))
-        except PacketTooLargeError:
-            return
-        self.output_ready()
-
-    def wake(self) -> None:
-        self.output_ready()
-
-    def output_ready(self) -> None:
-        """There is something to send. Inside a reader's chunk it waits for the chunk's
-        end (``Broker.flush_batch``: one write per connection, no task switch);
-        otherwise the writer task is woken."""
-        batch = self.broker.batch
-        if batch is None:
-            self._kick()
-        elif not self._in_batch:
-            self._in_batch = True
-            batch.append(self)
-
-    def _kick(self) -> None:
-        """Wake the writer, starting it on first need. Before CONNACK and once closing
-        there is none to start: ``run`` sends what is left itself."""
-        if self._writer_scope is None:
-            if self._closing or self.session is None:
-                return
-            self._writer_scope = trio.CancelScope()
-            self.broker.spawn(self._writer)
-        self._wake.set()
-
-    def flush_direct(self) -> None:
-        """Send what is pending from the calling task when nothing is ahead of it (no
-        writer, or an idle one), moving queued copies into the window first; what the
-        kernel does not take, or a copy that needs a commit first, goes to the writer."""
-        self._in_batch = False
-        raw = self._raw
-        if raw is None or self._closing or (self._writer_scope is not None and not self._idle):
-            self._kick()
-            return
-        more = False
-        session = self.session
-        if session is not None and session.queue:
-            self._out.extend(self._take(None))
-            more = bool(session.queue) and self.proto.can_send_qos_message()
-        if not self._out:
-            if more:
-                self._kick()
-            return
-        out = self._out
-        data = out[0] if len(out) == 1 else b"".join(out)
-        self._out = []
-        self._qos0_pending = 0
-        try:
-            sent = raw.send(data)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            self._close_soon()
-            return
-        if sent < len(data):
-            self._out.append(data[sent:])
-            self._kick()
-        elif more:
-            self._kick()
-
-    def send_qos0(
-        self, msg: AppMessage, retain: bool, sub_ids: tuple[int, ...], now: float
-    ) -> None:
-        """A QoS 0 copy: bytes built once per shape and shared by recipients."""
-        if self._closing:
-            return
-        if self._qos0_pending >= self.broker.config.sessions.max_outbound_queue:
-            return  # slow consumer: QoS 0 is dropped rather than buffered without bound
-        enc = msg.encoded_for(self.version, now)
-        if enc is None:
-            return  # expired [MQTT-3.3.2-5]
-        try:
-            data = self.proto.send_publish(
-                enc, qos=0, retain=retain, subscription_identifiers=sub_ids
-            )
-        except PacketTooLargeError:
-            return
-        self._out.append(data)
-        self._qos0_pending += 1
-        self.output_ready()
-
-    def _take(self, staged: list[tuple[Outgoing, int, int]] | None) -> list[bytes]:
-        """Move queued copies into the client's Receive Maximum window, in order, and
-        return their bytes: at most ``FILL_BATCH`` packets, so a busy session still sends
-        while new copies keep arriving.
-
-        A QoS 2 copy of a persistent session has its packet id recorded in a commit
-        before its bytes may go out: it is listed in ``staged`` for the caller to commit,
-        or, with ``staged`` None (a direct flush, which cannot wait), left queued.
-        """
-        session = self.session
-        assert session is not None
-        proto = self.proto
-        persist = self.broker.persist
-        queue = session.queue
-        now = trio.current_time()
-        ready: list[bytes] = []
-        while queue and len(ready) < FILL_BATCH:
-            og = queue[0]
-            if og.qos and not proto.can_send_qos_message():
-                break
-            if staged is None and og.qos == 2 and og.pend_seq:
-                break
-            queue.popleft()
-            session.queued_bytes -= len(og.message.payload)
-            enc = og.message.encoded_for(self.version, now)
-            if enc is None:  # expired while waiting [MQTT-3.3.2-5]
-                persist.copy_done(session, og)
-                continue
-            pid = proto.next_packet_id() if og.qos else None
-            try:
-                data = proto.send_publish(
-                    enc,
-                    qos=og.qos,
-                    retain=og.retain,
-                    packet_id=pid,
-                    subscription_identifiers=og.sub_ids,
-                )
-            except PacketTooLargeError:
-                persist.copy_done(session, og)  # skipped as if delivered [MQTT-3.1.2-25]
-                continue
-            ready.append(data)
-            if pid is not None:
-                session.outgoing[pid] = og
-                if og.qos == 2 and og.pend_seq:
-                    assert staged is not None
-                    staged.append((og, pid, 0))
-        return ready
-
-    async def _fill(self) -> None:
-        """The writer's move of queued copies (:meth:`_take`), committing staged ones."""
-        session = self.session
-        if session is None:
-            return
-        staged: list[tuple[Outgoing, int, int]] = []
-        ready = self._take(staged)
-        if staged:
-            persist = self.broker.persist
-            fut = persist.stage_copies(session, staged)
-            assert fut is not None
-            persist.stages_committed(staged, await wait_future(fut))
-        self._out.extend(ready)
-        if session.queue and self.proto.can_send_qos_message():
-            self._wake.set()  # more to send after this flush
-
-    async def _writer(self) -> None:
-        """Started by :meth:`_kick` in the broker's nursery; ended by ``run`` (closing
-        flushes first) or by a failed send, which closes the connection."""
-        scope = self._writer_scope
-        assert scope is not None
-        raw = self._raw
-        try:
-            with scope:
-                while True:
-                    self._idle = not self._out
-                    await self._wake.wait()  # a checkpoint even when already set
-                    self._idle = False
-                    self._wake = trio.Event()
-                    if not self._closing:
-                        await self._fill()
-                    if self._out:
-                        out = self._out
-                        self._out = []
-                        self._qos0_pending = 0
-                        data = out[0] if len(out) == 1 else b"".join(out)
-                        try:
-                            sent = 0
-                            if raw is not None:
-                                # Measured: trio's send_all costs two scheduler checkpoints
-                                # per call, which dominated fan-out to many connections. Try
-                                # the kernel first; only what it did not take waits.
-                                try:
-                                    sent = raw.send(data)
-                                except BlockingIOError:
-                                    sent = 0
-                                except OSError:
-                                    raise trio.BrokenResourceError from None
-                            if sent < len(data):
-                                await self._send_all(memoryview(data)[sent:] if sent else data)
-                        except (trio.BrokenResourceError, trio.ClosedResourceError):
-                            self._closing = True
-                            self._stop_reading()
-                            return
-                    if self._closing and not self._out:
-                        return
-        finally:
-            self._writer_done.set()
-
-    # == the ordered pipeline ===================================================================
-
-    async def _step(
-        self, wait: Callable[[], Awaitable[Any]] | None, then: Callable[[], None]
-    ) -> None:
-        if wait is None and self._steps_pending == 0:
-            then()
-            return
-        # About to wait (maybe): what this chunk produced so far goes out now, so no
-        # other task's output is held while this one is suspended.
-        self.broker.flush_batch()
-        if self._steps_send is None:
-            if self._closing:
-                return
-            send, recv = trio.open_memory_channel[Step](
-                self.broker.config.mqtt.receive_maximum + 256
-            )
-            self._steps_send = send
-            self.broker.spawn(self._pipeline, recv)
-        self._steps_pending += 1
-        try:
-            # No checkpoint per packet: the rest of the chunk joins the same store batch.
-            try:
-                self._steps_send.send_nowait((wait, then))
-            except trio.WouldBlock:
-                await self._steps_send.send((wait, then))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            self._steps_pending -= 1
-
-    async def _pipeline(self, steps: trio.MemoryReceiveChannel[Step]) -> None:
-        """Owned by the broker's nursery: a commit already submitted is applied even if
-        this connection dies meanwhile (its acknowledgements are then not sent)."""
-        async with steps:
-            async for step in steps:
-                # Steps whose commit is already done run without a checkpoint each: a
-                # scheduler pass per acknowledgement made this the bottleneck.
-                while True:
-                    wait, then = step
-                    if wait is not None:
-                        await wait()
-                    then()
-                    self._steps_pending -= 1
-                    try:
-                        step = steps.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                    except trio.EndOfChannel:
-                        return  # the connection is gone and every step has run

@@ -28,6 +28,7 @@ from broker.sessions import Session, SessionManager, SubscriptionRecord
 
 if TYPE_CHECKING:
     from broker.client import ClientConnection
+    from broker.output import Output
 
 
 @functools.cache
@@ -61,7 +62,7 @@ class Broker:
         self._all_closed = trio.Event()
         # Connections that got output while a reader handles one input chunk; the reader
         # sends it at the end of the chunk (see ClientConnection.output_ready).
-        self.batch: list[ClientConnection] | None = None
+        self.batch: list[Output] | None = None
         # Connected clients that have sent nothing since their CONNECT (no task yet).
         self.parking = Parking(self._start_parked)
         # The CONNACK properties of an MQTT 5 client that asked for nothing special.
