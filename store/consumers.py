@@ -183,11 +183,11 @@ class ConsumerRt:
                 return st.messages
             return sum(1 for _ in st.seqs_from(ctx, start))
         if all(is_literal(f) for f in self.filters):
-            return sum(sum(1 for _ in st.subject_seqs(ctx, f, start)) for f in self.filters)
+            return sum(st.count_from(ctx, f, start) for f in self.filters)
         n = 0
-        for subj in st.subjects(ctx):
-            if self.matches(subj):
-                n += sum(1 for _ in st.subject_seqs(ctx, subj, start))
+        for subj, count, first, last in st.subject_records(ctx):
+            if start <= last and self.matches(subj):
+                n += count if start <= first else st.count_from(ctx, subj, start)
         return n
 
     def on_append(self, seq: int, subject: str) -> None:

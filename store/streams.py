@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from store import keys
+from store import keys, subjindex
 from store.errors import JetStreamError, js_error
 from store.models import StreamConfig
 from store.ops import Headers, PubAck
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 _HEADER_BAD = frozenset("\r\n")
 MAX_SUBJECT = 480  # bytes: keeps every index key under LMDB's 511-byte key limit
-MAX_CACHED_COUNTS = 50_000  # per stream: the subject-count cache is dropped above this
+MAX_CACHED_COUNTS = 50_000  # per stream: the subject-record cache is dropped above this
 
 
 @dataclass
@@ -67,19 +68,20 @@ class Ctx:
 class StreamRt:
     """The writer's copy of one stream.
 
-    Per-subject message counts are cached in ``_counts`` (a subject absent from the cache
-    is read from ``subjcount``). Within a batch the counts change only in memory; the
-    subjects changed (``_dirty``) are written once each by :meth:`flush_counts`, which the
-    engine calls before the commit and every reader of the ``subjcount`` table calls before
-    it reads. After an aborted batch the engine rebuilds every ``StreamRt``, so the cache
-    never holds uncommitted counts.
+    Per-subject records — ``[count, first seq, last seq]`` of the stored messages on a
+    subject — are cached in ``_subj`` (a subject absent from the cache is read from
+    ``subjcount``; ``[0, 0, 0]`` = nothing stored). Within a batch they change only in
+    memory; the subjects changed (``_dirty``) are written once each by
+    :meth:`flush_counts`, which the engine calls before the commit and every reader of the
+    ``subjcount`` table calls before it reads. After an aborted batch the engine rebuilds
+    every ``StreamRt``, so the cache never holds uncommitted records.
     """
 
     def __init__(self, name: str, sid: int, config: StreamConfig, created_ns: int) -> None:
         self.name = name
         self.sid = sid
         self.sid_b = keys.sid_prefix(sid)
-        self._counts: dict[str, int] = {}
+        self._subj: dict[str, list[int]] = {}
         self._dirty: set[str] = set()
         self.config = config
         self.created_ns = created_ns
@@ -123,79 +125,78 @@ class StreamRt:
 
     # -- lookups -------------------------------------------------------------------------
 
-    def subject_count(self, ctx: Ctx, subject: str) -> int:
-        n = self._counts.get(subject)
-        if n is None:
+    def subject_record(self, ctx: Ctx, subject: str) -> list[int]:
+        """The cached ``[count, first seq, last seq]`` of a literal subject (mutable: only
+        the writer's own bookkeeping below changes it)."""
+        rec = self._subj.get(subject)
+        if rec is None:
             raw = ctx.subjcount_cur.get(keys.subjcount_key(self.sid, subject))
-            n = self._counts[subject] = keys.read_u64(raw) if raw else 0
-        return n
+            rec = list(keys.unpack_subject_record(bytes(raw))) if raw else [0, 0, 0]
+            self._subj[subject] = rec
+        return rec
+
+    def subject_count(self, ctx: Ctx, subject: str) -> int:
+        return self.subject_record(ctx, subject)[0]
 
     def flush_counts(self, ctx: Ctx) -> None:
-        """Write the per-subject counts changed since the last flush (once per subject)."""
+        """Write the subject records changed since the last flush (once per subject)."""
         dirty = self._dirty
         if not dirty:
             return
-        counts = self._counts
+        recs = self._subj
         cur = ctx.subjcount_cur
         sid = self.sid
         for subject in dirty:
-            n = counts[subject]
+            n, first, last = recs[subject]
             if n:
-                cur.put(keys.subjcount_key(sid, subject), keys.u64(n))
+                cur.put(keys.subjcount_key(sid, subject), keys.pack_subject_record(n, first, last))
             else:
                 if cur.set_key(keys.subjcount_key(sid, subject)):
                     cur.delete()
-                del counts[subject]
+                del recs[subject]
         dirty.clear()
-        if len(counts) > MAX_CACHED_COUNTS:
-            counts.clear()
+        if len(recs) > MAX_CACHED_COUNTS:
+            recs.clear()
 
     def subject_seqs(self, ctx: Ctx, subject: str, start: int = 0) -> Iterator[int]:
         """Stored sequences of one literal subject, ascending, from ``start``."""
-        prefix = keys.subject_prefix(self.sid, subject)
-        cur = ctx.txn.cursor(db=ctx.db(keys.DB_SUBJECTS))
-        if not cur.set_range(prefix + keys.u64(start)):
-            return
-        for k in cur.iternext(keys=True, values=False):
-            if not k.startswith(prefix) or len(k) != len(prefix) + 8:
-                return
-            yield keys.read_u64(k, len(prefix))
+        n, first, last = self.subject_record(ctx, subject)
+        if not n or start > last:
+            return iter(())
+        cur = ctx.txn.cursor(db=ctx.subjects_db)
+        return subjindex.seqs(cur, self.sid_b, subject.encode(), max(start, first), last)
+
+    def count_from(self, ctx: Ctx, subject: str, start: int) -> int:
+        """Stored messages of one literal subject with seq >= ``start``."""
+        n, first, last = self.subject_record(ctx, subject)
+        if not n or start > last:
+            return 0
+        if start <= first:
+            return n
+        return sum(1 for _ in self.subject_seqs(ctx, subject, start))
 
     def last_seq_of_subject(self, ctx: Ctx, subject: str) -> int:
         """Last stored seq for ``subject`` (wildcards allowed); 0 when none."""
         if is_literal(subject):
-            prefix = keys.subject_prefix(self.sid, subject)
-            cur = ctx.txn.cursor(db=ctx.db(keys.DB_SUBJECTS))
-            if cur.set_range(prefix + b"\xff" * 8):
-                ok = cur.prev()
-            else:
-                ok = cur.last()
-            if ok:
-                k = cur.key()
-                if k.startswith(prefix) and len(k) == len(prefix) + 8:
-                    return keys.read_u64(k, len(prefix))
-            return 0
-        best = 0
-        for subj in self.subjects(ctx, subject):
-            best = max(best, self.last_seq_of_subject(ctx, subj))
-        return best
+            return self.subject_record(ctx, subject)[2]
+        return max((last for _, _, _, last in self.subject_records(ctx, subject)), default=0)
 
     def subjects(self, ctx: Ctx, filter_: str | None = None) -> Iterator[str]:
         """Distinct stored subjects; with ``filter_`` only matching ones, scanning only the
         keys under the filter's literal prefix (``a.b.*`` looks at ``a.b.`` only)."""
+        for subj, _, _, _ in self.subject_records(ctx, filter_):
+            yield subj
+
+    def subject_records(
+        self, ctx: Ctx, filter_: str | None = None
+    ) -> Iterator[tuple[str, int, int, int]]:
+        """``(subject, count, first seq, last seq)`` of :meth:`subjects`, as committed to
+        ``subjcount`` after a flush."""
         self.flush_counts(ctx)
-        prefix = keys.sid_prefix(self.sid)
-        if filter_:
-            prefix += literal_prefix(filter_).encode()
-        cur = ctx.txn.cursor(db=ctx.db(keys.DB_SUBJCOUNT))
-        if not cur.set_range(prefix):
-            return
-        for k in cur.iternext(keys=True, values=False):
-            if not k.startswith(prefix):
-                return
-            subj = bytes(k[8:]).decode()
-            if filter_ is None or subject_matches(filter_, subj):
-                yield subj
+        cur = ctx.txn.cursor(db=ctx.subjcount_db)
+        for item in subjindex.records(cur, self.sid, literal_prefix(filter_) if filter_ else ""):
+            if filter_ is None or subject_matches(filter_, item[0]):
+                yield item
 
     def get_record(self, ctx: Ctx, seq: int) -> bytes | None:
         raw = ctx.txn.get(keys.msg_key(self.sid, seq), db=ctx.db(keys.DB_MSGS))
@@ -257,7 +258,15 @@ class StreamRt:
         now = ctx.now
         ctx.msgs_cur.put(keys.msg_key(self.sid, seq), keys.msg_record(now, subj_b, block, payload))
         ctx.subjects_cur.put(keys.subject_index_key(self.sid_b, subj_b, seq), b"")
-        count = self._bump_subject(ctx, subject, +1)
+        srec = self._subj.get(subject) or self.subject_record(ctx, subject)
+        count = srec[0]
+        if not count:
+            srec[1] = seq
+            self.num_subjects += 1
+        count += 1
+        srec[0] = count
+        srec[2] = seq
+        self._mark_dirty(ctx, subject)
         if not self.messages:
             self.first_seq = seq
             self.first_ts = now
@@ -269,7 +278,7 @@ class StreamRt:
             self.dedupe_record(ctx, msg_id, seq)
         # Limits that drop old messages.
         if mmps > 0 and count > mmps:
-            for old in list(self.subject_seqs(ctx, subject))[: count - mmps]:
+            for old in list(islice(self.subject_seqs(ctx, subject), count - mmps)):
                 self.remove(ctx, old)
         if cfg.discard == "old":
             while cfg.max_msgs > 0 and self.messages > cfg.max_msgs:
@@ -344,24 +353,42 @@ class StreamRt:
             return js_error("msg_ttl_disabled")
         return msg_id or None, rollup
 
-    def _bump_subject(self, ctx: Ctx, subject: str, delta: int) -> int:
-        """Change a subject's count in memory; :meth:`flush_counts` writes it."""
-        old = self._counts.get(subject)
-        if old is None:
-            old = self.subject_count(ctx, subject)
-        new = old + delta
-        if new < 0:
-            new = 0
-        self._counts[subject] = new
+    def _mark_dirty(self, ctx: Ctx, subject: str) -> None:
         if not self._dirty:
             ctx.touched.add(self)  # the engine flushes touched streams before the commit
         self._dirty.add(subject)
-        if not old:
-            if new:
-                self.num_subjects += 1
-        elif not new:
-            self.num_subjects -= 1
-        return new
+
+    def _unindex(self, ctx: Ctx, subject: str, subj_b: bytes, seq: int) -> None:
+        """Drop message ``seq`` from the index and its subject's record, moving the
+        subject's first/last seq to its next/previous stored message when it was one."""
+        icur = ctx.subjects_cur
+        epoch_prefix = keys.subject_epoch_prefix(self.sid_b, subj_b, keys.epoch_of(seq))
+        found = icur.set_key(epoch_prefix + keys.u64(seq))
+        if found:
+            icur.delete()  # and the cursor moves to the next key
+        srec = self.subject_record(ctx, subject)
+        n, first, last = srec
+        if n <= 1:
+            if n:
+                self.num_subjects -= 1
+            srec[0] = srec[1] = srec[2] = 0
+        else:
+            srec[0] = n - 1
+            if n == 2:  # one message left: it is both the first and the last
+                if seq == first:
+                    srec[1] = last
+                elif seq == last:
+                    srec[2] = first
+            elif seq == first:
+                # Usually the next one sits right after the deleted key, in the same epoch.
+                k = icur.key() if found else b""
+                if k[: len(epoch_prefix)] == epoch_prefix:
+                    srec[1] = keys.subject_key_seq(k)
+                else:
+                    srec[1] = subjindex.next_seq(icur, self.sid_b, subj_b, seq, last)
+            elif seq == last:
+                srec[2] = subjindex.prev_seq(icur, self.sid_b, subj_b, seq, first)
+        self._mark_dirty(ctx, subject)
 
     # -- dedupe --------------------------------------------------------------------------
 
@@ -432,10 +459,7 @@ class StreamRt:
         subj_b = keys.msg_subject_bytes(record)
         subject = subj_b.decode()
         cur.delete()  # and the cursor moves to the next record
-        icur = ctx.subjects_cur
-        if icur.set_key(keys.subject_index_key(self.sid_b, subj_b, seq)):
-            icur.delete()
-        self._bump_subject(ctx, subject, -1)
+        self._unindex(ctx, subject, subj_b, seq)
         self.messages -= 1
         self.bytes -= keys.record_bytes(record)
         if not self.messages:

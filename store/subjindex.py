@@ -1,0 +1,98 @@
+"""Scans of the per-subject index, shared by the writer (:mod:`store.streams`) and the
+read path (:mod:`store.api`).
+
+The ``subjects`` database is keyed ``sid · epoch · subject · 0x00 · seq`` (epoch =
+``seq >> keys.EPOCH_SHIFT``; see the table in :mod:`store.keys`): inside one epoch a
+subject's keys are adjacent and in sequence order, and epochs follow each other in
+sequence order. A subject's record in ``subjcount`` holds its first and last stored seq,
+so a scan visits only the epochs between the two, one ``set_range`` each. An epoch in
+that range holding none of the subject's messages still costs its seek: scanning a sparse
+subject costs about ``(last - first) / 256`` seeks plus one step per message found.
+
+Every function takes a cursor on the ``subjects`` database of the caller's transaction
+(write or read) and moves it; the stream's :func:`keys.sid_prefix` and the UTF-8 subject.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from store import keys
+
+_SHIFT = keys.EPOCH_SHIFT
+
+
+def seqs(cur: Any, sid_b: bytes, subject: bytes, lo: int, hi: int) -> Iterator[int]:
+    """Stored seqs of one subject with ``lo <= seq <= hi``, ascending.
+
+    ``lo``/``hi`` should lie within the subject's first and last stored seq (callers clamp
+    them with its record), which bounds the epochs visited. The cursor must not be moved
+    by anyone else while the iterator is in use.
+    """
+    epoch, end = lo >> _SHIFT, hi >> _SHIFT
+    start = keys.u64(lo)
+    while epoch <= end:
+        prefix = keys.subject_epoch_prefix(sid_b, subject, epoch)
+        n = len(prefix)
+        if cur.set_range(prefix + start if start else prefix):
+            for k in cur.iternext(keys=True, values=False):
+                if k[:n] != prefix:
+                    break
+                seq = keys.subject_key_seq(k)
+                if seq > hi:
+                    return
+                yield seq
+        start = b""
+        epoch += 1
+
+
+def next_seq(cur: Any, sid_b: bytes, subject: bytes, after: int, last: int) -> int:
+    """The subject's first stored seq in ``(after, last]``; 0 if none."""
+    if after >= last:
+        return 0
+    for seq in seqs(cur, sid_b, subject, after + 1, last):
+        return seq
+    return 0
+
+
+def prev_seq(cur: Any, sid_b: bytes, subject: bytes, before: int, first: int) -> int:
+    """The subject's last stored seq in ``[first, before)``; 0 if none."""
+    if before <= first:
+        return 0
+    epoch, stop = (before - 1) >> _SHIFT, first >> _SHIFT
+    bound = keys.u64(before)
+    while epoch >= stop:
+        prefix = keys.subject_epoch_prefix(sid_b, subject, epoch)
+        # The first key after everything of this subject in this epoch: a key of the
+        # subject at ``before``, or (earlier epochs) the prefix with its 0x00 raised to 0x01.
+        after_key = prefix + bound if bound else prefix[:-1] + b"\x01"
+        ok = cur.prev() if cur.set_range(after_key) else cur.last()
+        if ok:
+            k = cur.key()
+            if k[: len(prefix)] == prefix:
+                seq = keys.subject_key_seq(k)
+                return seq if seq >= first else 0
+        bound = b""
+        epoch -= 1
+    return 0
+
+
+def record(cur: Any, sid: int, subject: str) -> tuple[int, int, int]:
+    """``(count, first_seq, last_seq)`` of a subject from a cursor on ``subjcount``;
+    zeros when the stream stores nothing on it."""
+    raw = cur.get(keys.subjcount_key(sid, subject))
+    return keys.unpack_subject_record(bytes(raw)) if raw else (0, 0, 0)
+
+
+def records(cur: Any, sid: int, prefix: str = "") -> Iterator[tuple[str, int, int, int]]:
+    """``(subject, count, first_seq, last_seq)`` of every subject of a stream starting with
+    ``prefix``, in subject byte order, from a cursor on ``subjcount``."""
+    start = keys.sid_prefix(sid)
+    p = start + prefix.encode()
+    if not cur.set_range(p):
+        return
+    for k, v in cur.iternext():
+        if not k.startswith(p):
+            return
+        yield (keys.subjcount_subject(k), *keys.unpack_subject_record(bytes(v)))
