@@ -162,6 +162,24 @@ def test_first_and_last_move_across_epochs_on_delete(store: Store) -> None:
     _check(store)
 
 
+def test_first_and_last_move_to_neighbours_in_the_same_epoch(store: Store) -> None:
+    store.create_stream({"name": "S", "subjects": ["s.>"]})
+    _fill(store, 10)
+    a = []
+    for subj in ("s.a", "s.a", "s.b", "s.a", "s.a", "s.a"):
+        ack = store.publish(subj)
+        assert ack is not None
+        if subj == "s.a":
+            a.append(ack.seq)
+    store.delete_msg("S", a[4])  # the last; the previous one is adjacent
+    assert _records(store)["s.a"] == (4, a[0], a[3])
+    store.delete_msg("S", a[0])  # the first; the next one is adjacent
+    assert _records(store)["s.a"] == (3, a[1], a[3])
+    store.delete_msg("S", a[1])  # the first; the next one is two seqs on (s.b between)
+    assert _records(store)["s.a"] == (2, a[2], a[3])
+    _check(store)
+
+
 def test_deleting_an_interior_message_keeps_first_and_last(store: Store) -> None:
     store.create_stream({"name": "S", "subjects": ["s.>"]})
     seqs = []
@@ -318,6 +336,7 @@ op_strategy = st.one_of(
     st.tuples(st.just("pub"), st.sampled_from(SUBJ), st.integers(1, 3)),
     st.tuples(st.just("fill"), st.integers(1, 2 * EPOCH), st.integers(0, 2)),
     st.tuples(st.just("del"), st.integers(0, 10_000)),
+    st.tuples(st.just("delsubj"), st.sampled_from(SUBJ), st.sampled_from((0, 1, -2, -1))),
     st.tuples(
         st.just("purge"),
         st.sampled_from((*SUBJ, "s.x.*", None)),
@@ -329,7 +348,7 @@ op_strategy = st.one_of(
 
 
 @settings(
-    max_examples=25,
+    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -377,6 +396,12 @@ def test_random_operations_over_many_epochs(
                     seq = sorted(model)[op[1] % len(model)]
                     s.delete_msg("S", seq)
                     del model[seq]
+            elif op[0] == "delsubj":
+                _, subj, which = op
+                mine = sorted(q for q, x in model.items() if x == subj)
+                if len(mine) > max(which, -which - 1):
+                    s.delete_msg("S", mine[which])
+                    del model[mine[which]]
             elif op[0] == "purge":
                 _, filt, mode, k = op
                 keep = k if mode == "keep" else None
