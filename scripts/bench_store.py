@@ -11,7 +11,8 @@ Reports the median of 5 runs of each measurement:
   fsync (the ceiling);
 - explicit-ack consumer deliver+ack cycles/s (pull batches of 100, acks submitted in one
   operation list together with the next pull request);
-- reopen time of a stream holding 1,000,000 messages (``--recovery-msgs``);
+- reopen time of a stream holding 1,000,000 messages (``--recovery-msgs``), and in it
+  last-by-subject / next-by-subject of a subject stored only as its first and last message;
 - bytes on disk per stored 100-byte message.
 
 Usage: ``.venv/bin/python scripts/bench_store.py [--quick]``.
@@ -56,6 +57,7 @@ class Run(NamedTuple):
     commit_ms: float  # per commit (LMDB commit: page writes + data fsync + meta fsync)
     apply_us: float  # per job: applying its operations
     complete_us: float  # per job: its future and the submitter's done callback (next submit)
+    kib_per_commit: float  # bytes the process wrote (LMDB's page writes) per commit
 
     @classmethod
     def of(cls, rate: float, m: dict[str, int]) -> Run:
@@ -67,14 +69,30 @@ class Run(NamedTuple):
             m.get("commit_us", 0) / commits / 1000,
             m.get("apply_us", 0) / jobs,
             m.get("complete_us", 0) / jobs,
+            m.get("written", 0) / commits / 1024,
         )
 
     def split(self) -> str:
         return (
             f"[{self.jobs_per_commit:.0f} jobs/commit; writer per job: apply"
             f" {self.apply_us:.1f} us, future+callback {self.complete_us:.1f} us;"
-            f" commit {self.commit_ms:.2f} ms]"
+            f" commit {self.commit_ms:.2f} ms, {self.kib_per_commit:.0f} KiB written]"
         )
+
+
+def bytes_written() -> int:
+    """Bytes this process has passed to write(2)/pwrite(2) (Linux ``/proc/self/io``
+    ``wchar``; 0 elsewhere). During a run only the writer thread writes: LMDB's dirty
+    pages and meta page, so per commit this counts the pages a commit copies and fsyncs,
+    a number that, unlike the commit time, does not move with the disk's latency."""
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def median_run(fn: Callable[[], Run], runs: int) -> Run:
@@ -92,12 +110,15 @@ def _drive(
 ) -> tuple[float, dict[str, int]]:
     """Start every chain, wait until the last one stops; elapsed time and the metrics' change."""
     before = s.metrics()
+    written = bytes_written()
     t0 = time.perf_counter()
     for start in chains:
         start()
     done.wait(seconds + 30)
     elapsed = time.perf_counter() - t0
-    return elapsed, {k: v - before[k] for k, v in s.metrics().items()}
+    m = {k: v - before[k] for k, v in s.metrics().items()}
+    m["written"] = bytes_written() - written
+    return elapsed, m
 
 
 def appends_per_s(submitters: int, seconds: float, shared_subject: bool = False) -> Run:
@@ -302,13 +323,18 @@ def consumer_cycles_per_s(n: int) -> float:
 
 
 def build_big_stream(path: str, n: int) -> None:
+    """``n`` messages on ``big.0`` ... ``big.99``, except the first and the last, which are
+    on ``big.sparse`` (a subject whose scan spans the whole stream)."""
     with Store.open(path, sync="batch") as s:
         s.create_stream({"name": "BIG", "subjects": ["big.>"]})
         futs = []
         for start in range(0, n, 2000):
             futs.append(
                 s.submit(
-                    [Publish(f"big.{i % 100}", PAYLOAD) for i in range(start, min(n, start + 2000))]
+                    [
+                        Publish("big.sparse" if i in (0, n - 1) else f"big.{i % 100}", PAYLOAD)
+                        for i in range(start, min(n, start + 2000))
+                    ]
                 )
             )
             if len(futs) > 8:
@@ -325,6 +351,22 @@ def reopen_seconds(path: str) -> float:
         elapsed = time.perf_counter() - t0
         assert st.messages > 0
     return elapsed
+
+
+def sparse_lookups_ms(path: str, n: int) -> tuple[float, float]:
+    """Median ms of last-by-subject and of next-by-subject from seq 2 on ``big.sparse``
+    (the second lookup finds seq ``n`` after skipping everything in between)."""
+    with Store.open(path) as s:
+        last, nxt = [], []
+        for _ in range(RUNS):
+            t0 = time.perf_counter()
+            assert s.last_by_subject("BIG", "big.sparse").seq == n
+            t1 = time.perf_counter()
+            assert s.next_by_subject("BIG", "big.sparse", 2).seq == n
+            t2 = time.perf_counter()
+            last.append(t1 - t0)
+            nxt.append(t2 - t1)
+    return statistics.median(last) * 1000, statistics.median(nxt) * 1000
 
 
 def disk_bytes_per_msg(path: str, n: int) -> float:
@@ -398,6 +440,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  built {rec_n:,} message stream in {time.perf_counter() - t0:.1f} s (sync=batch)")
         rt = statistics.median(reopen_seconds(d) for _ in range(runs))
         print(f"  reopen + stream info with {rec_n:,} messages: {rt * 1000:8.1f} ms")
+        last_ms, next_ms = sparse_lookups_ms(d, rec_n)
+        print(
+            f"  subject on the first and last of {rec_n:,} messages: last-by-subject"
+            f" {last_ms:.3f} ms, next-by-subject from seq 2 {next_ms:.1f} ms"
+        )
         print(f"  disk per stored 100-byte message: {disk_bytes_per_msg(d, rec_n):8.1f} bytes")
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -199,6 +199,16 @@ def subject_epoch_prefix(sid_prefix_: bytes, subject: bytes, epoch: int) -> byte
     return sid_prefix_ + _U64.pack(epoch) + subject + b"\x00"
 
 
+def subject_key_epoch_prefix(key: bytes) -> bytes:
+    """The :func:`subject_epoch_prefix` a ``subjects`` key starts with (all but its seq)."""
+    return key[:-8]
+
+
+def subject_epoch_end(epoch_prefix: bytes) -> bytes:
+    """The smallest key above every key under ``epoch_prefix`` (its final 0x00 as 0x01)."""
+    return epoch_prefix[:-1] + b"\x01"
+
+
 def subject_key_seq(key: bytes) -> int:
     """The seq of a ``subjects`` key (its last 8 bytes)."""
     return int(_U64.unpack_from(key, len(key) - 8)[0])

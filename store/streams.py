@@ -362,8 +362,8 @@ class StreamRt:
         """Drop message ``seq`` from the index and its subject's record, moving the
         subject's first/last seq to its next/previous stored message when it was one."""
         icur = ctx.subjects_cur
-        epoch_prefix = keys.subject_epoch_prefix(self.sid_b, subj_b, keys.epoch_of(seq))
-        found = icur.set_key(epoch_prefix + keys.u64(seq))
+        key = keys.subject_index_key(self.sid_b, subj_b, seq)
+        found = icur.set_key(key)
         if found:
             icur.delete()  # and the cursor moves to the next key
         srec = self.subject_record(ctx, subject)
@@ -382,6 +382,7 @@ class StreamRt:
             elif seq == first:
                 # Usually the next one sits right after the deleted key, in the same epoch.
                 k = icur.key() if found else b""
+                epoch_prefix = keys.subject_key_epoch_prefix(key)
                 if k[: len(epoch_prefix)] == epoch_prefix:
                     srec[1] = keys.subject_key_seq(k)
                 else:

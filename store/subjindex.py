@@ -64,9 +64,9 @@ def prev_seq(cur: Any, sid_b: bytes, subject: bytes, before: int, first: int) ->
     bound = keys.u64(before)
     while epoch >= stop:
         prefix = keys.subject_epoch_prefix(sid_b, subject, epoch)
-        # The first key after everything of this subject in this epoch: a key of the
-        # subject at ``before``, or (earlier epochs) the prefix with its 0x00 raised to 0x01.
-        after_key = prefix + bound if bound else prefix[:-1] + b"\x01"
+        # Above everything of this subject in this epoch: its key at ``before`` (in the
+        # first epoch visited), else the first key past the epoch's prefix.
+        after_key = prefix + bound if bound else keys.subject_epoch_end(prefix)
         ok = cur.prev() if cur.set_range(after_key) else cur.last()
         if ok:
             k = cur.key()
