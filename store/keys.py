@@ -199,6 +199,17 @@ def subject_epoch_prefix(sid_prefix_: bytes, subject: bytes, epoch: int) -> byte
     return sid_prefix_ + _U64.pack(epoch) + subject + b"\x00"
 
 
+def subject_sweep_prefix(sid_prefix_: bytes, epoch: int, subject_prefix_: bytes) -> bytes:
+    """Prefix of the ``subjects`` keys of one epoch whose subject starts with the UTF-8
+    ``subject_prefix_`` (any subject when it is empty)."""
+    return sid_prefix_ + _U64.pack(epoch) + subject_prefix_
+
+
+def subject_key_subject(key: bytes) -> bytes:
+    """The UTF-8 subject of a ``subjects`` key."""
+    return key[16:-9]
+
+
 def subject_key_epoch_prefix(key: bytes) -> bytes:
     """The :func:`subject_epoch_prefix` a ``subjects`` key starts with (all but its seq)."""
     return key[:-8]

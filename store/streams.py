@@ -175,6 +175,41 @@ class StreamRt:
             return n
         return sum(1 for _ in self.subject_seqs(ctx, subject, start))
 
+    def filtered_seqs(self, ctx: Ctx, filter_: str) -> list[int]:
+        """Stored seqs whose subject matches the wildcard ``filter_``, ascending: scans
+        each matching subject, or sweeps the epochs once when that reads fewer keys."""
+        matching: list[tuple[str, int, int]] = []
+        per_subject = under_prefix = 0
+        lo, hi = keys.MAX_U64, 0
+        prefix = literal_prefix(filter_)
+        self.flush_counts(ctx)
+        for subj, n, first, last in subjindex.records(
+            ctx.txn.cursor(db=ctx.subjcount_db), self.sid, prefix
+        ):
+            under_prefix += n
+            if subject_matches(filter_, subj):
+                matching.append((subj, first, last))
+                per_subject += n + keys.epoch_of(last) - keys.epoch_of(first) + 1
+                lo, hi = min(lo, first), max(hi, last)
+        if not matching:
+            return []
+        cur = ctx.txn.cursor(db=ctx.subjects_db)
+        if keys.epoch_of(hi) - keys.epoch_of(lo) + 1 + under_prefix < per_subject:
+            known: dict[bytes, bool] = {}
+
+            def matches(subj_b: bytes) -> bool:
+                ok = known.get(subj_b)
+                if ok is None:
+                    ok = known[subj_b] = subject_matches(filter_, subj_b.decode())
+                return ok
+
+            return subjindex.sweep(cur, self.sid_b, prefix.encode(), lo, hi, matches)
+        return sorted(
+            q
+            for subj, first, last in matching
+            for q in subjindex.seqs(cur, self.sid_b, subj.encode(), first, last)
+        )
+
     def last_seq_of_subject(self, ctx: Ctx, subject: str) -> int:
         """Last stored seq for ``subject`` (wildcards allowed); 0 when none."""
         if is_literal(subject):
@@ -482,8 +517,7 @@ class StreamRt:
         if filter_ and is_literal(filter_):
             victims = list(self.subject_seqs(ctx, filter_))
         elif filter_:
-            subjects = list(self.subjects(ctx, filter_))
-            victims = sorted(q for subj in subjects for q in self.subject_seqs(ctx, subj))
+            victims = self.filtered_seqs(ctx, filter_)
         else:
             victims = [q for q, _ in self.seqs_from(ctx, 0)]
         if below is not None:

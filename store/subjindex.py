@@ -15,7 +15,7 @@ Every function takes a cursor on the ``subjects`` database of the caller's trans
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from store import keys
@@ -45,6 +45,36 @@ def seqs(cur: Any, sid_b: bytes, subject: bytes, lo: int, hi: int) -> Iterator[i
                 yield seq
         start = b""
         epoch += 1
+
+
+def sweep(
+    cur: Any,
+    sid_b: bytes,
+    subject_prefix: bytes,
+    lo: int,
+    hi: int,
+    matches: Callable[[bytes], bool],
+) -> list[int]:
+    """Stored seqs in ``[lo, hi]`` whose subject starts with ``subject_prefix`` and
+    ``matches``, ascending: one seek per epoch and a step over every key of the epoch under
+    the prefix. Cheaper than :func:`seqs` per subject when many subjects each span many
+    epochs sparsely (the per-subject scans would seek every epoch once per subject)."""
+    out: list[int] = []
+    for epoch in range(lo >> _SHIFT, (hi >> _SHIFT) + 1):
+        prefix = keys.subject_sweep_prefix(sid_b, epoch, subject_prefix)
+        n = len(prefix)
+        if not cur.set_range(prefix):
+            break
+        found = []
+        for k in cur.iternext(keys=True, values=False):
+            if k[:n] != prefix:
+                break
+            seq = keys.subject_key_seq(k)
+            if lo <= seq <= hi and matches(keys.subject_key_subject(k)):
+                found.append(seq)
+        found.sort()  # an epoch's keys are in subject order
+        out.extend(found)
+    return out
 
 
 def next_seq(cur: Any, sid_b: bytes, subject: bytes, after: int, last: int) -> int:

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import Delivery, JetStreamError, Publish, Store, keys
+from store import Delivery, JetStreamError, Publish, Store, keys, subjindex
 from store.env import MIGRATIONS, _rebuild_subject_index
 from tests.store.conftest import SEC, Events, FakeClock
 
@@ -313,6 +313,42 @@ def test_sparse_subject_spanning_many_epochs(store: Store, events: Events) -> No
     assert ack is not None
     assert _records(store)["s.x.sparse"] == (1, ack.seq, ack.seq)
     _check(store)
+
+
+@pytest.mark.parametrize("n_subjects", [2, 300])
+def test_wildcard_purge_scans_subjects_or_sweeps_epochs(
+    store: Store, monkeypatch: pytest.MonkeyPatch, n_subjects: int
+) -> None:
+    """Two subjects spanning the stream are scanned one by one; 300 subjects each with a
+    message every 300 seqs (so in about every epoch) are found by one sweep."""
+    swept: list[int] = []
+    real_sweep = subjindex.sweep
+
+    def counting_sweep(*args: Any) -> list[int]:
+        out = real_sweep(*args)
+        swept.append(len(out))
+        return out
+
+    monkeypatch.setattr(subjindex, "sweep", counting_sweep)
+    store.create_stream({"name": "S", "subjects": ["s.>"]})
+    # Named so that an epoch's key order (by subject) is the reverse of its seq order.
+    names = tuple(f"s.{'xy'[i % 2]}.{999 - i}" for i in range(n_subjects))
+    for _ in range(10):
+        _fill(store, n_subjects, names)
+        _fill(store, EPOCH // 2)
+    stored = _check(store, probes=1)
+    last = store.stream_state("S").last_seq
+    below = last // 2
+    want = [q for q, subj in stored.items() if subj.startswith("s.x.") and q < below]
+    assert store.purge_stream("S", filter="s.x.*", seq=below) == len(want)
+    for q in want:
+        del stored[q]
+    assert _check(store, probes=1) == stored
+    want = [q for q, subj in stored.items() if subj.startswith("s.x.")]
+    assert store.purge_stream("S", filter="s.x.*", keep=3) == len(want) - 3
+    assert [m.seq for m in store.iter_msgs("S") if m.subject.startswith("s.x.")] == want[-3:]
+    assert bool(swept) == (n_subjects == 300)
+    _check(store, probes=1)
 
 
 def test_update_to_max_msgs_per_subject_trims_across_epochs(store: Store) -> None:
