@@ -185,10 +185,16 @@ class ConsumerRt:
         if all(is_literal(f) for f in self.filters):
             return sum(st.count_from(ctx, f, start) for f in self.filters)
         n = 0
+        straddling: dict[bytes, tuple[int, int, int]] = {}
         for subj, count, first, last in st.subject_records(ctx):
             if start <= last and self.matches(subj):
-                n += count if start <= first else st.count_from(ctx, subj, start)
-        return n
+                if start <= first:
+                    n += count
+                else:
+                    straddling[subj.encode()] = (count, first, last)
+        # The messages from start on, if spread evenly over the stream's seqs.
+        after = -(-st.messages * (st.last_seq - start + 1) // (st.last_seq - st.first_seq + 1))
+        return n + len(st.seqs_of(ctx, straddling, start, b"", after))
 
     def on_append(self, seq: int, subject: str) -> None:
         if (

@@ -339,6 +339,25 @@ def test_wildcard_purge_scans_subjects_or_sweeps_epochs(
     stored = _check(store, probes=1)
     last = store.stream_state("S").last_seq
     below = last // 2
+    # A wildcard consumer starting mid-stream counts the straddling subjects the same way.
+    for filters in (["s.x.*"], ["s.x.*", "s.f0"]):
+        store.create_consumer(
+            "S",
+            {
+                "durable_name": "c",
+                "ack_policy": "none",
+                "filter_subjects": filters,
+                "deliver_policy": "by_start_sequence",
+                "opt_start_seq": below + 1,
+            },
+        )
+        want_pending = sum(
+            1 for q, x in stored.items() if q > below and (x.startswith("s.x.") or x in filters)
+        )
+        assert store.consumer_info("S", "c").num_pending == want_pending
+        store.delete_consumer("S", "c")
+    assert bool(swept) == (n_subjects == 300)
+    swept.clear()
     want = [q for q, subj in stored.items() if subj.startswith("s.x.") and q < below]
     assert store.purge_stream("S", filter="s.x.*", seq=below) == len(want)
     for q in want:
