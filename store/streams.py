@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 _HEADER_BAD = frozenset("\r\n")
 MAX_SUBJECT = 480  # bytes: keeps every index key under LMDB's 511-byte key limit
 MAX_CACHED_COUNTS = 50_000  # per stream: the subject-record cache is dropped above this
+# At least this many subjects whose first seq must be found again in one flush: one sweep
+# over the epochs (a seek per epoch, a step per key) instead of a scan per subject (a seek
+# per epoch per subject). About where the two cost the same with 256 keys per epoch.
+SWEEP_STALE_FIRSTS = 64
 
 
 @dataclass
@@ -75,6 +79,15 @@ class StreamRt:
     :meth:`flush_counts`, which the engine calls before the commit and every reader of the
     ``subjcount`` table calls before it reads. After an aborted batch the engine rebuilds
     every ``StreamRt``, so the cache never holds uncommitted records.
+
+    When a subject's first message goes and the next one is not the neighbouring index
+    key, the new first seq is found later: until :meth:`flush_counts` the cached first seq
+    is a lower bound (the subject is in ``_stale``) — every reader scans from it, which is
+    correct for a lower bound — and the flush resolves all of a batch's stale subjects,
+    by one scan each or, for many, by one sweep over the epochs. What is written to
+    ``subjcount`` is always exact. (Removing the stream's head over many sparse subjects —
+    max_msgs, max_age, purges, per-subject history limits — would otherwise seek every
+    epoch between a subject's first and second message, once per removal.)
     """
 
     def __init__(self, name: str, sid: int, config: StreamConfig, created_ns: int) -> None:
@@ -83,6 +96,7 @@ class StreamRt:
         self.sid_b = keys.sid_prefix(sid)
         self._subj: dict[str, list[int]] = {}
         self._dirty: set[str] = set()
+        self._stale: set[str] = set()
         self.config = config
         self.created_ns = created_ns
         self.first_seq = 0
@@ -143,6 +157,8 @@ class StreamRt:
         dirty = self._dirty
         if not dirty:
             return
+        if self._stale:
+            self._resolve_firsts(ctx)
         recs = self._subj
         cur = ctx.subjcount_cur
         sid = self.sid
@@ -157,6 +173,23 @@ class StreamRt:
         dirty.clear()
         if len(recs) > MAX_CACHED_COUNTS:
             recs.clear()
+
+    def _resolve_firsts(self, ctx: Ctx) -> None:
+        """Find the exact first seq of every subject in ``_stale`` (see the class doc)."""
+        recs = self._subj
+        pending = {subj.encode(): recs[subj] for subj in self._stale}
+        self._stale.clear()
+        cur = ctx.txn.cursor(db=ctx.subjects_db)
+        if len(pending) < SWEEP_STALE_FIRSTS:
+            for subj_b, rec in pending.items():
+                rec[1] = subjindex.next_seq(cur, self.sid_b, subj_b, rec[1] - 1, rec[2])
+            return
+        lo = min(rec[1] for rec in pending.values())
+        hi = max(rec[2] for rec in pending.values())
+        for seq, subj_b in subjindex.sweep_firsts(cur, self.sid_b, lo, hi, pending):
+            pending.pop(subj_b)[1] = seq
+        for subj_b, rec in pending.items():  # none unless the index lost keys
+            rec[1] = subjindex.next_seq(cur, self.sid_b, subj_b, rec[1] - 1, rec[2])
 
     def subject_seqs(self, ctx: Ctx, subject: str, start: int = 0) -> Iterator[int]:
         """Stored sequences of one literal subject, ascending, from ``start``."""
@@ -415,7 +448,8 @@ class StreamRt:
 
     def _unindex(self, ctx: Ctx, subject: str, subj_b: bytes, seq: int) -> None:
         """Drop message ``seq`` from the index and its subject's record, moving the
-        subject's first/last seq to its next/previous stored message when it was one."""
+        subject's first/last seq to its next/previous stored message when it was one (a
+        first that is not the neighbouring key is left as a lower bound: class doc)."""
         icur = ctx.subjects_cur
         key = keys.subject_index_key(self.sid_b, subj_b, seq)
         found = icur.set_key(key)
@@ -427,21 +461,28 @@ class StreamRt:
             if n:
                 self.num_subjects -= 1
             srec[0] = srec[1] = srec[2] = 0
+            self._stale.discard(subject)
+        elif n == 2:  # one message left: it is both the first and the last
+            srec[0] = 1
+            if seq != last:
+                srec[1] = last
+            elif subject in self._stale:  # the other one, wherever it is
+                srec[1] = srec[2] = subjindex.next_seq(icur, self.sid_b, subj_b, first - 1, last)
+            else:
+                srec[2] = first
+            self._stale.discard(subject)
         else:
             srec[0] = n - 1
-            if n == 2:  # one message left: it is both the first and the last
-                if seq == first:
-                    srec[1] = last
-                elif seq == last:
-                    srec[2] = first
-            elif seq == first:
-                # Usually the next one sits right after the deleted key, in the same epoch.
+            if seq == first:
+                # The next one usually sits right after the deleted key, in the same epoch.
                 k = icur.key() if found else b""
                 epoch_prefix = keys.subject_key_epoch_prefix(key)
                 if k[: len(epoch_prefix)] == epoch_prefix:
                     srec[1] = keys.subject_key_seq(k)
+                    self._stale.discard(subject)
                 else:
-                    srec[1] = subjindex.next_seq(icur, self.sid_b, subj_b, seq, last)
+                    srec[1] = seq + 1  # a lower bound, resolved by flush_counts
+                    self._stale.add(subject)
             elif seq == last:
                 srec[2] = subjindex.prev_seq(icur, self.sid_b, subj_b, seq, first)
         self._mark_dirty(ctx, subject)

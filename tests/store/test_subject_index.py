@@ -21,7 +21,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import Delivery, JetStreamError, Publish, Store, keys, subjindex
+from store import (
+    DeleteMsg,
+    Delivery,
+    JetStreamError,
+    OpResult,
+    PubAck,
+    Publish,
+    PurgeStream,
+    Store,
+    keys,
+    subjindex,
+)
 from store.env import MIGRATIONS, _rebuild_subject_index
 from tests.store.conftest import SEC, Events, FakeClock
 
@@ -556,3 +567,108 @@ def test_schema_1_environment_is_migrated(
         s.delete_msg("S", s.last_by_subject("S", "s.a").seq)
         _check(s, "S", probes=2)
         _check(s, "T", probes=2)
+
+
+# -- first seqs found again at the flush (stale firsts) --------------------------------------
+
+
+@pytest.mark.parametrize("n_subjects", [10, 100])
+def test_head_removal_over_many_sparse_subjects(
+    store: Store, monkeypatch: pytest.MonkeyPatch, n_subjects: int
+) -> None:
+    """Purging the head removes many subjects' first messages in one batch; with 100 of
+    them the flush finds their new first seqs by one sweep, with 10 by a scan each."""
+    swept: list[int] = []
+    real = subjindex.sweep_firsts
+
+    def counting(*args: Any) -> Iterator[tuple[int, bytes]]:
+        swept.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(subjindex, "sweep_firsts", counting)
+    store.create_stream({"name": "S", "subjects": ["s.>"]})
+    names = tuple(f"s.{999 - i}" for i in range(n_subjects))
+    for _ in range(3):
+        _fill(store, 7 * n_subjects, names)
+        _fill(store, EPOCH, ("s.dense",))
+    last = store.stream_state("S").last_seq
+    store.purge_stream("S", seq=last // 3)
+    _check(store, probes=1)
+    assert bool(swept) == (n_subjects == 100)
+    swept.clear()
+    store.update_stream({"name": "S", "subjects": ["s.>"], "max_msgs": last // 3})
+    _check(store, probes=1)
+    assert bool(swept) == (n_subjects == 100)
+
+
+def test_history_limit_over_many_keys_in_one_batch(store: Store) -> None:
+    """A key-value pattern: max_msgs_per_subject 3, 300 keys updated round robin, 300
+    updates per submission (each removes its key's oldest, whose successor is epochs on)."""
+    store.create_stream({"name": "S", "subjects": ["s.>"], "max_msgs_per_subject": 3})
+    names = tuple(f"s.k{i}" for i in range(300))
+    for _ in range(6):
+        _fill(store, 300, names)
+        _check(store, probes=1)
+    recs = _records(store)
+    assert all(n == 3 for n, _, _ in recs.values())
+
+
+# A batch must give what its operations give one per commit, also when removals leave
+# first seqs to be found at the flush and later operations of the batch read them.
+batch_op = st.one_of(
+    st.tuples(st.just("pub"), st.sampled_from(SUBJ)),
+    st.tuples(st.just("fill"), st.integers(1, EPOCH), st.integers(0, 70)),
+    st.tuples(st.just("del"), st.integers(1, 2000)),
+    st.tuples(st.just("purge"), st.sampled_from((*SUBJ, "s.x.*", None)), st.integers(1, 2000)),
+    st.tuples(st.just("keep"), st.sampled_from((*SUBJ, "s.x.*")), st.integers(0, 2)),
+)
+
+
+def _norm(res: OpResult) -> object:
+    if isinstance(res, JetStreamError):
+        return ("error", res.err_code)
+    if isinstance(res, PubAck):
+        return tuple(res)
+    return getattr(res, "purged", res)
+
+
+def _ops(spec: list[tuple[Any, ...]]) -> list[Any]:
+    out: list[Any] = []
+    for op in spec:
+        if op[0] == "pub":
+            out.append(Publish(op[1], b"p"))
+        elif op[0] == "fill":
+            out.extend(Publish(f"s.f{i % (op[2] + 1)}", b"f") for i in range(op[1]))
+        elif op[0] == "del":
+            out.append(DeleteMsg("S", op[1]))
+        elif op[0] == "purge":
+            out.append(PurgeStream("S", op[1], seq=op[2]))
+        else:
+            out.append(PurgeStream("S", op[1], keep=op[2]))
+    return out
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(spec=st.lists(batch_op, min_size=1, max_size=25), mmps=st.sampled_from([-1, 2]))
+def test_one_batch_equals_one_commit_per_operation(
+    tmp_path: Path, spec: list[tuple[Any, ...]], mmps: int
+) -> None:
+    ops = _ops(spec)
+    outcomes = []
+    for mode in ("single", "batch"):
+        d = tmp_path / mode
+        shutil.rmtree(d, ignore_errors=True)
+        with Store.open(d, clock=FakeClock(), map_size=1 << 24, sync="batch") as s:
+            s.create_stream({"name": "S", "subjects": ["s.>"], "max_msgs_per_subject": mmps})
+            if mode == "single":
+                results = [s.submit([op]).result(timeout=60)[0] for op in ops]
+            else:
+                results = s.submit(ops).result(timeout=60)
+            stored = _check(s, probes=1)
+            norm = [_norm(r) for r in results]
+            outcomes.append((norm, stored, s.stream_info("S", subjects_filter=">").state))
+    assert outcomes[0] == outcomes[1]
