@@ -672,3 +672,31 @@ def test_one_batch_equals_one_commit_per_operation(
             norm = [_norm(r) for r in results]
             outcomes.append((norm, stored, s.stream_info("S", subjects_filter=">").state))
     assert outcomes[0] == outcomes[1]
+
+
+def test_batch_reads_a_first_seq_left_to_the_flush(store: Store) -> None:
+    """Within one batch, after a subject's first went (its successor epochs away): removing
+    its last leaves the successor as first and last; a history limit removes the successor
+    as the oldest; the committed records are exact."""
+    store.create_stream({"name": "S", "subjects": ["s.>"], "max_msgs_per_subject": 3})
+    a = []
+    for subj in ("s.a", "s.b", "s.b"):
+        for _ in range(3):
+            ack = store.publish(subj)
+            assert ack is not None
+            a.append(ack.seq)
+            _fill(store, 2 * EPOCH, tuple(f"s.f{i}" for i in range(2 * EPOCH)))
+    sa = a[:3]
+    sb = [m.seq for m in store.iter_msgs("S") if m.subject == "s.b"]  # the newest 3 of 6
+    res = store.submit([DeleteMsg("S", sa[0]), DeleteMsg("S", sa[2])]).result(timeout=30)
+    assert res == [True, True]
+    assert _records(store)["s.a"] == (1, sa[1], sa[1])
+    res = store.submit(
+        [DeleteMsg("S", sb[0]), Publish("s.b", b"n1"), Publish("s.b", b"n2")]
+    ).result(timeout=30)
+    n1, n2 = res[1], res[2]
+    assert isinstance(n1, PubAck)
+    assert isinstance(n2, PubAck)
+    assert [m.seq for m in store.iter_msgs("S") if m.subject == "s.b"] == [sb[2], n1.seq, n2.seq]
+    assert _records(store)["s.b"] == (3, sb[2], n2.seq)
+    _check(store, probes=1)
