@@ -9,6 +9,8 @@ Reports the median of 5 runs of each measurement:
   message. Compared in the same run with (a) one LMDB write transaction + fsync per
   message (the no-group-commit baseline) and (b) a raw py-lmdb ``put`` loop without
   fsync (the ceiling);
+- appends/s under a limit that removes a sparse subject's first message per append
+  (10,000 subjects; ``max_msgs_per_subject`` and ``max_msgs``; ``sync="batch"``);
 - explicit-ack consumer deliver+ack cycles/s (pull batches of 100, acks submitted in one
   operation list together with the next pull request);
 - reopen time of a stream holding 1,000,000 messages (``--recovery-msgs``), and in it
@@ -228,6 +230,28 @@ def broker_pattern_per_s(submitters: int, seconds: float) -> Run:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def sparse_limit_per_s(limit: dict[str, int], n: int, keys: int = 10_000) -> float:
+    """Appends/s (``sync="batch"``, 1,000 per submission, second half of ``n``) on
+    ``keys`` subjects updated round robin, so each subject has a message every ``keys``
+    sequences, under a limit that removes a message per append: ``max_msgs_per_subject``
+    (a key-value history: each append removes its subject's oldest) or ``max_msgs`` (each
+    append removes the stream's head). Every removal takes a subject's first message whose
+    successor lies ``keys`` sequences later."""
+    d = _fresh_dir()
+    try:
+        with Store.open(d, sync="batch") as s:
+            s.create_stream({"name": "K", "subjects": ["k.>"], **limit})
+            t_half = 0.0
+            for start in range(0, n, 1000):
+                if start == n // 2:
+                    t_half = time.perf_counter()
+                ops = [Publish(f"k.{i % keys}", PAYLOAD) for i in range(start, start + 1000)]
+                s.submit(ops).result()
+            return (n - n // 2) / (time.perf_counter() - t_half)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def txn_per_message(n: int) -> float:
     d = _fresh_dir()
     try:
@@ -428,6 +452,16 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  one txn + fsync per message (baseline, again at the end): {per_txn_after:8,.0f}"
         " msgs/s (the disk's fsync latency drifts: compare ratios only within a steady run)"
+    )
+    n = 20_000 if args.quick else 120_000
+    hist = statistics.median(
+        sparse_limit_per_s({"max_msgs_per_subject": 5}, n) for _ in range(runs)
+    )
+    head = statistics.median(sparse_limit_per_s({"max_msgs": 50_000}, n) for _ in range(runs))
+    print(
+        "  sync=batch, 10,000 subjects round robin, each append removes a subject's first"
+        f" message: max_msgs_per_subject=5 {hist:10,.0f} appends/s; max_msgs=50,000"
+        f" {head:10,.0f} appends/s"
     )
     cyc = statistics.median(
         consumer_cycles_per_s(2_000 if args.quick else 20_000) for _ in range(runs)
