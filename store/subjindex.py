@@ -81,25 +81,24 @@ def sweep_firsts(
     cur: Any, sid_b: bytes, lo: int, hi: int, wanted: dict[bytes, Any]
 ) -> Iterator[tuple[int, bytes]]:
     """``(seq, subject)`` of the first stored message at or after ``lo`` (and up to
-    ``hi``) of each subject in ``wanted`` (UTF-8 keys), in one sweep over the epochs; stops
-    once every subject is found. Assumes no subject in ``wanted`` has a stored message
-    below ``lo`` in ``lo``'s epoch that should be skipped (callers pass lower bounds of
-    first seqs, so there is none)."""
+    ``hi``) of each subject in ``wanted`` (UTF-8 keys), in one pass over the index keys of
+    the epochs from ``lo``'s to ``hi``'s (one seek); stops once every subject is found.
+    Callers pass lower bounds of first seqs: no subject in ``wanted`` has a stored message
+    below ``lo``, so the first key of a subject met is its first message."""
     left = set(wanted)
-    for epoch in range(lo >> _SHIFT, (hi >> _SHIFT) + 1):
-        prefix = keys.subject_sweep_prefix(sid_b, epoch, b"")
-        n = len(prefix)
-        if not cur.set_range(prefix):
+    end = keys.subject_sweep_prefix(sid_b, (hi >> _SHIFT) + 1, b"")
+    subject_of, seq_of = keys.subject_key_subject, keys.subject_key_seq
+    if not cur.set_range(keys.subject_sweep_prefix(sid_b, lo >> _SHIFT, b"")):
+        return
+    for k in cur.iternext(keys=True, values=False):
+        if k >= end:
             return
-        for k in cur.iternext(keys=True, values=False):
-            if k[:n] != prefix:
-                break
-            subj = keys.subject_key_subject(k)
-            if subj in left:  # an epoch's keys of a subject are in seq order: the first
-                left.discard(subj)
-                yield keys.subject_key_seq(k), subj
-                if not left:
-                    return
+        subj = subject_of(k)
+        if subj in left:  # an epoch's keys of a subject are in seq order: the first
+            left.discard(subj)
+            yield seq_of(k), subj
+            if not left:
+                return
 
 
 def next_seq(cur: Any, sid_b: bytes, subject: bytes, after: int, last: int) -> int:
