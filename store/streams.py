@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 _HEADER_BAD = frozenset("\r\n")
 MAX_SUBJECT = 480  # bytes: keeps every index key under LMDB's 511-byte key limit
 MAX_CACHED_COUNTS = 50_000  # per stream: the subject-record cache is dropped above this
-# At least this many subjects whose first seq must be found again in one flush: one sweep
-# over the epochs (a seek per epoch, a step per key) instead of a scan per subject (a seek
-# per epoch per subject). About where the two cost the same with 256 keys per epoch.
+# At least this many subjects whose first seq must be found again in one flush: one pass
+# over the index keys from the lowest bound (a step per key, 256 per epoch) instead of a
+# scan per subject (a seek, ≈4 steps, per epoch it spans): about where the two cost the same.
 SWEEP_STALE_FIRSTS = 64
 
 
