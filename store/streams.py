@@ -34,6 +34,9 @@ MAX_CACHED_COUNTS = 50_000  # per stream: the subject-record cache is dropped ab
 # over the index keys from the lowest bound (a step per key, 256 per epoch) instead of a
 # scan per subject (a seek, ≈4 steps, per epoch it spans): about where the two cost the same.
 SWEEP_STALE_FIRSTS = 64
+# Subjects with 3 to this many stored messages created in this process keep the list of
+# their seqs in memory (``StreamRt._seqs``), so removing their first needs no index scan.
+SMALL_SUBJECT = 8
 
 
 @dataclass
@@ -88,6 +91,11 @@ class StreamRt:
     ``subjcount`` is always exact. (Removing the stream's head over many sparse subjects —
     max_msgs, max_age, purges, per-subject history limits — would otherwise seek every
     epoch between a subject's first and second message, once per removal.)
+
+    A subject that grows from 2 to 3 messages with an exact first seq gets the sorted list
+    of its seqs in ``_seqs``, kept while it has 3 to ``SMALL_SUBJECT`` messages: its next
+    first is then the list's second entry. Subjects read back from ``subjcount`` (after a
+    restart or a cache drop) have no list until they shrink to 2 and grow again.
     """
 
     def __init__(self, name: str, sid: int, config: StreamConfig, created_ns: int) -> None:
@@ -97,6 +105,7 @@ class StreamRt:
         self._subj: dict[str, list[int]] = {}
         self._dirty: set[str] = set()
         self._stale: set[str] = set()
+        self._seqs: dict[str, list[int]] = {}
         self.config = config
         self.created_ns = created_ns
         self.first_seq = 0
@@ -173,6 +182,7 @@ class StreamRt:
         dirty.clear()
         if len(recs) > MAX_CACHED_COUNTS:
             recs.clear()
+            self._seqs.clear()
 
     def _resolve_firsts(self, ctx: Ctx) -> None:
         """Find the exact first seq of every subject in ``_stale`` (see the class doc)."""
@@ -196,6 +206,9 @@ class StreamRt:
         n, first, last = self.subject_record(ctx, subject)
         if not n or start > last:
             return iter(())
+        small = self._seqs.get(subject)
+        if small is not None:
+            return iter([q for q in small if q >= start])
         cur = ctx.txn.cursor(db=ctx.subjects_db)
         return subjindex.seqs(cur, self.sid_b, subject.encode(), max(start, first), last)
 
@@ -351,6 +364,15 @@ class StreamRt:
         if not count:
             srec[1] = seq
             self.num_subjects += 1
+        elif count >= 2:
+            small = self._seqs.get(subject)
+            if small is not None:
+                if count < SMALL_SUBJECT:
+                    small.append(seq)
+                else:
+                    del self._seqs[subject]
+            elif count == 2 and SMALL_SUBJECT >= 3 and subject not in self._stale:
+                self._seqs[subject] = [srec[1], srec[2], seq]
         count += 1
         srec[0] = count
         srec[2] = seq
@@ -457,6 +479,14 @@ class StreamRt:
             icur.delete()  # and the cursor moves to the next key
         srec = self.subject_record(ctx, subject)
         n, first, last = srec
+        small = self._seqs.get(subject)
+        if small is not None and seq in small:  # 3 or more messages, all in the list
+            small.remove(seq)
+            srec[0], srec[1], srec[2] = n - 1, small[0], small[-1]
+            if n - 1 <= 2:
+                del self._seqs[subject]
+            self._mark_dirty(ctx, subject)
+            return
         if n <= 1:
             if n:
                 self.num_subjects -= 1

@@ -31,12 +31,20 @@ from store import (
     PurgeStream,
     Store,
     keys,
+    streams,
     subjindex,
 )
 from store.env import MIGRATIONS, _rebuild_subject_index
 from tests.store.conftest import SEC, Events, FakeClock
 
 EPOCH = 1 << keys.EPOCH_SHIFT
+
+
+@pytest.fixture(autouse=True, params=[streams.SMALL_SUBJECT, 0], ids=["seq-lists", "no-lists"])
+def _small_subjects(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs twice: with the in-memory seq lists of small subjects, and without
+    them (as after a restart), when first seqs are found through the index."""
+    monkeypatch.setattr(streams, "SMALL_SUBJECT", request.param)
 
 
 def _sid(s: Store, name: str) -> int:
@@ -700,3 +708,36 @@ def test_batch_reads_a_first_seq_left_to_the_flush(store: Store) -> None:
     assert [m.seq for m in store.iter_msgs("S") if m.subject == "s.b"] == [sb[2], n1.seq, n2.seq]
     assert _records(store)["s.b"] == (3, sb[2], n2.seq)
     _check(store, probes=1)
+
+
+def test_filtered_consumer_on_a_small_subject_across_epochs(store: Store, events: Events) -> None:
+    """A literal filter on a subject of 5 messages (in the seq lists, or not): delivery one
+    by one in order, and num_pending from a start that is exactly one of its seqs."""
+    store.create_stream({"name": "S", "subjects": ["s.>"]})
+    seqs = []
+    for _ in range(5):
+        ack = store.publish("s.a")
+        assert ack is not None
+        seqs.append(ack.seq)
+        _fill(store, EPOCH + 7)
+    store.create_consumer(
+        "S", {"durable_name": "c", "ack_policy": "explicit", "filter_subject": "s.a"}
+    )
+    for i, want in enumerate(seqs):
+        assert store.consumer_info("S", "c").num_pending == 5 - i
+        store.pull("S", "c", "inbox", batch=1)
+        assert [e.msg.seq for e in events.take() if isinstance(e, Delivery)] == [want]
+    store.create_consumer(
+        "S",
+        {
+            "durable_name": "d",
+            "ack_policy": "none",
+            "filter_subject": "s.a",
+            "deliver_policy": "by_start_sequence",
+            "opt_start_seq": seqs[2],
+        },
+    )
+    assert store.consumer_info("S", "d").num_pending == 3
+    store.delete_msg("S", seqs[0])  # the first, from the list or found at the flush
+    assert _records(store)["s.a"] == (4, seqs[1], seqs[4])
+    _check(store)
