@@ -359,7 +359,9 @@ class StreamRt:
         now = ctx.now
         ctx.msgs_cur.put(keys.msg_key(self.sid, seq), keys.msg_record(now, subj_b, block, payload))
         ctx.subjects_cur.put(keys.subject_index_key(self.sid_b, subj_b, seq), b"")
-        srec = self._subj.get(subject) or self.subject_record(ctx, subject)
+        srec = self._subj.get(subject)
+        if srec is None:
+            srec = self.subject_record(ctx, subject)
         count = srec[0]
         if not count:
             srec[1] = seq
@@ -376,7 +378,9 @@ class StreamRt:
         count += 1
         srec[0] = count
         srec[2] = seq
-        self._mark_dirty(ctx, subject)
+        if not self._dirty:
+            ctx.touched.add(self)  # the engine flushes touched streams before the commit
+        self._dirty.add(subject)
         if not self.messages:
             self.first_seq = seq
             self.first_ts = now
@@ -477,8 +481,16 @@ class StreamRt:
         found = icur.set_key(key)
         if found:
             icur.delete()  # and the cursor moves to the next key
-        srec = self.subject_record(ctx, subject)
+        srec = self._subj.get(subject) or self.subject_record(ctx, subject)
         n, first, last = srec
+        if n <= 1:
+            if n:
+                self.num_subjects -= 1
+            srec[0] = srec[1] = srec[2] = 0
+            if self._stale:
+                self._stale.discard(subject)
+            self._mark_dirty(ctx, subject)
+            return
         small = self._seqs.get(subject)
         if small is not None and seq in small:  # 3 or more messages, all in the list
             small.remove(seq)
@@ -487,12 +499,7 @@ class StreamRt:
                 del self._seqs[subject]
             self._mark_dirty(ctx, subject)
             return
-        if n <= 1:
-            if n:
-                self.num_subjects -= 1
-            srec[0] = srec[1] = srec[2] = 0
-            self._stale.discard(subject)
-        elif n == 2:  # one message left: it is both the first and the last
+        if n == 2:  # one message left: it is both the first and the last
             srec[0] = 1
             if seq != last:
                 srec[1] = last
