@@ -9,9 +9,12 @@ Reports the median of 5 runs of each measurement:
   message. Compared in the same run with (a) one LMDB write transaction + fsync per
   message (the no-group-commit baseline) and (b) a raw py-lmdb ``put`` loop without
   fsync (the ceiling);
+- appends/s under a limit that removes a sparse subject's first message per append
+  (10,000 subjects; ``max_msgs_per_subject`` and ``max_msgs``; ``sync="batch"``);
 - explicit-ack consumer deliver+ack cycles/s (pull batches of 100, acks submitted in one
   operation list together with the next pull request);
-- reopen time of a stream holding 1,000,000 messages (``--recovery-msgs``);
+- reopen time of a stream holding 1,000,000 messages (``--recovery-msgs``), and in it
+  last-by-subject / next-by-subject of a subject stored only as its first and last message;
 - bytes on disk per stored 100-byte message.
 
 Usage: ``.venv/bin/python scripts/bench_store.py [--quick]``.
@@ -56,6 +59,7 @@ class Run(NamedTuple):
     commit_ms: float  # per commit (LMDB commit: page writes + data fsync + meta fsync)
     apply_us: float  # per job: applying its operations
     complete_us: float  # per job: its future and the submitter's done callback (next submit)
+    kib_per_commit: float  # bytes the process wrote (LMDB's page writes) per commit
 
     @classmethod
     def of(cls, rate: float, m: dict[str, int]) -> Run:
@@ -67,14 +71,30 @@ class Run(NamedTuple):
             m.get("commit_us", 0) / commits / 1000,
             m.get("apply_us", 0) / jobs,
             m.get("complete_us", 0) / jobs,
+            m.get("written", 0) / commits / 1024,
         )
 
     def split(self) -> str:
         return (
             f"[{self.jobs_per_commit:.0f} jobs/commit; writer per job: apply"
             f" {self.apply_us:.1f} us, future+callback {self.complete_us:.1f} us;"
-            f" commit {self.commit_ms:.2f} ms]"
+            f" commit {self.commit_ms:.2f} ms, {self.kib_per_commit:.0f} KiB written]"
         )
+
+
+def bytes_written() -> int:
+    """Bytes this process has passed to write(2)/pwrite(2) (Linux ``/proc/self/io``
+    ``wchar``; 0 elsewhere). During a run only the writer thread writes: LMDB's dirty
+    pages and meta page, so per commit this counts the pages a commit copies and fsyncs,
+    a number that, unlike the commit time, does not move with the disk's latency."""
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def median_run(fn: Callable[[], Run], runs: int) -> Run:
@@ -92,12 +112,15 @@ def _drive(
 ) -> tuple[float, dict[str, int]]:
     """Start every chain, wait until the last one stops; elapsed time and the metrics' change."""
     before = s.metrics()
+    written = bytes_written()
     t0 = time.perf_counter()
     for start in chains:
         start()
     done.wait(seconds + 30)
     elapsed = time.perf_counter() - t0
-    return elapsed, {k: v - before[k] for k, v in s.metrics().items()}
+    m = {k: v - before[k] for k, v in s.metrics().items()}
+    m["written"] = bytes_written() - written
+    return elapsed, m
 
 
 def appends_per_s(submitters: int, seconds: float, shared_subject: bool = False) -> Run:
@@ -207,6 +230,28 @@ def broker_pattern_per_s(submitters: int, seconds: float) -> Run:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def sparse_limit_per_s(limit: dict[str, int], n: int, keys: int = 10_000) -> float:
+    """Appends/s (``sync="batch"``, 1,000 per submission, second half of ``n``) on
+    ``keys`` subjects updated round robin, so each subject has a message every ``keys``
+    sequences, under a limit that removes a message per append: ``max_msgs_per_subject``
+    (a key-value history: each append removes its subject's oldest) or ``max_msgs`` (each
+    append removes the stream's head). Every removal takes a subject's first message whose
+    successor lies ``keys`` sequences later."""
+    d = _fresh_dir()
+    try:
+        with Store.open(d, sync="batch") as s:
+            s.create_stream({"name": "K", "subjects": ["k.>"], **limit})
+            t_half = 0.0
+            for start in range(0, n, 1000):
+                if start == n // 2:
+                    t_half = time.perf_counter()
+                ops = [Publish(f"k.{i % keys}", PAYLOAD) for i in range(start, start + 1000)]
+                s.submit(ops).result()
+            return (n - n // 2) / (time.perf_counter() - t_half)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def txn_per_message(n: int) -> float:
     d = _fresh_dir()
     try:
@@ -302,13 +347,18 @@ def consumer_cycles_per_s(n: int) -> float:
 
 
 def build_big_stream(path: str, n: int) -> None:
+    """``n`` messages on ``big.0`` ... ``big.99``, except the first and the last, which are
+    on ``big.sparse`` (a subject whose scan spans the whole stream)."""
     with Store.open(path, sync="batch") as s:
         s.create_stream({"name": "BIG", "subjects": ["big.>"]})
         futs = []
         for start in range(0, n, 2000):
             futs.append(
                 s.submit(
-                    [Publish(f"big.{i % 100}", PAYLOAD) for i in range(start, min(n, start + 2000))]
+                    [
+                        Publish("big.sparse" if i in (0, n - 1) else f"big.{i % 100}", PAYLOAD)
+                        for i in range(start, min(n, start + 2000))
+                    ]
                 )
             )
             if len(futs) > 8:
@@ -325,6 +375,22 @@ def reopen_seconds(path: str) -> float:
         elapsed = time.perf_counter() - t0
         assert st.messages > 0
     return elapsed
+
+
+def sparse_lookups_ms(path: str, n: int) -> tuple[float, float]:
+    """Median ms of last-by-subject and of next-by-subject from seq 2 on ``big.sparse``
+    (the second lookup finds seq ``n`` after skipping everything in between)."""
+    with Store.open(path) as s:
+        last, nxt = [], []
+        for _ in range(RUNS):
+            t0 = time.perf_counter()
+            assert s.last_by_subject("BIG", "big.sparse").seq == n
+            t1 = time.perf_counter()
+            assert s.next_by_subject("BIG", "big.sparse", 2).seq == n
+            t2 = time.perf_counter()
+            last.append(t1 - t0)
+            nxt.append(t2 - t1)
+    return statistics.median(last) * 1000, statistics.median(nxt) * 1000
 
 
 def disk_bytes_per_msg(path: str, n: int) -> float:
@@ -387,6 +453,16 @@ def main(argv: list[str] | None = None) -> int:
         f"  one txn + fsync per message (baseline, again at the end): {per_txn_after:8,.0f}"
         " msgs/s (the disk's fsync latency drifts: compare ratios only within a steady run)"
     )
+    n = 20_000 if args.quick else 120_000
+    hist = statistics.median(
+        sparse_limit_per_s({"max_msgs_per_subject": 5}, n) for _ in range(runs)
+    )
+    head = statistics.median(sparse_limit_per_s({"max_msgs": 50_000}, n) for _ in range(runs))
+    print(
+        "  sync=batch, 10,000 subjects round robin, each append removes a subject's first"
+        f" message: max_msgs_per_subject=5 {hist:10,.0f} appends/s; max_msgs=50,000"
+        f" {head:10,.0f} appends/s"
+    )
     cyc = statistics.median(
         consumer_cycles_per_s(2_000 if args.quick else 20_000) for _ in range(runs)
     )
@@ -398,6 +474,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  built {rec_n:,} message stream in {time.perf_counter() - t0:.1f} s (sync=batch)")
         rt = statistics.median(reopen_seconds(d) for _ in range(runs))
         print(f"  reopen + stream info with {rec_n:,} messages: {rt * 1000:8.1f} ms")
+        last_ms, next_ms = sparse_lookups_ms(d, rec_n)
+        print(
+            f"  subject on the first and last of {rec_n:,} messages: last-by-subject"
+            f" {last_ms:.3f} ms, next-by-subject from seq 2 {next_ms:.1f} ms"
+        )
         print(f"  disk per stored 100-byte message: {disk_bytes_per_msg(d, rec_n):8.1f} bytes")
     finally:
         shutil.rmtree(d, ignore_errors=True)

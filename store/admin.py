@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import string
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from store import keys
@@ -107,9 +108,13 @@ def create_stream(eng: Engine, ctx: Ctx, op: CreateStream) -> OpResult:
     eng._capture.clear()
     # Apply tighter limits now.
     if cfg.max_msgs_per_subject > 0:
-        for subj in list(existing.subjects(ctx)):
-            seqs = list(existing.subject_seqs(ctx, subj))
-            for s in seqs[: max(0, len(seqs) - cfg.max_msgs_per_subject)]:
+        over = [
+            (subj, n - cfg.max_msgs_per_subject)
+            for subj, n, _, _ in existing.subject_records(ctx)
+            if n > cfg.max_msgs_per_subject
+        ]
+        for subj, extra in over:
+            for s in list(islice(existing.subject_seqs(ctx, subj), extra)):
                 existing.remove(ctx, s)
     while cfg.max_msgs > 0 and existing.messages > cfg.max_msgs:
         existing.remove(ctx, existing.first_seq)
@@ -214,11 +219,7 @@ def stream_info(
         num_deleted = st.last_seq - st.first_seq + 1 - st.messages
     subjects: dict[str, int] | None = None
     if subjects_filter:
-        subjects = {}
-        cdb = ctx.db(keys.DB_SUBJCOUNT)
-        for subj in st.subjects(ctx, subjects_filter):
-            raw = ctx.txn.get(keys.subjcount_key(st.sid, subj), db=cdb)
-            subjects[subj] = keys.read_u64(raw) if raw else 0
+        subjects = {subj: n for subj, n, _, _ in st.subject_records(ctx, subjects_filter)}
     deleted: list[int] | None = None
     if deleted_details and num_deleted:
         deleted = []
@@ -322,7 +323,7 @@ def initial_position(eng: Engine, ctx: Ctx, st: StreamRt, c: ConsumerRt) -> None
                 start = seq - 1
                 break
     elif dp == "last_per_subject":
-        lasts = [st.last_seq_of_subject(ctx, subj) for subj in st.subjects(ctx) if c.matches(subj)]
+        lasts = [last for subj, _, _, last in st.subject_records(ctx) if c.matches(subj)]
         if lasts:
             start = min(lasts) - 1
             c.lps_end = max(lasts)

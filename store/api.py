@@ -27,7 +27,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from store import keys
+from store import keys, subjindex
 from store.engine import Engine
 from store.env import DEFAULT_MAP_SIZE, Env
 from store.errors import JetStreamError, js_error
@@ -55,6 +55,7 @@ from store.ops import (
     StoredMsg,
     Tick,
 )
+from store.streams import literal_prefix
 from store.subjects import is_literal, subject_matches, subjects_overlap
 from store.writer import GroupCommitWriter
 
@@ -290,10 +291,19 @@ class Store:
         """The newest message on ``subject`` (wildcards allowed); 10037 if none."""
         with self.env.read() as txn:
             sid = self._sid(txn, stream)
-            best = 0
-            for subj in self._subjects(txn, sid):
-                if subj == subject or (not is_literal(subject) and subject_matches(subject, subj)):
-                    best = max(best, self._last_seq_of(txn, sid, subj))
+            cur = txn.cursor(db=self.env.dbs[keys.DB_SUBJCOUNT])
+            if is_literal(subject):
+                best = subjindex.record(cur, sid, subject)[2]
+            else:
+                prefix = literal_prefix(subject)
+                best = max(
+                    (
+                        last
+                        for subj, _, _, last in subjindex.records(cur, sid, prefix)
+                        if subject_matches(subject, subj)
+                    ),
+                    default=0,
+                )
             if not best:
                 raise js_error("no_message_found")
             rec = txn.get(keys.msg_key(sid, best), db=self.env.dbs[keys.DB_MSGS])
@@ -303,6 +313,22 @@ class Store:
 
     def next_by_subject(self, stream: str, subject: str, seq: int = 0) -> StoredMsg:
         """The first message with sequence >= ``seq`` whose subject matches; 10037 if none."""
+        if is_literal(subject):
+            with self.env.read() as txn:
+                sid = self._sid(txn, stream)
+                n, first, last = subjindex.record(
+                    txn.cursor(db=self.env.dbs[keys.DB_SUBJCOUNT]), sid, subject
+                )
+                if n and seq <= last:
+                    icur = txn.cursor(db=self.env.dbs[keys.DB_SUBJECTS])
+                    sid_b = keys.sid_prefix(sid)
+                    for found in subjindex.seqs(
+                        icur, sid_b, subject.encode(), max(seq, first), last
+                    ):
+                        rec = txn.get(keys.msg_key(sid, found), db=self.env.dbs[keys.DB_MSGS])
+                        if rec is not None:
+                            return self._msg(found, rec)
+            raise js_error("no_message_found")
         for msg in self.iter_msgs(stream, start=seq):
             if subject_matches(subject, msg.subject):
                 return msg
@@ -333,26 +359,6 @@ class Store:
             if len(batch) < chunk:
                 return
             nxt = batch[-1].seq + 1
-
-    def _subjects(self, txn: Any, sid: int) -> Iterator[str]:
-        cur = txn.cursor(db=self.env.dbs[keys.DB_SUBJCOUNT])
-        prefix = keys.sid_prefix(sid)
-        if not cur.set_range(prefix):
-            return
-        for k in cur.iternext(keys=True, values=False):
-            if not k.startswith(prefix):
-                return
-            yield bytes(k[8:]).decode()
-
-    def _last_seq_of(self, txn: Any, sid: int, subject: str) -> int:
-        prefix = keys.subject_prefix(sid, subject)
-        cur = txn.cursor(db=self.env.dbs[keys.DB_SUBJECTS])
-        ok = cur.prev() if cur.set_range(prefix + b"\xff" * 8) else cur.last()
-        if ok:
-            k = cur.key()
-            if k.startswith(prefix) and len(k) == len(prefix) + 8:
-                return keys.read_u64(k, len(prefix))
-        return 0
 
     def stream_names(self, subject: str | None = None) -> list[str]:
         """Stream names, sorted; with ``subject``, only streams whose subjects intersect it."""

@@ -183,12 +183,18 @@ class ConsumerRt:
                 return st.messages
             return sum(1 for _ in st.seqs_from(ctx, start))
         if all(is_literal(f) for f in self.filters):
-            return sum(sum(1 for _ in st.subject_seqs(ctx, f, start)) for f in self.filters)
+            return sum(st.count_from(ctx, f, start) for f in self.filters)
         n = 0
-        for subj in st.subjects(ctx):
-            if self.matches(subj):
-                n += sum(1 for _ in st.subject_seqs(ctx, subj, start))
-        return n
+        straddling: dict[bytes, tuple[int, int, int]] = {}
+        for subj, count, first, last in st.subject_records(ctx):
+            if start <= last and self.matches(subj):
+                if start <= first:
+                    n += count
+                else:
+                    straddling[subj.encode()] = (count, first, last)
+        # The messages from start on, if spread evenly over the stream's seqs.
+        after = -(-st.messages * (st.last_seq - start + 1) // (st.last_seq - st.first_seq + 1))
+        return n + len(st.seqs_of(ctx, straddling, start, b"", after))
 
     def on_append(self, seq: int, subject: str) -> None:
         if (

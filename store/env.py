@@ -23,8 +23,45 @@ from store import keys
 DEFAULT_MAP_SIZE: Final = 1 << 30
 MAX_READERS: Final = 512  # broker threads + external read-only readers (Spark, diagnostics)
 
+
+def _rebuild_subject_index(txn: Any, env: Env) -> None:
+    """Schema 1 -> 2: the ``subjects`` index gains the epoch after the sid and ``subjcount``
+    records gain each subject's first and last stored seq. Both are rebuilt from ``msgs``
+    (one pass in key order, so per stream in sequence order)."""
+    subjects, subjcount = env.dbs[keys.DB_SUBJECTS], env.dbs[keys.DB_SUBJCOUNT]
+    txn.drop(subjects, delete=False)
+    txn.drop(subjcount, delete=False)
+    icur = txn.cursor(db=subjects)
+    cur_sid, sid_b = -1, b""
+    recs: dict[bytes, list[int]] = {}
+
+    def flush() -> None:
+        for subj, (n, first, last) in recs.items():
+            txn.put(
+                keys.subjcount_key(cur_sid, subj.decode()),
+                keys.pack_subject_record(n, first, last),
+                db=subjcount,
+            )
+        recs.clear()
+
+    for k, v in txn.cursor(db=env.dbs[keys.DB_MSGS]).iternext():
+        sid, seq = keys.split_msg_key(k)
+        if sid != cur_sid:
+            flush()
+            cur_sid, sid_b = sid, keys.sid_prefix(sid)
+        subj = keys.msg_subject_bytes(v)
+        icur.put(keys.subject_index_key(sid_b, subj, seq), b"")
+        rec = recs.get(subj)
+        if rec is None:
+            recs[subj] = [1, seq, seq]
+        else:
+            rec[0] += 1
+            rec[2] = seq
+    flush()
+
+
 # Migrations: from-version -> function upgrading an open write txn by one version.
-MIGRATIONS: dict[int, Callable[[Any, Env], None]] = {}
+MIGRATIONS: dict[int, Callable[[Any, Env], None]] = {1: _rebuild_subject_index}
 
 
 class StoreClosedError(RuntimeError):
@@ -110,29 +147,44 @@ class Env:
             with self._env.begin(write=True) as txn:
                 for name in keys.ALL_DBS:
                     self.dbs[name] = self._env.open_db(name, txn=txn, create=True)
-                self._init_schema(txn)
+                version = self._init_schema(txn)
+            if version < keys.SCHEMA_VERSION:
+                self._migrate(version)
 
     # -- schema ---------------------------------------------------------------------------
 
-    def _init_schema(self, txn: Any) -> None:
+    def _init_schema(self, txn: Any) -> int:
+        """Record the schema of a new environment; the version found (checked) otherwise."""
         meta = self.dbs[keys.DB_META]
         raw = txn.get(keys.META_SCHEMA, db=meta)
         if raw is None:
             txn.put(keys.META_SCHEMA, keys.u32(keys.SCHEMA_VERSION), db=meta)
             txn.put(keys.META_NEXT_ID, keys.u64(1), db=meta)
-            return
+            return keys.SCHEMA_VERSION
         version = keys.read_u32(raw)
         if version > keys.SCHEMA_VERSION:
             raise SchemaError(
                 f"store schema {version} is newer than this jetmq ({keys.SCHEMA_VERSION})"
             )
-        while version < keys.SCHEMA_VERSION:
-            migrate = MIGRATIONS.get(version)
-            if migrate is None:
-                raise SchemaError(f"no migration from store schema {version}")
-            migrate(txn, self)
-            version += 1
-            txn.put(keys.META_SCHEMA, keys.u32(version), db=meta)
+        for v in range(version, keys.SCHEMA_VERSION):
+            if v not in MIGRATIONS:
+                raise SchemaError(f"no migration from store schema {v}")
+        return version
+
+    def _migrate(self, version: int) -> None:
+        """Run the migrations from ``version`` in one write transaction (all or nothing),
+        doubling the map and starting again when a migration fills it."""
+        while True:
+            try:
+                with self._env.begin(write=True) as txn:
+                    v = version
+                    while v < keys.SCHEMA_VERSION:
+                        MIGRATIONS[v](txn, self)
+                        v += 1
+                    txn.put(keys.META_SCHEMA, keys.u32(v), db=self.dbs[keys.DB_META])
+                return
+            except lmdb.MapFullError:
+                self._env.set_mapsize(self.map_size * 2)
 
     def _check_schema_readonly(self) -> None:
         with self._env.begin() as txn:

@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from store import keys
+from store import keys, subjindex
 from store.errors import JetStreamError, js_error
 from store.models import StreamConfig
 from store.ops import Headers, PubAck
@@ -28,7 +29,14 @@ if TYPE_CHECKING:
 
 _HEADER_BAD = frozenset("\r\n")
 MAX_SUBJECT = 480  # bytes: keeps every index key under LMDB's 511-byte key limit
-MAX_CACHED_COUNTS = 50_000  # per stream: the subject-count cache is dropped above this
+MAX_CACHED_COUNTS = 50_000  # per stream: the subject-record cache is dropped above this
+# At least this many subjects whose first seq must be found again in one flush: one pass
+# over the index keys from the lowest bound (a step per key, 256 per epoch) instead of a
+# scan per subject (a seek, ≈4 steps, per epoch it spans): about where the two cost the same.
+SWEEP_STALE_FIRSTS = 64
+# Subjects with 3 to this many stored messages created in this process keep the list of
+# their seqs in memory (``StreamRt._seqs``), so removing their first needs no index scan.
+SMALL_SUBJECT = 8
 
 
 @dataclass
@@ -67,20 +75,37 @@ class Ctx:
 class StreamRt:
     """The writer's copy of one stream.
 
-    Per-subject message counts are cached in ``_counts`` (a subject absent from the cache
-    is read from ``subjcount``). Within a batch the counts change only in memory; the
-    subjects changed (``_dirty``) are written once each by :meth:`flush_counts`, which the
-    engine calls before the commit and every reader of the ``subjcount`` table calls before
-    it reads. After an aborted batch the engine rebuilds every ``StreamRt``, so the cache
-    never holds uncommitted counts.
+    Per-subject records — ``[count, first seq, last seq]`` of the stored messages on a
+    subject — are cached in ``_subj`` (a subject absent from the cache is read from
+    ``subjcount``; ``[0, 0, 0]`` = nothing stored). Within a batch they change only in
+    memory; the subjects changed (``_dirty``) are written once each by
+    :meth:`flush_counts`, which the engine calls before the commit and every reader of the
+    ``subjcount`` table calls before it reads. After an aborted batch the engine rebuilds
+    every ``StreamRt``, so the cache never holds uncommitted records.
+
+    When a subject's first message goes and the next one is not the neighbouring index
+    key, the new first seq is found later: until :meth:`flush_counts` the cached first seq
+    is a lower bound (the subject is in ``_stale``) — every reader scans from it, which is
+    correct for a lower bound — and the flush resolves all of a batch's stale subjects,
+    by one scan each or, for many, by one sweep over the epochs. What is written to
+    ``subjcount`` is always exact. (Removing the stream's head over many sparse subjects —
+    max_msgs, max_age, purges, per-subject history limits — would otherwise seek every
+    epoch between a subject's first and second message, once per removal.)
+
+    A subject that grows from 2 to 3 messages with an exact first seq gets the sorted list
+    of its seqs in ``_seqs``, kept while it has 3 to ``SMALL_SUBJECT`` messages: its next
+    first is then the list's second entry. Subjects read back from ``subjcount`` (after a
+    restart or a cache drop) have no list until they shrink to 2 and grow again.
     """
 
     def __init__(self, name: str, sid: int, config: StreamConfig, created_ns: int) -> None:
         self.name = name
         self.sid = sid
         self.sid_b = keys.sid_prefix(sid)
-        self._counts: dict[str, int] = {}
+        self._subj: dict[str, list[int]] = {}
         self._dirty: set[str] = set()
+        self._stale: set[str] = set()
+        self._seqs: dict[str, list[int]] = {}
         self.config = config
         self.created_ns = created_ns
         self.first_seq = 0
@@ -123,79 +148,156 @@ class StreamRt:
 
     # -- lookups -------------------------------------------------------------------------
 
-    def subject_count(self, ctx: Ctx, subject: str) -> int:
-        n = self._counts.get(subject)
-        if n is None:
+    def subject_record(self, ctx: Ctx, subject: str) -> list[int]:
+        """The cached ``[count, first seq, last seq]`` of a literal subject (mutable: only
+        the writer's own bookkeeping below changes it)."""
+        rec = self._subj.get(subject)
+        if rec is None:
             raw = ctx.subjcount_cur.get(keys.subjcount_key(self.sid, subject))
-            n = self._counts[subject] = keys.read_u64(raw) if raw else 0
-        return n
+            rec = list(keys.unpack_subject_record(bytes(raw))) if raw else [0, 0, 0]
+            self._subj[subject] = rec
+        return rec
+
+    def subject_count(self, ctx: Ctx, subject: str) -> int:
+        return self.subject_record(ctx, subject)[0]
 
     def flush_counts(self, ctx: Ctx) -> None:
-        """Write the per-subject counts changed since the last flush (once per subject)."""
+        """Write the subject records changed since the last flush (once per subject)."""
         dirty = self._dirty
         if not dirty:
             return
-        counts = self._counts
+        if self._stale:
+            self._resolve_firsts(ctx)
+        recs = self._subj
         cur = ctx.subjcount_cur
         sid = self.sid
         for subject in dirty:
-            n = counts[subject]
+            n, first, last = recs[subject]
             if n:
-                cur.put(keys.subjcount_key(sid, subject), keys.u64(n))
+                cur.put(keys.subjcount_key(sid, subject), keys.pack_subject_record(n, first, last))
             else:
                 if cur.set_key(keys.subjcount_key(sid, subject)):
                     cur.delete()
-                del counts[subject]
+                del recs[subject]
         dirty.clear()
-        if len(counts) > MAX_CACHED_COUNTS:
-            counts.clear()
+        if len(recs) > MAX_CACHED_COUNTS:
+            recs.clear()
+            self._seqs.clear()
+
+    def _resolve_firsts(self, ctx: Ctx) -> None:
+        """Find the exact first seq of every subject in ``_stale`` (see the class doc)."""
+        recs = self._subj
+        pending = {subj.encode(): recs[subj] for subj in self._stale}
+        self._stale.clear()
+        cur = ctx.txn.cursor(db=ctx.subjects_db)
+        if len(pending) < SWEEP_STALE_FIRSTS:
+            for subj_b, rec in pending.items():
+                rec[1] = subjindex.next_seq(cur, self.sid_b, subj_b, rec[1] - 1, rec[2])
+            return
+        lo = min(rec[1] for rec in pending.values())
+        hi = max(rec[2] for rec in pending.values())
+        for seq, subj_b in subjindex.sweep_firsts(cur, self.sid_b, lo, hi, pending):
+            pending.pop(subj_b)[1] = seq
+        for subj_b, rec in pending.items():  # none unless the index lost keys
+            rec[1] = subjindex.next_seq(cur, self.sid_b, subj_b, rec[1] - 1, rec[2])
 
     def subject_seqs(self, ctx: Ctx, subject: str, start: int = 0) -> Iterator[int]:
         """Stored sequences of one literal subject, ascending, from ``start``."""
-        prefix = keys.subject_prefix(self.sid, subject)
-        cur = ctx.txn.cursor(db=ctx.db(keys.DB_SUBJECTS))
-        if not cur.set_range(prefix + keys.u64(start)):
-            return
-        for k in cur.iternext(keys=True, values=False):
-            if not k.startswith(prefix) or len(k) != len(prefix) + 8:
-                return
-            yield keys.read_u64(k, len(prefix))
+        n, first, last = self.subject_record(ctx, subject)
+        if not n or start > last:
+            return iter(())
+        small = self._seqs.get(subject)
+        if small is not None:
+            return iter([q for q in small if q >= start])
+        cur = ctx.txn.cursor(db=ctx.subjects_db)
+        return subjindex.seqs(cur, self.sid_b, subject.encode(), max(start, first), last)
+
+    def count_from(self, ctx: Ctx, subject: str, start: int) -> int:
+        """Stored messages of one literal subject with seq >= ``start``."""
+        n, first, last = self.subject_record(ctx, subject)
+        if not n or start > last:
+            return 0
+        if start <= first:
+            return n
+        return sum(1 for _ in self.subject_seqs(ctx, subject, start))
+
+    def filtered_seqs(self, ctx: Ctx, filter_: str) -> list[int]:
+        """Stored seqs whose subject matches the wildcard ``filter_``, ascending."""
+        wanted: dict[bytes, tuple[int, int, int]] = {}
+        under_prefix = 0
+        prefix = literal_prefix(filter_)
+        self.flush_counts(ctx)
+        for subj, n, first, last in subjindex.records(
+            ctx.txn.cursor(db=ctx.subjcount_db), self.sid, prefix
+        ):
+            under_prefix += n
+            if subject_matches(filter_, subj):
+                wanted[subj.encode()] = (n, first, last)
+        return self.seqs_of(ctx, wanted, 0, prefix.encode(), under_prefix)
+
+    def seqs_of(
+        self,
+        ctx: Ctx,
+        wanted: dict[bytes, tuple[int, int, int]],
+        start: int,
+        prefix: bytes,
+        swept_keys: int,
+    ) -> list[int]:
+        """Stored seqs >= ``start`` of the ``wanted`` subjects (UTF-8 -> their record; all
+        starting with ``prefix``), ascending. ``swept_keys`` estimates the messages stored
+        under ``prefix`` from ``start`` on (an upper bound will do).
+
+        Scans each subject (a seek per epoch it spans, a step per message) or sweeps the
+        epochs once (a seek per epoch, a step per key under ``prefix``), whichever the
+        records say costs less: many sparse subjects spanning the same epochs are swept.
+        The estimate weighs a seek as 4 steps (py-lmdb: ≈0.9 µs per ``set_range``, ≈0.3 µs
+        per step, plus building the key) and assumes a subject's messages spread evenly
+        between its first and last seq.
+        """
+        if not wanted:
+            return []
+        shift = keys.EPOCH_SHIFT
+        lo, hi, per_subject = keys.MAX_U64, 0, 0
+        for n, first, last in wanted.values():
+            if start > first:
+                n = -(-n * (last - start + 1) // (last - first + 1))
+                first = start
+            lo, hi = min(lo, first), max(hi, last)
+            per_subject += n + 4 * ((last >> shift) - (first >> shift) + 1)
+        if lo > hi:
+            return []
+        cur = ctx.txn.cursor(db=ctx.subjects_db)
+        if 4 * ((hi >> shift) - (lo >> shift) + 1) + swept_keys < per_subject:
+            return subjindex.sweep(cur, self.sid_b, prefix, lo, hi, wanted.__contains__)
+        return sorted(
+            q
+            for subj, (_, first, last) in wanted.items()
+            if last >= start
+            for q in subjindex.seqs(cur, self.sid_b, subj, max(first, start), last)
+        )
 
     def last_seq_of_subject(self, ctx: Ctx, subject: str) -> int:
         """Last stored seq for ``subject`` (wildcards allowed); 0 when none."""
         if is_literal(subject):
-            prefix = keys.subject_prefix(self.sid, subject)
-            cur = ctx.txn.cursor(db=ctx.db(keys.DB_SUBJECTS))
-            if cur.set_range(prefix + b"\xff" * 8):
-                ok = cur.prev()
-            else:
-                ok = cur.last()
-            if ok:
-                k = cur.key()
-                if k.startswith(prefix) and len(k) == len(prefix) + 8:
-                    return keys.read_u64(k, len(prefix))
-            return 0
-        best = 0
-        for subj in self.subjects(ctx, subject):
-            best = max(best, self.last_seq_of_subject(ctx, subj))
-        return best
+            return self.subject_record(ctx, subject)[2]
+        return max((last for _, _, _, last in self.subject_records(ctx, subject)), default=0)
 
     def subjects(self, ctx: Ctx, filter_: str | None = None) -> Iterator[str]:
         """Distinct stored subjects; with ``filter_`` only matching ones, scanning only the
         keys under the filter's literal prefix (``a.b.*`` looks at ``a.b.`` only)."""
+        for subj, _, _, _ in self.subject_records(ctx, filter_):
+            yield subj
+
+    def subject_records(
+        self, ctx: Ctx, filter_: str | None = None
+    ) -> Iterator[tuple[str, int, int, int]]:
+        """``(subject, count, first seq, last seq)`` of :meth:`subjects`, as committed to
+        ``subjcount`` after a flush."""
         self.flush_counts(ctx)
-        prefix = keys.sid_prefix(self.sid)
-        if filter_:
-            prefix += literal_prefix(filter_).encode()
-        cur = ctx.txn.cursor(db=ctx.db(keys.DB_SUBJCOUNT))
-        if not cur.set_range(prefix):
-            return
-        for k in cur.iternext(keys=True, values=False):
-            if not k.startswith(prefix):
-                return
-            subj = bytes(k[8:]).decode()
-            if filter_ is None or subject_matches(filter_, subj):
-                yield subj
+        cur = ctx.txn.cursor(db=ctx.subjcount_db)
+        for item in subjindex.records(cur, self.sid, literal_prefix(filter_) if filter_ else ""):
+            if filter_ is None or subject_matches(filter_, item[0]):
+                yield item
 
     def get_record(self, ctx: Ctx, seq: int) -> bytes | None:
         raw = ctx.txn.get(keys.msg_key(self.sid, seq), db=ctx.db(keys.DB_MSGS))
@@ -257,7 +359,28 @@ class StreamRt:
         now = ctx.now
         ctx.msgs_cur.put(keys.msg_key(self.sid, seq), keys.msg_record(now, subj_b, block, payload))
         ctx.subjects_cur.put(keys.subject_index_key(self.sid_b, subj_b, seq), b"")
-        count = self._bump_subject(ctx, subject, +1)
+        srec = self._subj.get(subject)
+        if srec is None:
+            srec = self.subject_record(ctx, subject)
+        count = srec[0]
+        if not count:
+            srec[1] = seq
+            self.num_subjects += 1
+        elif count >= 2:
+            small = self._seqs.get(subject)
+            if small is not None:
+                if count < SMALL_SUBJECT:
+                    small.append(seq)
+                else:
+                    del self._seqs[subject]
+            elif count == 2 and SMALL_SUBJECT >= 3 and subject not in self._stale:
+                self._seqs[subject] = [srec[1], srec[2], seq]
+        count += 1
+        srec[0] = count
+        srec[2] = seq
+        if not self._dirty:
+            ctx.touched.add(self)  # the engine flushes touched streams before the commit
+        self._dirty.add(subject)
         if not self.messages:
             self.first_seq = seq
             self.first_ts = now
@@ -269,7 +392,7 @@ class StreamRt:
             self.dedupe_record(ctx, msg_id, seq)
         # Limits that drop old messages.
         if mmps > 0 and count > mmps:
-            for old in list(self.subject_seqs(ctx, subject))[: count - mmps]:
+            for old in list(islice(self.subject_seqs(ctx, subject), count - mmps)):
                 self.remove(ctx, old)
         if cfg.discard == "old":
             while cfg.max_msgs > 0 and self.messages > cfg.max_msgs:
@@ -344,24 +467,62 @@ class StreamRt:
             return js_error("msg_ttl_disabled")
         return msg_id or None, rollup
 
-    def _bump_subject(self, ctx: Ctx, subject: str, delta: int) -> int:
-        """Change a subject's count in memory; :meth:`flush_counts` writes it."""
-        old = self._counts.get(subject)
-        if old is None:
-            old = self.subject_count(ctx, subject)
-        new = old + delta
-        if new < 0:
-            new = 0
-        self._counts[subject] = new
+    def _mark_dirty(self, ctx: Ctx, subject: str) -> None:
         if not self._dirty:
             ctx.touched.add(self)  # the engine flushes touched streams before the commit
         self._dirty.add(subject)
-        if not old:
-            if new:
-                self.num_subjects += 1
-        elif not new:
-            self.num_subjects -= 1
-        return new
+
+    def _unindex(self, ctx: Ctx, subject: str, subj_b: bytes, seq: int) -> None:
+        """Drop message ``seq`` from the index and its subject's record, moving the
+        subject's first/last seq to its next/previous stored message when it was one (a
+        first that is not the neighbouring key is left as a lower bound: class doc)."""
+        icur = ctx.subjects_cur
+        key = keys.subject_index_key(self.sid_b, subj_b, seq)
+        found = icur.set_key(key)
+        if found:
+            icur.delete()  # and the cursor moves to the next key
+        srec = self._subj.get(subject) or self.subject_record(ctx, subject)
+        n, first, last = srec
+        if n <= 1:
+            if n:
+                self.num_subjects -= 1
+            srec[0] = srec[1] = srec[2] = 0
+            if self._stale:
+                self._stale.discard(subject)
+            self._mark_dirty(ctx, subject)
+            return
+        small = self._seqs.get(subject)
+        if small is not None and seq in small:  # 3 or more messages, all in the list
+            small.remove(seq)
+            srec[0], srec[1], srec[2] = n - 1, small[0], small[-1]
+            if n - 1 <= 2:
+                del self._seqs[subject]
+            self._mark_dirty(ctx, subject)
+            return
+        if n == 2:  # one message left: it is both the first and the last
+            srec[0] = 1
+            if seq != last:
+                srec[1] = last
+            elif subject in self._stale:  # the other one, wherever it is
+                srec[1] = srec[2] = subjindex.next_seq(icur, self.sid_b, subj_b, first - 1, last)
+            else:
+                srec[2] = first
+            self._stale.discard(subject)
+        else:
+            srec[0] = n - 1
+            if seq == first:
+                # The next one usually sits right after the deleted key, in the same epoch.
+                k = icur.key() if found else b""
+                epoch_prefix = keys.subject_key_epoch_prefix(key)
+                if k[: len(epoch_prefix)] == epoch_prefix:
+                    srec[1] = keys.subject_key_seq(k)
+                    self._stale.discard(subject)
+                else:
+                    srec[1] = seq + 1  # a lower bound, resolved by flush_counts
+                    self._stale.add(subject)
+            elif seq == last:
+                srec[2] = subjindex.prev_seq(icur, self.sid_b, subj_b, seq, first)
+        self._mark_dirty(ctx, subject)
 
     # -- dedupe --------------------------------------------------------------------------
 
@@ -432,10 +593,7 @@ class StreamRt:
         subj_b = keys.msg_subject_bytes(record)
         subject = subj_b.decode()
         cur.delete()  # and the cursor moves to the next record
-        icur = ctx.subjects_cur
-        if icur.set_key(keys.subject_index_key(self.sid_b, subj_b, seq)):
-            icur.delete()
-        self._bump_subject(ctx, subject, -1)
+        self._unindex(ctx, subject, subj_b, seq)
         self.messages -= 1
         self.bytes -= keys.record_bytes(record)
         if not self.messages:
@@ -457,8 +615,7 @@ class StreamRt:
         if filter_ and is_literal(filter_):
             victims = list(self.subject_seqs(ctx, filter_))
         elif filter_:
-            subjects = list(self.subjects(ctx, filter_))
-            victims = sorted(q for subj in subjects for q in self.subject_seqs(ctx, subj))
+            victims = self.filtered_seqs(ctx, filter_)
         else:
             victims = [q for q, _ in self.seqs_from(ctx, 0)]
         if below is not None:
