@@ -16,13 +16,15 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
+import trio.testing
 
 from broker.config import BrokerConfig, load_config
+from broker.core import Broker
 from broker.server import serve
 
 START_TIMEOUT = 20.0
@@ -179,3 +181,22 @@ class BrokerProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
         return self._reap(30)
+
+
+def run_with_broker(
+    tmp_path: pathlib.Path, body: Callable[[Broker, trio.testing.MockClock], Awaitable[None]]
+) -> None:
+    """Run ``body`` against a real broker (its store in ``tmp_path``) on trio's MockClock."""
+    clock = trio.testing.MockClock(autojump_threshold=0.05)
+
+    async def main() -> None:
+        broker = await Broker.open(make_config(tmp_path / "data"))
+        try:
+            async with trio.open_nursery() as nursery:
+                broker.attach(nursery)
+                await body(broker, clock)
+                nursery.cancel_scope.cancel()
+        finally:
+            await broker.close()
+
+    trio.run(main, clock=clock)

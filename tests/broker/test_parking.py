@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pathlib
 import socket
-from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
@@ -23,7 +22,7 @@ from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Connack, Connect, Disconnect, Packet, Pingreq, Pingresp
 from broker.mqtt.reason_codes import ReasonCode
 from broker.parking import Parking
-from tests.broker.harness import make_config
+from tests.broker.harness import run_with_broker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -63,24 +62,6 @@ class SockClient:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def run_with_broker(
-    tmp_path: pathlib.Path, body: Callable[[Broker, trio.testing.MockClock], Awaitable[None]]
-) -> None:
-    clock = trio.testing.MockClock(autojump_threshold=0.05)
-
-    async def main() -> None:
-        broker = await Broker.open(make_config(tmp_path / "data"))
-        try:
-            async with trio.open_nursery() as nursery:
-                broker.attach(nursery)
-                await body(broker, clock)
-                nursery.cancel_scope.cancel()
-        finally:
-            await broker.close()
-
-    trio.run(main, clock=clock)
 
 
 def test_a_silent_client_is_parked_and_woken_by_its_first_packet(tmp_path: pathlib.Path) -> None:

@@ -10,7 +10,6 @@ timer fires at its exact virtual instant.
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
@@ -32,7 +31,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
-from tests.broker.harness import make_config
+from tests.broker.harness import run_with_broker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -77,24 +76,6 @@ class MemClient:
     async def abort(self) -> None:
         """Close the socket without DISCONNECT."""
         await self.stream.aclose()
-
-
-def run_with_broker(
-    tmp_path: pathlib.Path, body: Callable[[Broker, trio.testing.MockClock], Awaitable[None]]
-) -> None:
-    clock = trio.testing.MockClock(autojump_threshold=0.05)
-
-    async def main() -> None:
-        broker = await Broker.open(make_config(tmp_path / "data"))
-        try:
-            async with trio.open_nursery() as nursery:
-                broker.attach(nursery)
-                await body(broker, clock)
-                nursery.cancel_scope.cancel()
-        finally:
-            await broker.close()
-
-    trio.run(main, clock=clock)
 
 
 def test_will_delay_is_honoured_to_the_second_mqtt_3_1_2_8(tmp_path: pathlib.Path) -> None:
