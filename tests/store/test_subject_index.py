@@ -544,12 +544,8 @@ def _downgrade_to_schema_1(path: Path) -> int:
     return len(v1_index)
 
 
-def test_schema_1_environment_is_migrated(
-    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Another test replaces and then deletes MIGRATIONS[SCHEMA_VERSION - 1] to check the
-    # hook itself; make sure the real migration is the one registered here.
-    monkeypatch.setitem(MIGRATIONS, 1, _rebuild_subject_index)
+def test_schema_1_environment_is_migrated(tmp_path: Path, clock: FakeClock) -> None:
+    assert MIGRATIONS[1] is _rebuild_subject_index  # the registered migration is the real one
     path = tmp_path / "old"
     with Store.open(path, clock=clock, map_size=1 << 26) as s:
         s.create_stream({"name": "S", "subjects": ["s.>"]})
