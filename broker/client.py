@@ -235,9 +235,11 @@ class ClientConnection(Handshake):
             self.broker.parking.unpark(self, self._parked_fd)
 
     def abandoned(self) -> None:
-        """Called by ``Parking.close`` when the broker stops without serving it."""
+        """Called by ``Parking.close`` when the broker stops without serving it (its
+        nursery was cancelled, not shut down): nothing is published from here any more."""
         self._parked_fd = -1
         self._closing = True
+        self._send_will = False
         self._detach()
         if self._raw is not None:
             self._raw.close()
