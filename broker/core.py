@@ -192,6 +192,8 @@ class Broker:
 
     def retained_for(self, topic_filter: bytes) -> list[AppMessage]:
         """Retained messages matching a (non-shared) filter, expired ones dropped."""
+        if not self._retained_by_handle:
+            return []  # nothing retained: no match to run (a subscription storm's case)
         now = trio.current_time()
         out = []
         for handle in self.router.retained.match(topic_filter):
