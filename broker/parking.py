@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import math
 import select
 from collections.abc import Callable
 from typing import Protocol
 
 import trio
+
+log = logging.getLogger("jetmq.parking")
 
 
 class Parkable(Protocol):
@@ -104,12 +107,24 @@ class Parking:
             for fd, _events in epoll.poll(0):
                 parked = self._parked.get(fd)
                 if parked is not None:
-                    self.unpark(parked[0], fd)
+                    self._wake(parked[0], fd, expired=False)
             now = trio.current_time()
             while deadlines and deadlines[0][0] <= now:
                 entry = heapq.heappop(deadlines)
                 if self._live(entry):
-                    self.unpark(self._parked[entry[2]][0], entry[2], expired=True)
+                    self._wake(self._parked[entry[2]][0], entry[2], expired=True)
+
+    def _wake(self, conn: Parkable, fd: int, *, expired: bool) -> None:
+        try:
+            self.unpark(conn, fd, expired=expired)
+        except Exception:
+            # A bug while waking one connection must not stop the watcher (and with it
+            # every parked connection): that connection is closed, the others go on.
+            log.exception("internal error while waking a parked connection; closing it")
+            try:
+                conn.abandoned()
+            except Exception:
+                log.exception("internal error while closing a parked connection")
 
     def close(self) -> None:
         """After the broker stopped: nothing is watched any more. A graceful shutdown

@@ -202,3 +202,37 @@ def test_deadlines_of_unparked_connections_do_not_pile_up() -> None:
         b.close()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0.01))
+
+
+class _Broken(_Conn):
+    def unparked(self, expired: bool) -> None:
+        raise RuntimeError("a bug")
+
+
+def test_a_bug_waking_one_connection_closes_it_and_spares_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            parking = Parking(lambda conn: nursery.start_soon(conn.run))
+            nursery.start_soon(parking.run)
+            a, b = socket.socketpair()
+            c, d = socket.socketpair()
+            broken, fine = _Broken(), _Conn()
+            assert parking.park(broken, a.fileno(), None)
+            assert parking.park(fine, c.fileno(), None)
+            b.send(b"x")
+            await trio.testing.wait_all_tasks_blocked()  # the watcher woke the broken one
+            d.send(b"y")
+            with trio.fail_after(5):
+                await fine.started.wait()
+            assert broken.expired == [True]  # abandoned: closed, not served
+            assert not broken.started.is_set()
+            assert len(parking) == 0
+            nursery.cancel_scope.cancel()
+        parking.close()
+        for s in (a, b, c, d):
+            s.close()
+
+    trio.run(main)
+    assert "internal error while waking a parked connection" in caplog.text
