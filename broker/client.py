@@ -82,7 +82,9 @@ def prepare_socket(sock: socket.socket) -> socket.socket:
     """An accepted TCP socket as a connection uses it: non-blocking, Nagle off (trio's
     ``SocketStream`` does the same; a connection works on the socket directly)."""
     sock.setblocking(False)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # A peer that already reset the connection can make this fail; the first read says so.
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
 

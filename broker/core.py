@@ -147,6 +147,9 @@ class Broker:
     def log_warning(self, fmt: str, *args: Any) -> None:
         log.warning(fmt, *args)
 
+    def log_exception(self, message: str) -> None:
+        log.exception(message)
+
     # -- sessions --------------------------------------------------------------------------------
 
     def end_session(self, session: Session) -> None:

@@ -68,7 +68,12 @@ async def _accept_loop(broker: Broker, listener: trio.SocketListener) -> None:
                         broker.log_warning("accept failed: %s", exc)
                         await trio.sleep(0.1)
                         break
-                    broker.spawn_connection(prepare_socket(conn))
+                    try:
+                        broker.spawn_connection(prepare_socket(conn))
+                    except Exception:
+                        # A bug in one connection's set-up must not stop the accepting.
+                        broker.log_exception("internal error while accepting a connection")
+                        conn.close()
                 else:
                     await trio.lowlevel.checkpoint()  # a long burst still lets others run
 

@@ -6,8 +6,12 @@ retained message that must survive.
 
 from __future__ import annotations
 
+import socket
+import struct
+
 import pytest
 
+from broker.mqtt.encoder import encode
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Connect, Disconnect, Puback, Publish, Subscribe, Subscription
 from broker.mqtt.reason_codes import ReasonCode
@@ -139,3 +143,16 @@ def test_client_may_publish_after_a_refused_publish(broker: BrokerThread) -> Non
         c.send(Publish(b"fine/t", b"yes"))
         assert c.expect_publish().payload == b"yes"
         c.send(Disconnect())
+
+
+def test_clients_that_reset_at_once_leave_the_broker_accepting(broker: BrokerThread) -> None:
+    for i in range(50):
+        sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+        if i % 2:  # half of them send a CONNECT first
+            sock.sendall(
+                encode(Connect(ProtocolVersion.MQTT_5, f"gone-{i}"), ProtocolVersion.MQTT_5)
+            )
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()  # RST
+    with RawClient(broker.port) as c:
+        assert c.connect("after-the-resets").reason_code is ReasonCode.SUCCESS
