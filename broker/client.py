@@ -239,8 +239,9 @@ class ClientConnection(Handshake):
             self.broker.parking.unpark(self, self._parked_fd)
 
     def abandoned(self) -> None:
-        """Called by ``Parking.close`` when the broker stops without serving it (its
-        nursery was cancelled, not shut down): nothing is published from here any more."""
+        """Called by ``Parking`` when this parked connection is closed without being
+        served: the broker stops without a shutdown (its nursery was cancelled), or waking
+        it failed on a bug. Nothing is published from here any more."""
         self._parked_fd = -1
         self._closing = True
         self._send_will = False

@@ -8,7 +8,6 @@ A mixin of :class:`broker.client.ClientConnection`.
 from __future__ import annotations
 
 import contextlib
-import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,11 +18,7 @@ from broker.message import AppMessage
 from broker.mqtt.encoder import encode
 from broker.mqtt.errors import Answer, MQTTProtocolError
 from broker.mqtt.packet_types import ProtocolVersion
-from broker.mqtt.packets import (
-    Connack,
-    Connect,
-    Publish,
-)
+from broker.mqtt.packets import Connack, Connect, Publish
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode, connack_return_code
 from broker.output import FLUSH_TIMEOUT, Output
@@ -31,8 +26,6 @@ from broker.sessions import NEVER_EXPIRES, WillRecord
 
 if TYPE_CHECKING:
     from broker.client import ClientConnection
-
-log = logging.getLogger("jetmq.client")
 
 READ_SIZE = 65536
 _V5 = ProtocolVersion.MQTT_5
@@ -51,7 +44,8 @@ class Handshake(Output):
         async def _receive(self) -> bytes | bytearray: ...
 
     def _connect_inline(self) -> bool:
-        """Called by the accept loop before the connection's task starts. Under load the
+        """Called (through ``connect_now``) by the accept loop before the connection's
+        task starts. Under load the
         CONNECT is usually in the socket by the time it is accepted: read it, and if it
         is complete and acceptable, take the session and send the CONNACK here, sparing
         the task a wait for readability. Anything else is left to the task's handshake

@@ -8,7 +8,6 @@ here); see that module's docstring for the tasks of a connection.
 
 from __future__ import annotations
 
-import logging
 import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -19,20 +18,15 @@ from broker.message import AppMessage, Outgoing
 from broker.mqtt.connection import Connection
 from broker.mqtt.errors import PacketTooLargeError
 from broker.mqtt.packet_types import ProtocolVersion
-from broker.mqtt.packets import (
-    Packet,
-)
+from broker.mqtt.packets import Packet
 from broker.persist import wait_future
 from broker.sessions import Session
 
 if TYPE_CHECKING:
     from broker.core import Broker
 
-log = logging.getLogger("jetmq.client")
-
 FILL_BATCH = 256  # packets moved from a session queue per flush
 FLUSH_TIMEOUT = 2.0
-_V5 = ProtocolVersion.MQTT_5
 
 Step = tuple[Callable[[], Awaitable[Any]] | None, Callable[[], None]]
 
@@ -54,8 +48,6 @@ class Output:
     _closing: bool
     _writer_done: trio.Event
     _writer_scope: trio.CancelScope | None
-    _read_scope: trio.CancelScope | None
-    _parked_fd: int
     _steps_send: trio.MemorySendChannel[Step] | None
     _steps_pending: int
 
@@ -102,13 +94,11 @@ class Output:
         self.output_ready()
 
     def _send_puback(self, packet_id: int) -> None:
-        """``_send(Puback(packet_id))`` through the machine's shortcut."""
+        """``_send(Puback(packet_id))`` through the machine's shortcut (4 bytes: never
+        above the client's Maximum Packet Size)."""
         if self._closing or self.proto.closed:
             return
-        try:
-            self._out.append(self.proto.send_puback(packet_id))
-        except PacketTooLargeError:
-            return
+        self._out.append(self.proto.send_puback(packet_id))
         self.output_ready()
 
     def wake(self) -> None:
@@ -260,7 +250,6 @@ class Output:
         flushes first) or by a failed send, which closes the connection."""
         scope = self._writer_scope
         assert scope is not None
-        raw = self._raw
         try:
             with scope:
                 while True:
@@ -276,19 +265,10 @@ class Output:
                         self._qos0_pending = 0
                         data = out[0] if len(out) == 1 else b"".join(out)
                         try:
-                            sent = 0
-                            if raw is not None:
-                                # Measured: trio's send_all costs two scheduler checkpoints
-                                # per call, which dominated fan-out to many connections. Try
-                                # the kernel first; only what it did not take waits.
-                                try:
-                                    sent = raw.send(data)
-                                except BlockingIOError:
-                                    sent = 0
-                                except OSError:
-                                    raise trio.BrokenResourceError from None
-                            if sent < len(data):
-                                await self._send_all(memoryview(data)[sent:] if sent else data)
+                            # The kernel first; only what it does not take waits (trio's
+                            # send_all, two scheduler checkpoints per call, dominated
+                            # fan-out to many connections).
+                            await self._send_all(data)
                         except (trio.BrokenResourceError, trio.ClosedResourceError):
                             self._closing = True
                             self._stop_reading()

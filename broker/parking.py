@@ -35,7 +35,8 @@ class Parkable(Protocol):
         """The connection's own task."""
 
     def abandoned(self) -> None:
-        """The broker stops without having served it: close at once (no task)."""
+        """Closed without being served (the broker stops, or waking it failed): close at
+        once, without a task."""
 
 
 class Parking:
