@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
 
 from broker.mqtt.packet_types import ProtocolVersion
-from broker.mqtt.packets import (
-    Connack,
-    Connect,
-    Disconnect,
-    Publish,
-    Suback,
-    Subscribe,
-    Subscription,
-)
+from broker.mqtt.packets import Connack, Connect, Disconnect
 from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
 from tests.broker.harness import BrokerThread
@@ -184,27 +175,3 @@ def test_keep_alive_timeout_closes_with_0x8d_mqtt_3_1_2_22(broker: BrokerThread)
         disconnect = c.expect_disconnect(timeout=10)
         assert disconnect is not None
         assert disconnect.reason_code is ReasonCode.KEEP_ALIVE_TIMEOUT
-
-
-def test_a_connect_split_across_writes_is_answered(broker: BrokerThread) -> None:
-    # The accept loop reads what is there on accept; the rest arrives later and the
-    # connection's own handshake completes it.
-    with RawClient(broker.port) as c:
-        data = c.proto.send(Connect(ProtocolVersion.MQTT_5, "split"))
-        c.send_raw(data[:7])
-        time.sleep(0.2)
-        c.send_raw(data[7:])
-        assert c.expect(Connack).reason_code is ReasonCode.SUCCESS
-
-
-def test_packets_pipelined_behind_the_connect_are_handled_after_the_connack(
-    broker: BrokerThread,
-) -> None:
-    with RawClient(broker.port) as c:
-        data = c.proto.send(Connect(ProtocolVersion.MQTT_5, "piped"))
-        data += c.encode(Subscribe(1, (Subscription(b"piped/#", 1),)))
-        data += c.encode(Publish(b"piped/x", b"early"))
-        c.send_raw(data)  # one write: CONNECT, SUBSCRIBE and PUBLISH arrive together
-        assert c.expect(Connack).reason_code is ReasonCode.SUCCESS
-        assert c.expect(Suback).reason_codes == (ReasonCode.GRANTED_QOS_1,)
-        assert c.expect(Publish).payload == b"early"

@@ -1,9 +1,10 @@
-"""Parked connections (connected, silent, no task of their own) on trio's MockClock.
+"""The accept loop's early CONNECT and parked connections (connected, silent, no task
+of their own), on trio's MockClock.
 
 The broker is real (its LMDB store in a temp dir); each client is one end of a socket
 pair whose other end is handed to the broker the way the accept loop does it, with
-the CONNECT already written, so the connection is always answered and parked on the
-spot.
+the CONNECT (or the part of it a test chooses) already written, so what the broker
+reads on accept is known exactly.
 """
 
 from __future__ import annotations
@@ -18,8 +19,20 @@ import trio.testing
 from broker.client import prepare_socket
 from broker.core import Broker
 from broker.mqtt.connection import Connection, Role
+from broker.mqtt.encoder import encode
 from broker.mqtt.packet_types import ProtocolVersion
-from broker.mqtt.packets import Connack, Connect, Disconnect, Packet, Pingreq, Pingresp
+from broker.mqtt.packets import (
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    Pingreq,
+    Pingresp,
+    Publish,
+    Suback,
+    Subscribe,
+    Subscription,
+)
 from broker.mqtt.reason_codes import ReasonCode
 from broker.parking import Parking
 from tests.broker.harness import run_with_broker
@@ -40,10 +53,23 @@ def tcp_pair() -> tuple[socket.socket, socket.socket]:
 class SockClient:
     """The client end of a socket pair, through our codec's client role."""
 
-    def __init__(self, broker: Broker, client_id: str, keep_alive: int = 0) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        client_id: str,
+        keep_alive: int = 0,
+        *,
+        after: bytes = b"",
+        written: int | None = None,
+    ) -> None:
+        """Connect, with ``after`` pipelined behind the CONNECT; only the first ``written``
+        bytes of it all are in the socket when the broker accepts (``rest`` is the rest)."""
         ours, theirs = tcp_pair()
         self.proto = Connection(Role.CLIENT)
-        ours.sendall(self.proto.send(Connect(V5, client_id, True, keep_alive)))
+        wire = self.proto.send(Connect(V5, client_id, True, keep_alive)) + after
+        cut = len(wire) if written is None else written
+        ours.sendall(wire[:cut])
+        self.rest = wire[cut:]
         self.sock = trio.socket.from_stdlib_socket(ours)
         self.inbox: list[Packet] = []
         broker.spawn_connection(prepare_socket(theirs))
@@ -62,6 +88,40 @@ class SockClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def test_a_connect_split_across_writes_is_answered(tmp_path: pathlib.Path) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        c = SockClient(broker, "split", written=7)
+        assert len(broker.parking) == 0  # half a CONNECT: the connection's task reads on
+        await c.sock.send(c.rest)
+        with trio.fail_after(5):
+            connack = await c.next()
+        assert isinstance(connack, Connack)
+        assert connack.reason_code is ReasonCode.SUCCESS
+        c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def test_packets_pipelined_behind_the_connect_are_handled_after_the_connack(
+    tmp_path: pathlib.Path,
+) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        after = encode(Subscribe(1, (Subscription(b"piped/#", 1),)), V5)
+        after += encode(Publish(b"piped/x", b"early"), V5)
+        c = SockClient(broker, "piped", after=after)
+        assert len(broker.parking) == 0  # answered on accept, not parked: more to read
+        with trio.fail_after(5):
+            connack, suback, publish = [await c.next() for _ in range(3)]
+        assert isinstance(connack, Connack)
+        assert isinstance(suback, Suback)
+        assert suback.reason_codes == (ReasonCode.GRANTED_QOS_1,)
+        assert isinstance(publish, Publish)
+        assert publish.payload == b"early"
+        c.close()
+
+    run_with_broker(tmp_path, body)
 
 
 def test_a_silent_client_is_parked_and_woken_by_its_first_packet(tmp_path: pathlib.Path) -> None:
