@@ -123,8 +123,13 @@ def _drive(
     return elapsed, m
 
 
-def appends_per_s(submitters: int, seconds: float, shared_subject: bool = False) -> Run:
-    """Closed loop: each submitter submits one ``Publish`` and, once it is durable, the next."""
+def appends_per_s(
+    submitters: int, seconds: float, shared_subject: bool = False, futures: bool = False
+) -> Run:
+    """Closed loop: each submitter submits one ``Publish`` and, once it is durable, the next.
+
+    Completion through ``Store.submit_then`` (a callback), or with ``futures`` through
+    ``Store.submit`` and the future's done callback."""
     d = _fresh_dir()
     try:
         with Store.open(d, sync="always") as s:
@@ -133,25 +138,43 @@ def appends_per_s(submitters: int, seconds: float, shared_subject: bool = False)
             lock = threading.Lock()
             counts = [0] * submitters
             live = [submitters]
+            errors: list[str] = []
             stop_at = time.perf_counter() + seconds
 
             def chain(i: int) -> Callable[[], None]:
                 subject = "b.all" if shared_subject else f"b.{i}"
 
-                def next_one(fut: Future[list[OpResult]] | None = None) -> None:
-                    if fut is not None:
+                def next_one(res: list[OpResult] | BaseException | None = None) -> None:
+                    if res is not None:
+                        if type(res) is not list or type(res[0]) is not PubAck:
+                            errors.append(repr(res))
                         counts[i] += 1  # only this chain's callbacks touch counts[i]
-                    if time.perf_counter() >= stop_at:
+                    if errors or time.perf_counter() >= stop_at:
                         with lock:
                             live[0] -= 1
                             if not live[0]:
                                 done.set()
                         return
-                    s.submit([Publish(subject, PAYLOAD)]).add_done_callback(next_one)
+                    s.submit_then([Publish(subject, PAYLOAD)], next_one)
 
-                return next_one
+                def next_by_future(fut: Future[list[OpResult]] | None = None) -> None:
+                    if fut is not None:
+                        if type(fut.result()[0]) is not PubAck:
+                            errors.append(repr(fut.result()))
+                        counts[i] += 1
+                    if errors or time.perf_counter() >= stop_at:
+                        with lock:
+                            live[0] -= 1
+                            if not live[0]:
+                                done.set()
+                        return
+                    s.submit([Publish(subject, PAYLOAD)]).add_done_callback(next_by_future)
+
+                return next_by_future if futures else next_one
 
             elapsed, m = _drive(s, [chain(i) for i in range(submitters)], done, seconds)
+            if errors:
+                raise RuntimeError(f"appends: unexpected results {errors[:3]}")
             return Run.of(sum(counts) / elapsed, m)
     finally:
         shutil.rmtree(d, ignore_errors=True)

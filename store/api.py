@@ -2,7 +2,8 @@
 
 Write path: :meth:`Store.submit` takes a list of operations (:mod:`store.ops`) and returns
 a ``concurrent.futures.Future`` of one result per operation, completed on the writer
-thread once the group commit holding them is durable. The ``*_sync`` style helpers
+thread once the group commit holding them is durable; :meth:`Store.submit_then` does the
+same with a callback instead of a future. The ``*_sync`` style helpers
 (``create_stream``, ``publish``...) submit one operation and wait; they raise the
 operation's :class:`JetStreamError`. They must not be called from the writer thread (a
 future callback or the event hook): that would wait for itself.
@@ -140,6 +141,18 @@ class Store:
     def submit(self, ops: Sequence[Op]) -> Future[list[OpResult]]:
         """Queue ``ops`` for the next group commit; the future gets one result per op."""
         return self._writer.submit(ops)
+
+    def submit_then(
+        self, ops: Sequence[Op], on_done: Callable[[list[OpResult] | BaseException], None]
+    ) -> None:
+        """Queue ``ops`` for the next group commit; once it is durable, ``on_done`` is called
+        on the writer thread with one result per op (or the exception that failed the job).
+
+        The callback form of :meth:`submit` (no future is made): for callers that complete
+        many small jobs, such as one request per client. ``on_done`` must be quick and
+        thread-safe; an exception it raises is logged.
+        """
+        self._writer.submit_then(ops, on_done)
 
     def _after_commit(self, events: list[Event]) -> None:
         if events and self._hook is not None:

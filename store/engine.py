@@ -51,7 +51,7 @@ from store.ops import (
 )
 from store.streams import Ctx, StreamRt
 from store.subjects import subject_matches
-from store.writer import Job
+from store.writer import AnyJob
 
 
 class Engine:
@@ -124,7 +124,7 @@ class Engine:
 
     # -- the batch -----------------------------------------------------------------------
 
-    def apply(self, txn: Any, jobs: list[Job]) -> list[Any]:
+    def apply(self, txn: Any, jobs: list[AnyJob]) -> list[Any]:
         ctx = Ctx(txn, self.env.dbs, self.clock())
         # Pull requests live only in memory and are mutated while delivering: keep a copy
         # so an aborted batch restores them exactly (see reset()).

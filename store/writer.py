@@ -3,8 +3,10 @@
 Callers hand :meth:`GroupCommitWriter.submit` a list of operations and get a
 ``concurrent.futures.Future`` (the :class:`Job` itself) that completes with one result per
 operation once the transaction holding them is committed (and, with ``sync="always"``,
-fsynced). While one commit runs, new submissions queue up; the next transaction takes all
-of them at once.
+fsynced); or hand :meth:`GroupCommitWriter.submit_then` the operations and a function
+that is called with the results (or the exception) at that moment, which spares the
+future's lock and condition (a :class:`CallbackJob`: two slots). While one commit runs,
+new submissions queue up; the next transaction takes all of them at once.
 
 Failure rules:
 - an operation that fails with a JetStream error reports it as its result (the engine
@@ -13,10 +15,11 @@ Failure rules:
 - any other exception aborts the transaction; the jobs are then retried one by one so
   only the job that raised fails (its future gets the exception).
 
-After a commit the engine's events are handed over first, then the futures complete.
-Future callbacks run on the writer thread: they must be quick and thread-safe (the broker
-uses ``TrioToken.run_sync_soon``). Cancelling a future does not withdraw its operations:
-they commit, and only the result is dropped.
+After a commit the engine's events are handed over first, then the jobs complete.
+Future callbacks and ``submit_then`` functions run on the writer thread: they must be
+quick and thread-safe (the broker uses ``TrioToken.run_sync_soon``); an exception they
+raise is logged and goes no further. Cancelling a future does not withdraw its
+operations: they commit, and only the result is dropped.
 
 Hot path (tens of thousands of submissions per second): a submission is one object (the
 job is its own future) put on a ``queue.SimpleQueue`` under a plain lock; the writer
@@ -26,6 +29,7 @@ blocks in the queue's C ``get`` and drains whatever else is queued without waiti
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 import time
@@ -36,6 +40,8 @@ from typing import Any, Final
 import lmdb
 
 from store.env import Env, StoreClosedError
+
+log = logging.getLogger("jetmq.store")
 
 MAX_BATCH_JOBS: Final = 4096
 BATCH_SYNC_INTERVAL_S: Final = 0.05  # sync="batch": the documented loss window
@@ -55,7 +61,31 @@ class Job(Future[list[Any]]):
         self.results: list[Any] = []
 
 
-ApplyFn = Callable[[Any, list[Job]], Any]
+class CallbackJob:
+    """One submission whose completion is a function call instead of a future."""
+
+    __slots__ = ("on_done", "ops", "results")
+
+    def __init__(self, ops: Sequence[Any], on_done: Callable[[list[Any] | BaseException], None]):
+        self.ops = ops
+        self.on_done = on_done
+        self.results: list[Any] = []
+
+    def set_result(self, results: list[Any]) -> None:
+        try:
+            self.on_done(results)
+        except Exception:
+            log.exception("store completion callback failed")
+
+    def set_exception(self, exc: BaseException) -> None:
+        try:
+            self.on_done(exc)
+        except Exception:
+            log.exception("store completion callback failed")
+
+
+AnyJob = Job | CallbackJob
+ApplyFn = Callable[[Any, list[AnyJob]], Any]
 
 
 class GroupCommitWriter:
@@ -77,7 +107,7 @@ class GroupCommitWriter:
         self._after_commit = after_commit
         self._sync_always = sync_always
         # None is the stop mark, queued by close() after every job (both under _lock).
-        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[AnyJob | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closing = False
         self._unsynced = False
@@ -103,6 +133,16 @@ class GroupCommitWriter:
             self._queue.put(job)
         return job
 
+    def submit_then(
+        self, ops: Sequence[Any], on_done: Callable[[list[Any] | BaseException], None]
+    ) -> None:
+        """Like :meth:`submit`; ``on_done`` gets the results list (or the exception)."""
+        job = CallbackJob(ops, on_done)
+        with self._lock:
+            if self._closing:
+                raise StoreClosedError("store is closed")
+            self._queue.put(job)
+
     def close(self) -> None:
         """Finish every queued job, then stop the thread."""
         with self._lock:
@@ -118,7 +158,7 @@ class GroupCommitWriter:
 
     # -- the thread -----------------------------------------------------------------------
 
-    def _next(self) -> Job | None:
+    def _next(self) -> AnyJob | None:
         """Block for the next submission (or the stop mark); sync="batch" syncs when due."""
         q = self._queue
         while self._unsynced:
@@ -136,7 +176,7 @@ class GroupCommitWriter:
         stop = False
         while not stop:
             item = self._next()
-            jobs: list[Job] = []
+            jobs: list[AnyJob] = []
             while True:
                 if item is None:
                     stop = True
@@ -157,7 +197,7 @@ class GroupCommitWriter:
         self._unsynced = False
         self._last_sync = time.monotonic()
 
-    def _commit(self, jobs: list[Job]) -> None:
+    def _commit(self, jobs: list[AnyJob]) -> None:
         retry = False
         while True:
             if retry:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from store import JetStreamError, PubAck, Publish, Store, keys
 from store.env import MIGRATIONS, Env, SchemaError, StoreClosedError
-from store.writer import GroupCommitWriter, Job
+from store.writer import AnyJob, GroupCommitWriter
 from tests.store.conftest import FakeClock
 
 _subject = st.text(
@@ -120,6 +120,8 @@ def test_use_after_close_is_a_clear_error(tmp_path: Path, clock: FakeClock) -> N
     with pytest.raises(StoreClosedError):
         s.submit([Publish("x")])
     with pytest.raises(StoreClosedError):
+        s.submit_then([Publish("x")], lambda res: None)
+    with pytest.raises(StoreClosedError):
         s.get_msg("S", 1)
 
 
@@ -186,7 +188,7 @@ def test_unexpected_error_fails_only_its_job(tmp_path: Path) -> None:
     env = Env(tmp_path / "e", map_size=1 << 20)
     gate = threading.Event()
 
-    def apply(txn: Any, jobs: list[Job]) -> list[Any]:
+    def apply(txn: Any, jobs: list[AnyJob]) -> list[Any]:
         gate.wait(10)
         for job in jobs:
             for op in job.ops:
@@ -199,17 +201,60 @@ def test_unexpected_error_fails_only_its_job(tmp_path: Path) -> None:
     w = GroupCommitWriter(
         env, apply, on_abort=lambda: None, after_commit=lambda t: None, sync_always=True
     )
+    called: list[list[Any] | BaseException] = []
     futs = [w.submit(["k1"]), w.submit(["boom"]), w.submit(["k2"])]
+    w.submit_then(["boom"], called.append)
+    w.submit_then(["k3"], called.append)
     gate.set()
     assert futs[0].result(timeout=10) == ["k1"]
     with pytest.raises(ValueError, match="boom"):
         futs[1].result(timeout=10)
     assert futs[2].result(timeout=10) == ["k2"]
-    w.close()
+    w.close()  # finishes every queued job
+    assert len(called) == 2
+    assert isinstance(called[0], ValueError)
+    assert called[1] == ["k3"]
     with env.read() as txn:
-        assert txn.get(b"k1", db=env.dbs[keys.DB_META]) == b"1"
-        assert txn.get(b"k2", db=env.dbs[keys.DB_META]) == b"1"
+        for k in (b"k1", b"k2", b"k3"):
+            assert txn.get(k, db=env.dbs[keys.DB_META]) == b"1"
     env.close()
+
+
+def test_submit_then_completes_after_the_commit(store: Store) -> None:
+    """The callback form: called on the writer thread once the job is durable, in the same
+    group commit as futures submitted beside it."""
+    store.create_stream({"name": "S", "subjects": ["s.>"]})
+    seen: list[tuple[list[Any] | BaseException, bytes | None]] = []
+    done = threading.Event()
+
+    def on_done(res: list[Any] | BaseException) -> None:
+        # Committed when called: a read transaction on this thread already sees it.
+        seen.append((res, store.get_msg("S", 2).payload))
+        done.set()
+
+    fut = store.submit([Publish("s.a", b"1")])
+    store.submit_then([Publish("s.b", b"2"), Publish("x.unmatched", b"3")], on_done)
+    assert done.wait(10)
+    assert fut.result(timeout=10)[0] == PubAck("S", 1)
+    ((res, payload),) = seen
+    assert isinstance(res, list)
+    assert res == [PubAck("S", 2), None]
+    assert payload == b"2"
+
+
+def test_failing_submit_then_callback_is_logged_and_the_writer_goes_on(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.create_stream({"name": "S", "subjects": ["s.>"]})
+
+    def broken(res: list[Any] | BaseException) -> None:
+        raise RuntimeError("callback bug")
+
+    with caplog.at_level("ERROR", logger="jetmq.store"):
+        store.submit_then([Publish("s.a", b"1")], broken)
+        assert store.publish("s.b", b"2") == PubAck("S", 2)
+    assert any("completion callback failed" in r.message for r in caplog.records)
+    assert store.stream_state("S").messages == 2
 
 
 def test_overlong_subject_is_rejected_not_crashing(store: Store) -> None:
