@@ -75,7 +75,9 @@ both from ``msgs``) is the table above.
 from __future__ import annotations
 
 import struct
-from typing import Final
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Final, NamedTuple
 
 SCHEMA_VERSION: Final = 2
 
@@ -130,6 +132,11 @@ _CSTATE = struct.Struct(">B7Q")
 _PENDING = struct.Struct(">QIQB")
 
 MAX_U64: Final = (1 << 64) - 1
+
+# The writer's hot path calls these bound ``struct`` methods directly (no Python frame):
+# the same bytes as msg_key(sid, seq) and pack_subject_record(count, first, last).
+pack_msg_key: Final = _U64X2.pack
+pack_subject_counts: Final = _U64X3.pack
 
 
 class RecordError(ValueError):
@@ -192,6 +199,31 @@ def split_subject_key(key: bytes) -> tuple[int, str, int]:
 def subject_index_key(sid_prefix_: bytes, subject: bytes, seq: int) -> bytes:
     """:func:`subject_key` from the stream's :func:`sid_prefix` and the UTF-8 subject."""
     return sid_prefix_ + _U64.pack(seq >> EPOCH_SHIFT) + subject + b"\x00" + _U64.pack(seq)
+
+
+class SubjectPackers(NamedTuple):
+    """One subject's packers for the writer's hot path (built once per subject, cached by the
+    stream): the same bytes as :func:`subject_index_key` and :func:`msg_record`, each in
+    one ``struct`` call instead of several concatenations."""
+
+    utf8: bytes
+    count_key: bytes  # the subject's ``subjcount`` key
+    # (sid, epoch, utf8, seq) -> the ``subjects`` key
+    index_key: Callable[[int, int, bytes, int], bytes]
+    # (MSG_RECORD_VERSION, time, len(utf8), utf8, len(header block)) -> the record up to
+    # the header block; the record is that + header block + payload
+    record_head: Callable[[int, int, int, bytes, int], bytes]
+
+
+@lru_cache(maxsize=1024)
+def _packers_of_length(n: int) -> tuple[struct.Struct, struct.Struct]:
+    return struct.Struct(f">QQ{n}sxQ"), struct.Struct(f">BQH{n}sI")
+
+
+def subject_packers(sid_prefix_: bytes, subject: bytes) -> SubjectPackers:
+    """The packers of ``subject`` (UTF-8) in the stream whose :func:`sid_prefix` is given."""
+    index, head = _packers_of_length(len(subject))
+    return SubjectPackers(subject, sid_prefix_ + subject, index.pack, head.pack)
 
 
 def subject_epoch_prefix(sid_prefix_: bytes, subject: bytes, epoch: int) -> bytes:

@@ -37,6 +37,14 @@ SWEEP_STALE_FIRSTS = 64
 # Subjects with 3 to this many stored messages created in this process keep the list of
 # their seqs in memory (``StreamRt._seqs``), so removing their first needs no index scan.
 SMALL_SUBJECT = 8
+# Per stream: subjects whose packers (keys.subject_packers) are kept; the cache is dropped
+# when full (the broker's message subjects are unique: they would only fill it).
+MAX_CACHED_PACKERS = 4096
+MSG_RECORD_VERSION = keys.MSG_RECORD_VERSION
+EPOCH_SHIFT = keys.EPOCH_SHIFT
+_pack_msg_key = keys.pack_msg_key
+_pack_counts = keys.pack_subject_counts
+_new_tuple = tuple.__new__
 
 
 @dataclass
@@ -106,6 +114,7 @@ class StreamRt:
         self._dirty: set[str] = set()
         self._stale: set[str] = set()
         self._seqs: dict[str, list[int]] = {}
+        self._packers: dict[str, keys.SubjectPackers] = {}
         self.config = config
         self.created_ns = created_ns
         self.first_seq = 0
@@ -171,10 +180,13 @@ class StreamRt:
         recs = self._subj
         cur = ctx.subjcount_cur
         sid = self.sid
+        packers = self._packers
         for subject in dirty:
             n, first, last = recs[subject]
             if n:
-                cur.put(keys.subjcount_key(sid, subject), keys.pack_subject_record(n, first, last))
+                pk = packers.get(subject)
+                key = pk.count_key if pk is not None else keys.subjcount_key(sid, subject)
+                cur.put(key, _pack_counts(n, first, last))
             else:
                 if cur.set_key(keys.subjcount_key(sid, subject)):
                     cur.delete()
@@ -323,8 +335,13 @@ class StreamRt:
         cfg = self.config
         if cfg.sealed:
             return js_error("stream_sealed")
-        if not _publish_subject_ok(subject):
-            return js_error("bad_header", err=f"invalid subject {subject[:64]!r}")
+        packers = self._packers.get(subject)
+        if packers is None:
+            if not _publish_subject_ok(subject):
+                return js_error("bad_header", err=f"invalid subject {subject[:64]!r}")
+            if len(self._packers) >= MAX_CACHED_PACKERS:
+                self._packers.clear()
+            packers = self._packers[subject] = keys.subject_packers(self.sid_b, subject.encode())
         msg_id: str | None = None
         rollup: str | None = None
         if headers:
@@ -336,8 +353,9 @@ class StreamRt:
         size = len(block) + len(payload)
         if cfg.max_msg_size >= 0 and size > cfg.max_msg_size:
             return js_error("message_exceeds_maximum")
-        subj_b = subject.encode()
-        nbytes = keys.msg_bytes(len(subj_b), len(block), len(payload))
+        subj_b = packers.utf8
+        subj_len = len(subj_b)
+        nbytes = 30 + subj_len + size + 4 if block else 30 + subj_len + size  # keys.msg_bytes
         seq = self.last_seq + 1
         if cfg.retention == "interest" and not has_interest:
             # Spec §1.5: the publish is acknowledged with a new seq, nothing is stored.
@@ -346,7 +364,7 @@ class StreamRt:
                 self.first_seq = seq + 1
             if msg_id:
                 self.dedupe_record(ctx, msg_id, seq)
-            return PubAck(self.name, seq)
+            return _new_tuple(PubAck, (self.name, seq, False))
         if cfg.discard == "new":
             if cfg.max_msgs > 0 and self.messages + 1 > cfg.max_msgs:
                 return js_error("store_failed", err="maximum messages exceeded")
@@ -357,8 +375,11 @@ class StreamRt:
             return js_error("store_failed", err="maximum messages per subject exceeded")
         # -- every check passed: write ------------------------------------------------
         now = ctx.now
-        ctx.msgs_cur.put(keys.msg_key(self.sid, seq), keys.msg_record(now, subj_b, block, payload))
-        ctx.subjects_cur.put(keys.subject_index_key(self.sid_b, subj_b, seq), b"")
+        head = packers.record_head(MSG_RECORD_VERSION, now, subj_len, subj_b, len(block))
+        ctx.msgs_cur.put(
+            _pack_msg_key(self.sid, seq), head + block + payload if block else head + payload
+        )
+        ctx.subjects_cur.put(packers.index_key(self.sid, seq >> EPOCH_SHIFT, subj_b, seq), b"")
         srec = self._subj.get(subject)
         if srec is None:
             srec = self.subject_record(ctx, subject)
@@ -409,7 +430,7 @@ class StreamRt:
                     break
                 self.remove(ctx, old)
         # The state record is written once per batch by the engine (every stream it touched).
-        return PubAck(self.name, seq)
+        return _new_tuple(PubAck, (self.name, seq, False))  # PubAck(name, seq), minus a call
 
     def _check_headers(
         self, ctx: Ctx, subject: str, headers: Headers

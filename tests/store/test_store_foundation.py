@@ -51,6 +51,30 @@ def test_msg_record_round_trips(
     assert keys.record_bytes(rec) == keys.msg_bytes(len(subject.encode()), len(block), len(payload))
 
 
+@given(
+    sid=st.integers(0, keys.MAX_U64),
+    seq=st.integers(0, keys.MAX_U64),
+    t=st.integers(0, keys.MAX_U64),
+    subject=_subject,
+    headers=_headers,
+    payload=st.binary(max_size=200),
+)
+def test_hot_path_packers_give_the_documented_bytes(
+    sid: int, seq: int, t: int, subject: str, headers: tuple[tuple[str, str], ...], payload: bytes
+) -> None:
+    subj_b = subject.encode()
+    pk = keys.subject_packers(keys.sid_prefix(sid), subj_b)
+    block = keys.encode_headers(headers)
+    head = pk.record_head(keys.MSG_RECORD_VERSION, t, len(subj_b), subj_b, len(block))
+    assert head + block + payload == keys.pack_msg(t, subject, block, payload)
+    assert pk.index_key(sid, seq >> keys.EPOCH_SHIFT, subj_b, seq) == keys.subject_key(
+        sid, subject, seq
+    )
+    assert pk.count_key == keys.subjcount_key(sid, subject)
+    assert keys.pack_msg_key(sid, seq) == keys.msg_key(sid, seq)
+    assert keys.pack_subject_counts(1, seq, t) == keys.pack_subject_record(1, seq, t)
+
+
 def test_msg_bytes_is_the_file_store_formula() -> None:
     assert keys.msg_bytes(5, 0, 100) == 22 + 5 + 100 + 8
     assert keys.msg_bytes(5, 20, 100) == 22 + 5 + 100 + 8 + 4 + 20
