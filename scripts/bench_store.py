@@ -5,12 +5,15 @@ Reports the median of 5 runs of each measurement:
 
 - durable appends/s of 100-byte messages with ``sync="always"`` from 1, 8 and 64
   concurrent submitters. A submitter is one outstanding request, like a trio task in the
-  broker: when its commit completes (the future's done callback), it submits the next
-  message. Compared in the same run with (a) one LMDB write transaction + fsync per
-  message (the no-group-commit baseline) and (b) a raw py-lmdb ``put`` loop without
-  fsync (the ceiling);
+  broker: when its commit completes (the ``Store.submit_then`` callback; once more at 64
+  through futures and their done callbacks), it submits the next message. Compared in the
+  same run with (a) the same store and 64 submitters with group commit off (each message
+  committed and fsynced in its own transaction), (b) a raw py-lmdb loop of one write
+  transaction + fsync per message, and (c) a raw py-lmdb ``put`` loop without fsync (the
+  ceiling);
 - appends/s under a limit that removes a sparse subject's first message per append
-  (10,000 subjects; ``max_msgs_per_subject`` and ``max_msgs``; ``sync="batch"``);
+  (10,000 subjects; ``max_msgs_per_subject`` and ``max_msgs``; ``sync="batch"``), also
+  with the store reopened halfway (a restart: nothing cached);
 - explicit-ack consumer deliver+ack cycles/s (pull batches of 100, acks submitted in one
   operation list together with the next pull request);
 - reopen time of a stream holding 1,000,000 messages (``--recovery-msgs``), and in it
@@ -124,7 +127,11 @@ def _drive(
 
 
 def appends_per_s(
-    submitters: int, seconds: float, shared_subject: bool = False, futures: bool = False
+    submitters: int,
+    seconds: float,
+    shared_subject: bool = False,
+    futures: bool = False,
+    max_batch_jobs: int = 4096,
 ) -> Run:
     """Closed loop: each submitter submits one ``Publish`` and, once it is durable, the next.
 
@@ -132,7 +139,7 @@ def appends_per_s(
     ``Store.submit`` and the future's done callback."""
     d = _fresh_dir()
     try:
-        with Store.open(d, sync="always") as s:
+        with Store.open(d, sync="always", max_batch_jobs=max_batch_jobs) as s:
             s.create_stream({"name": "B", "subjects": ["b.>"]})
             done = threading.Event()
             lock = threading.Lock()
@@ -178,6 +185,15 @@ def appends_per_s(
             return Run.of(sum(counts) / elapsed, m)
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def appends_one_txn_each(submitters: int, seconds: float) -> Run:
+    """:func:`appends_per_s` with group commit switched off (``max_batch_jobs=1``): the
+    writer commits (and fsyncs) every submission in a transaction of its own, as a store
+    without group commit would. The baseline group commit is measured against."""
+    run = appends_per_s(submitters, seconds, max_batch_jobs=1)
+    assert run.jobs_per_commit == 1
+    return run
 
 
 # The broker's records (broker/persist.py): a stored message with its four headers, and a
@@ -253,24 +269,33 @@ def broker_pattern_per_s(submitters: int, seconds: float) -> Run:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def sparse_limit_per_s(limit: dict[str, int], n: int, keys: int = 10_000) -> float:
+def sparse_limit_per_s(
+    limit: dict[str, int], n: int, keys: int = 10_000, reopen: bool = False
+) -> float:
     """Appends/s (``sync="batch"``, 1,000 per submission, second half of ``n``) on
     ``keys`` subjects updated round robin, so each subject has a message every ``keys``
     sequences, under a limit that removes a message per append: ``max_msgs_per_subject``
     (a key-value history: each append removes its subject's oldest) or ``max_msgs`` (each
     append removes the stream's head). Every removal takes a subject's first message whose
-    successor lies ``keys`` sequences later."""
+    successor lies ``keys`` sequences later. With ``reopen`` the store is closed and opened
+    again after the first half (a restart: nothing cached from the appends before)."""
     d = _fresh_dir()
     try:
-        with Store.open(d, sync="batch") as s:
+        s = Store.open(d, sync="batch")
+        try:
             s.create_stream({"name": "K", "subjects": ["k.>"], **limit})
             t_half = 0.0
             for start in range(0, n, 1000):
                 if start == n // 2:
+                    if reopen:
+                        s.close()
+                        s = Store.open(d, sync="batch")
                     t_half = time.perf_counter()
                 ops = [Publish(f"k.{i % keys}", PAYLOAD) for i in range(start, start + 1000)]
                 s.submit(ops).result()
             return (n - n // 2) / (time.perf_counter() - t_half)
+        finally:
+            s.close()
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -445,6 +470,11 @@ def main(argv: list[str] | None = None) -> int:
         f" {raw_commit_ms(False, rounds):6.2f} ms; 64 keys scattered over a 60,000-key table:"
         f" {raw_commit_ms(True, rounds):6.2f} ms"
     )
+    unbatched = median_run(functools.partial(appends_one_txn_each, 64, secs), runs).rate
+    print(
+        f"  store, one transaction per message (group commit off), 64 submitters:"
+        f" {unbatched:10,.0f} appends/s (baseline)"
+    )
     one = 0.0
     for k in (1, 8, 64):
         run = median_run(functools.partial(appends_per_s, k, secs), runs)
@@ -452,11 +482,17 @@ def main(argv: list[str] | None = None) -> int:
         one = one or r
         print(
             f"  group commit, sync=always, {k:2d} submitters: {r:10,.0f} appends/s"
-            f"  ({r / per_txn:5.1f}x raw txn-per-msg, {r / one:5.1f}x store at 1 submitter,"
-            f" {100 * r / ceiling:4.1f}% of ceiling)"
+            f"  ({r / unbatched:5.1f}x store txn-per-msg, {r / per_txn:5.1f}x raw txn-per-msg,"
+            f" {r / one:5.1f}x store at 1 submitter, {100 * r / ceiling:4.1f}% of ceiling)"
         )
         if k == 64:
             print(f"    {run.split()}")
+    run = median_run(lambda: appends_per_s(64, secs, futures=True), runs)
+    print(
+        f"  group commit, sync=always, 64 submitters completing through futures:"
+        f" {run.rate:10,.0f} appends/s  ({run.rate / unbatched:5.1f}x store txn-per-msg)\n"
+        f"    {run.split()}"
+    )
     run = median_run(lambda: appends_per_s(64, secs, shared_subject=True), runs)
     print(
         f"  group commit, sync=always, 64 submitters, one shared subject: {run.rate:10,.0f}"
@@ -477,15 +513,19 @@ def main(argv: list[str] | None = None) -> int:
         " msgs/s (the disk's fsync latency drifts: compare ratios only within a steady run)"
     )
     n = 20_000 if args.quick else 120_000
-    hist = statistics.median(
-        sparse_limit_per_s({"max_msgs_per_subject": 5}, n) for _ in range(runs)
-    )
-    head = statistics.median(sparse_limit_per_s({"max_msgs": 50_000}, n) for _ in range(runs))
-    print(
-        "  sync=batch, 10,000 subjects round robin, each append removes a subject's first"
-        f" message: max_msgs_per_subject=5 {hist:10,.0f} appends/s; max_msgs=50,000"
-        f" {head:10,.0f} appends/s"
-    )
+    for reopen in (False, True):
+        hist = statistics.median(
+            sparse_limit_per_s({"max_msgs_per_subject": 5}, n, reopen=reopen) for _ in range(runs)
+        )
+        head = statistics.median(
+            sparse_limit_per_s({"max_msgs": n * 5 // 12}, n, reopen=reopen) for _ in range(runs)
+        )
+        print(
+            "  sync=batch, 10,000 subjects round robin, each append removes a subject's first"
+            f" message{', store reopened at half time' if reopen else ''}:"
+            f" max_msgs_per_subject=5 {hist:10,.0f} appends/s;"
+            f" max_msgs={n * 5 // 12:,} {head:10,.0f} appends/s"
+        )
     cyc = statistics.median(
         consumer_cycles_per_s(2_000 if args.quick else 20_000) for _ in range(runs)
     )

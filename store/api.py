@@ -58,7 +58,7 @@ from store.ops import (
 )
 from store.streams import literal_prefix
 from store.subjects import is_literal, subject_matches, subjects_overlap
-from store.writer import GroupCommitWriter
+from store.writer import MAX_BATCH_JOBS, GroupCommitWriter
 
 log = logging.getLogger("jetmq.store")
 
@@ -76,6 +76,7 @@ class Store:
         clock: Callable[[], int],
         on_event: EventHook | None,
         node_name: str,
+        max_batch_jobs: int = MAX_BATCH_JOBS,
     ) -> None:
         self.env = env
         self.sync = sync
@@ -88,6 +89,7 @@ class Store:
             on_abort=self._engine.reset,
             after_commit=self._after_commit,
             sync_always=sync == "always",
+            max_batch_jobs=max_batch_jobs,
         )
         self._closed = False
 
@@ -101,17 +103,29 @@ class Store:
         map_size: int = DEFAULT_MAP_SIZE,
         on_event: EventHook | None = None,
         node_name: str = "jetmq",
+        max_batch_jobs: int = MAX_BATCH_JOBS,
     ) -> Store:
         """Open (creating if needed) the store at directory ``path``.
 
         ``sync="always"`` fsyncs every group commit; ``"batch"`` commits without fsync
         and syncs at most 50 ms after the first unsynced commit (and on close): a crash of
         the machine (not of the process) may lose up to that window of acknowledged writes.
+        ``max_batch_jobs`` caps the submissions one group commit takes (1: every
+        submission committed alone, i.e. no group commit — the benchmark's baseline).
         """
         if sync not in ("always", "batch"):
             raise ValueError("sync must be 'always' or 'batch'")
+        if max_batch_jobs < 1:
+            raise ValueError("max_batch_jobs must be at least 1")
         env = Env(path, sync=sync == "always", map_size=map_size)
-        return cls(env, sync=sync, clock=clock, on_event=on_event, node_name=node_name)
+        return cls(
+            env,
+            sync=sync,
+            clock=clock,
+            on_event=on_event,
+            node_name=node_name,
+            max_batch_jobs=max_batch_jobs,
+        )
 
     def set_event_hook(self, hook: EventHook | None) -> None:
         """Where deliveries, pull statuses and advisories go (called on the writer thread)."""

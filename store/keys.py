@@ -216,14 +216,17 @@ class SubjectPackers(NamedTuple):
 
 
 @lru_cache(maxsize=1024)
-def _packers_of_length(n: int) -> tuple[struct.Struct, struct.Struct]:
-    return struct.Struct(f">QQ{n}sxQ"), struct.Struct(f">BQH{n}sI")
+def _packers_of_length(
+    n: int,
+) -> tuple[Callable[[int, int, bytes, int], bytes], Callable[[int, int, int, bytes, int], bytes]]:
+    # Bound methods shared by every subject of this length.
+    return struct.Struct(f">QQ{n}sxQ").pack, struct.Struct(f">BQH{n}sI").pack
 
 
 def subject_packers(sid_prefix_: bytes, subject: bytes) -> SubjectPackers:
     """The packers of ``subject`` (UTF-8) in the stream whose :func:`sid_prefix` is given."""
     index, head = _packers_of_length(len(subject))
-    return SubjectPackers(subject, sid_prefix_ + subject, index.pack, head.pack)
+    return SubjectPackers(subject, sid_prefix_ + subject, index, head)
 
 
 def subject_epoch_prefix(sid_prefix_: bytes, subject: bytes, epoch: int) -> bytes:

@@ -37,9 +37,9 @@ SWEEP_STALE_FIRSTS = 64
 # Subjects with 3 to this many stored messages created in this process keep the list of
 # their seqs in memory (``StreamRt._seqs``), so removing their first needs no index scan.
 SMALL_SUBJECT = 8
-# Per stream: subjects whose packers (keys.subject_packers) are kept; the cache is dropped
-# when full (the broker's message subjects are unique: they would only fill it).
-MAX_CACHED_PACKERS = 4096
+# Per stream: subjects whose packers (keys.subject_packers, ≈270 bytes each) are kept; the
+# cache is dropped when full (the broker's message subjects are unique: they only fill it).
+MAX_CACHED_PACKERS = 16_384
 MSG_RECORD_VERSION = keys.MSG_RECORD_VERSION
 EPOCH_SHIFT = keys.EPOCH_SHIFT
 _pack_msg_key = keys.pack_msg_key
@@ -103,7 +103,7 @@ class StreamRt:
     A subject that grows from 2 to 3 messages with an exact first seq gets the sorted list
     of its seqs in ``_seqs``, kept while it has 3 to ``SMALL_SUBJECT`` messages: its next
     first is then the list's second entry. Subjects read back from ``subjcount`` (after a
-    restart or a cache drop) have no list until they shrink to 2 and grow again.
+    restart or a cache drop) get their list when the flush resolves their first seq.
     """
 
     def __init__(self, name: str, sid: int, config: StreamConfig, created_ns: int) -> None:
@@ -197,21 +197,46 @@ class StreamRt:
             self._seqs.clear()
 
     def _resolve_firsts(self, ctx: Ctx) -> None:
-        """Find the exact first seq of every subject in ``_stale`` (see the class doc)."""
+        """Find the exact first seq of every subject in ``_stale`` (see the class doc).
+
+        A subject left with 3 to ``SMALL_SUBJECT`` messages gets its list of seqs while at
+        it (the scan goes on to its last message), so its next removals need no scan: the
+        records read back after a restart have no lists, and a key-value history or a
+        stream head moving over many sparse subjects would otherwise scan for every
+        removal.
+        """
         recs = self._subj
         pending = {subj.encode(): recs[subj] for subj in self._stale}
         self._stale.clear()
+        small = {b: rec[2] for b, rec in pending.items() if 3 <= rec[0] <= SMALL_SUBJECT}
+        lists: dict[bytes, list[int]] = {b: [] for b in small}
         cur = ctx.txn.cursor(db=ctx.subjects_db)
+        sid_b = self.sid_b
         if len(pending) < SWEEP_STALE_FIRSTS:
             for subj_b, rec in pending.items():
-                rec[1] = subjindex.next_seq(cur, self.sid_b, subj_b, rec[1] - 1, rec[2])
-            return
-        lo = min(rec[1] for rec in pending.values())
-        hi = max(rec[2] for rec in pending.values())
-        for seq, subj_b in subjindex.sweep_firsts(cur, self.sid_b, lo, hi, pending):
-            pending.pop(subj_b)[1] = seq
-        for subj_b, rec in pending.items():  # none unless the index lost keys
-            rec[1] = subjindex.next_seq(cur, self.sid_b, subj_b, rec[1] - 1, rec[2])
+                if subj_b in small:
+                    lists[subj_b] = list(subjindex.seqs(cur, sid_b, subj_b, rec[1], rec[2]))
+                else:
+                    rec[1] = subjindex.next_seq(cur, sid_b, subj_b, rec[1] - 1, rec[2])
+        else:
+            lo = min(rec[1] for rec in pending.values())
+            hi = max(rec[2] for rec in pending.values())
+            firsts = pending.keys() - small.keys()
+            for seq, subj_b in subjindex.sweep_firsts(cur, sid_b, lo, hi, firsts, small):
+                if subj_b in small:
+                    lists[subj_b].append(seq)
+                else:
+                    pending.pop(subj_b)[1] = seq
+            for subj_b in firsts & pending.keys():  # none unless the index lost keys
+                rec = pending[subj_b]
+                rec[1] = subjindex.next_seq(cur, sid_b, subj_b, rec[1] - 1, rec[2])
+        for subj_b, seqs in lists.items():
+            rec = pending[subj_b]
+            if len(seqs) == rec[0]:
+                rec[1] = seqs[0]
+                self._seqs[subj_b.decode()] = seqs
+            else:  # the index lost keys: no list, the first from a scan
+                rec[1] = subjindex.next_seq(cur, sid_b, subj_b, rec[1] - 1, rec[2])
 
     def subject_seqs(self, ctx: Ctx, subject: str, start: int = 0) -> Iterator[int]:
         """Stored sequences of one literal subject, ascending, from ``start``."""

@@ -78,25 +78,30 @@ def sweep(
 
 
 def sweep_firsts(
-    cur: Any, sid_b: bytes, lo: int, hi: int, wanted: dict[bytes, Any]
+    cur: Any, sid_b: bytes, lo: int, hi: int, firsts: set[bytes], upto: dict[bytes, int]
 ) -> Iterator[tuple[int, bytes]]:
-    """``(seq, subject)`` of the first stored message at or after ``lo`` (and up to
-    ``hi``) of each subject in ``wanted`` (UTF-8 keys), in one pass over the index keys of
-    the epochs from ``lo``'s to ``hi``'s (one seek); stops once every subject is found.
-    Callers pass lower bounds of first seqs: no subject in ``wanted`` has a stored message
+    """``(seq, subject)`` in one pass over the index keys of the epochs from ``lo``'s to
+    ``hi``'s (one seek): for each subject in ``firsts`` (UTF-8) its first stored message at
+    or after ``lo``; for each subject in ``upto`` every stored message from ``lo`` up to
+    the seq it maps to (ascending). Stops once nothing is left to find.
+    Callers pass lower bounds of first seqs: no subject asked for has a stored message
     below ``lo``, so the first key of a subject met is its first message."""
-    left = set(wanted)
+    left = set(firsts)
+    left.update(upto)
     end = keys.subject_sweep_prefix(sid_b, (hi >> _SHIFT) + 1, b"")
     subject_of, seq_of = keys.subject_key_subject, keys.subject_key_seq
-    if not cur.set_range(keys.subject_sweep_prefix(sid_b, lo >> _SHIFT, b"")):
+    if not left or not cur.set_range(keys.subject_sweep_prefix(sid_b, lo >> _SHIFT, b"")):
         return
     for k in cur.iternext(keys=True, values=False):
         if k >= end:
             return
         subj = subject_of(k)
-        if subj in left:  # an epoch's keys of a subject are in seq order: the first
-            left.discard(subj)
-            yield seq_of(k), subj
+        if subj in left:  # an epoch's keys of a subject are in seq order
+            seq = seq_of(k)
+            last = upto.get(subj)
+            if last is None or seq >= last:
+                left.discard(subj)
+            yield seq, subj
             if not left:
                 return
 

@@ -99,8 +99,12 @@ class GroupCommitWriter:
         on_abort: Callable[[], None],
         after_commit: Callable[[Any], None],
         sync_always: bool,
+        max_batch_jobs: int = MAX_BATCH_JOBS,
         name: str = "jetmq-store-writer",
     ) -> None:
+        if max_batch_jobs < 1:
+            raise ValueError("max_batch_jobs must be at least 1")
+        self._max_jobs = max_batch_jobs
         self._env = env
         self._apply = apply
         self._on_abort = on_abort
@@ -173,6 +177,7 @@ class GroupCommitWriter:
 
     def _run(self) -> None:
         q = self._queue
+        max_jobs = self._max_jobs
         stop = False
         while not stop:
             item = self._next()
@@ -182,7 +187,7 @@ class GroupCommitWriter:
                     stop = True
                     break
                 jobs.append(item)
-                if len(jobs) >= MAX_BATCH_JOBS or q.empty():
+                if len(jobs) >= max_jobs or q.empty():
                     break
                 item = q.get_nowait()  # the only consumer: not empty means get succeeds
             if jobs:

@@ -181,6 +181,23 @@ def test_group_commit_batches_concurrent_submitters(store: Store) -> None:
     assert m["complete_us"] >= 0
 
 
+def test_max_batch_jobs_one_commits_every_submission_alone(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Group commit off (the benchmark's baseline): queued jobs still all commit, one
+    transaction each, in submission order."""
+    with pytest.raises(ValueError, match="max_batch_jobs"):
+        Store.open(tmp_path / "bad", clock=clock, max_batch_jobs=0)
+    with Store.open(tmp_path / "db", clock=clock, max_batch_jobs=1) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        before = s.metrics()
+        futs = [s.submit([Publish(f"s.{i}", b"x")]) for i in range(20)]
+        assert [f.result(timeout=30)[0] for f in futs] == [PubAck("S", i + 1) for i in range(20)]
+        m = s.metrics()
+        assert m["jobs_committed"] - before["jobs_committed"] == 20
+        assert m["commits"] - before["commits"] == 20
+
+
 def test_one_batch_mixes_operations_and_isolates_failures(store: Store) -> None:
     store.create_stream({"name": "A", "subjects": ["a.>"]})
     store.create_stream(

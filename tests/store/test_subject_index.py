@@ -617,6 +617,46 @@ def test_history_limit_over_many_keys_in_one_batch(store: Store) -> None:
     assert all(n == 3 for n, _, _ in recs.values())
 
 
+@pytest.mark.parametrize("keys_per_batch", [300, 30])
+def test_history_limit_after_a_restart_builds_seq_lists(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, keys_per_batch: int
+) -> None:
+    """After a restart no subject has its in-memory seq list. The flush that finds a
+    removed first's successor builds the list of a small subject while at it (by the sweep
+    for 300 subjects in a batch, by a scan each for 30), so later removals on those
+    subjects scan nothing; what is stored stays exact either way."""
+    path = tmp_path / "db"
+    names = tuple(f"s.k{i}" for i in range(300))
+    with Store.open(path, clock=clock, map_size=1 << 26) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"], "max_msgs_per_subject": 5})
+        for _ in range(6):
+            _fill(s, 300, names)
+    scans: list[str] = []
+    for fn in ("seqs", "sweep_firsts", "next_seq"):
+        real = getattr(subjindex, fn)
+
+        def counting(*args: Any, _real: Any = real, _fn: str = fn) -> Any:
+            scans.append(_fn)
+            return _real(*args)
+
+        monkeypatch.setattr(subjindex, fn, counting)
+    with Store.open(path, clock=clock, map_size=1 << 26) as s:
+        for rnd in range(3):
+            scans.clear()
+            for start in range(0, 300, keys_per_batch):
+                _fill(s, keys_per_batch, names[start : start + keys_per_batch])
+            if rnd and streams.SMALL_SUBJECT:  # the first round after the restart built them
+                assert scans == []
+            elif streams.SMALL_SUBJECT:
+                sweep = keys_per_batch >= streams.SWEEP_STALE_FIRSTS
+                assert ("sweep_firsts" in scans) == sweep
+                assert "next_seq" not in scans
+            _check(s, probes=1)
+        recs = _records(s)
+        assert len(recs) == 300
+        assert all(n == 5 for n, _, _ in recs.values())
+
+
 # A batch must give what its operations give one per commit, also when removals leave
 # first seqs to be found at the flush and later operations of the batch read them.
 batch_op = st.one_of(
