@@ -277,7 +277,7 @@ class Engine:
             # Stream subjects never overlap, so a stream whose subjects match is the one
             # that captures the subject (no capture lookup: the broker's are mostly unique).
             st: StreamRt | None = named
-            if not any(subject_matches(s, op.subject) for s in named.config.subjects):
+            if not named.accepts(op.subject):
                 return js_error("stream_not_match")
         else:
             st = self.capture(op.subject)

@@ -430,18 +430,12 @@ def unpack_pending(record: bytes) -> tuple[int, int, int, int]:
 
 # -- NATS header blocks ----------------------------------------------------------------------
 
-_HDR_LINE = b"NATS/1.0\r\n"
-
 
 def encode_headers(headers: tuple[tuple[str, str], ...]) -> bytes:
     """The ``NATS/1.0`` header block for ``headers`` (empty bytes when there are none)."""
     if not headers:
         return b""
-    parts = [_HDR_LINE]
-    for k, v in headers:
-        parts.append(f"{k}: {v}\r\n".encode())
-    parts.append(b"\r\n")
-    return b"".join(parts)
+    return ("NATS/1.0\r\n" + "".join([f"{k}: {v}\r\n" for k, v in headers]) + "\r\n").encode()
 
 
 def decode_headers(block: bytes) -> tuple[tuple[str, str], ...]:
@@ -472,6 +466,19 @@ def msg_bytes(subject_len: int, header_len: int, payload_len: int) -> int:
     if header_len:
         n += 4 + header_len
     return n
+
+
+def msg_subject_and_size(record: bytes) -> tuple[bytes, int]:
+    """:func:`msg_subject_bytes` and :func:`record_bytes` of a record in one decode (the
+    writer's removal path)."""
+    version, _, slen = _MSG_HEAD.unpack_from(record)
+    if version != MSG_RECORD_VERSION:
+        raise RecordError(f"unknown message record version {version}")
+    end = _MSG_HEAD.size + slen
+    (hlen,) = _U32.unpack_from(record, end)
+    # msg_bytes: 30 + subject + payload (+ 4 + headers when there are headers)
+    size = len(record) - _MSG_HEAD.size - 4 + 30 + (4 if hlen else 0)
+    return bytes(record[_MSG_HEAD.size : end]), size
 
 
 def record_bytes(record: bytes) -> int:

@@ -22,7 +22,7 @@ from store import keys, subjindex
 from store.errors import JetStreamError, js_error
 from store.models import StreamConfig
 from store.ops import Headers, PubAck
-from store.subjects import is_literal, is_valid_subject, subject_matches
+from store.subjects import is_literal, is_valid_subject, subject_matches, tail_prefix
 
 if TYPE_CHECKING:
     from store.consumers import ConsumerRt
@@ -116,6 +116,8 @@ class StreamRt:
         self._seqs: dict[str, list[int]] = {}
         self._packers: dict[str, keys.SubjectPackers] = {}
         self.config = config
+        self._accepts_for: StreamConfig | None = None  # the config _accepts was built for
+        self._accepts: Callable[[str], bool] = bool
         self.created_ns = created_ns
         self.first_seq = 0
         self.last_seq = 0
@@ -126,6 +128,14 @@ class StreamRt:
         self.num_subjects = 0
         self.consumers: dict[str, ConsumerRt] = {}
         self.on_remove: Callable[[Ctx, StreamRt, int, str], None] | None = None
+
+    def accepts(self, subject: str) -> bool:
+        """Does one of the stream's subjects match the literal ``subject``?"""
+        cfg = self.config
+        if self._accepts_for is not cfg:  # built once per config (update_stream swaps it)
+            self._accepts = _matcher(tuple(cfg.subjects))
+            self._accepts_for = cfg
+        return self._accepts(subject)
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -361,12 +371,12 @@ class StreamRt:
         if cfg.sealed:
             return js_error("stream_sealed")
         packers = self._packers.get(subject)
+        cache_packers = False
         if packers is None:
             if not _publish_subject_ok(subject):
                 return js_error("bad_header", err=f"invalid subject {subject[:64]!r}")
-            if len(self._packers) >= MAX_CACHED_PACKERS:
-                self._packers.clear()
-            packers = self._packers[subject] = keys.subject_packers(self.sid_b, subject.encode())
+            packers = keys.subject_packers(self.sid_b, subject.encode())
+            cache_packers = True  # once the subject is seen to repeat (below)
         msg_id: str | None = None
         rollup: str | None = None
         if headers:
@@ -412,7 +422,11 @@ class StreamRt:
         if not count:
             srec[1] = seq
             self.num_subjects += 1
-        elif count >= 2:
+        elif cache_packers:  # a second message: cache (unique subjects would only churn it)
+            if len(self._packers) >= MAX_CACHED_PACKERS:
+                self._packers.clear()
+            self._packers[subject] = packers
+        if count >= 2:
             small = self._seqs.get(subject)
             if small is not None:
                 if count < SMALL_SUBJECT:
@@ -462,13 +476,17 @@ class StreamRt:
     ) -> tuple[str | None, str | None] | PubAck | JetStreamError:
         """Header syntax and the expected-*/dedupe/rollup checks, in nats-server's order."""
         cfg = self.config
-        hdr: dict[str, str] = {}
+        nats = False
         for k, v in headers:
             if not _header_name_ok(k):
                 return js_error("bad_header", err=f"invalid header name {k!r}")
             if "\r" in v or "\n" in v:
                 return js_error("bad_header", err=f"invalid header value for {k!r}")
-            hdr[k] = v
+            if k[:5] == "Nats-":
+                nats = True
+        if not nats:  # none of the headers below (the broker's never are)
+            return None, None
+        hdr = dict(headers)  # the last value of a repeated name wins
         exp_stream = hdr.get("Nats-Expected-Stream")
         if exp_stream is not None and exp_stream != self.name:
             return js_error("stream_not_match")
@@ -635,13 +653,12 @@ class StreamRt:
         cur = ctx.msgs_cur
         if not cur.set_key(keys.msg_key(self.sid, seq)):
             return False
-        record = bytes(cur.value())
-        subj_b = keys.msg_subject_bytes(record)
+        subj_b, size = keys.msg_subject_and_size(cur.value())
         subject = subj_b.decode()
         cur.delete()  # and the cursor moves to the next record
         self._unindex(ctx, subject, subj_b, seq)
         self.messages -= 1
-        self.bytes -= keys.record_bytes(record)
+        self.bytes -= size
         if not self.messages:
             self.first_seq = self.last_seq + 1
             self.first_ts = 0
@@ -704,6 +721,15 @@ def literal_prefix(filter_: str) -> str:
             return ".".join(out) + "." if out else ""
         out.append(tok)
     return filter_
+
+
+def _matcher(filters: tuple[str, ...]) -> Callable[[str], bool]:
+    """A test of "does one of ``filters`` match this subject", specialised for the usual
+    stream subjects: one ``prefix.>`` (the broker's streams) is a ``startswith``."""
+    if len(filters) == 1 and (prefix := tail_prefix(filters[0])) is not None:
+        n = len(prefix)
+        return lambda subject: len(subject) > n and subject.startswith(prefix)
+    return lambda subject: any(subject_matches(f, subject) for f in filters)
 
 
 @lru_cache(maxsize=1024)

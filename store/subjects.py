@@ -51,7 +51,7 @@ def _tokens(subject: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=4096)
-def _tail_prefix(filter_: str) -> str | None:
+def tail_prefix(filter_: str) -> str | None:
     """``"a.b."`` for a filter ``"a.b.>"`` with no other wildcard token, else None."""
     if not filter_.endswith(".>"):
         return None
@@ -65,7 +65,7 @@ def subject_matches(filter_: str, subject: str) -> bool:
     """Does the literal ``subject`` match ``filter_`` (which may hold wildcards)?"""
     if filter_ == subject or filter_ == ">":
         return True
-    prefix = _tail_prefix(filter_)
+    prefix = tail_prefix(filter_)
     if prefix is not None:  # the common stream filter: a literal prefix and ">"
         return len(subject) > len(prefix) and subject.startswith(prefix)
     ft = _tokens(filter_)

@@ -49,6 +49,7 @@ def test_msg_record_round_trips(
     assert keys.msg_time(rec) == t
     assert keys.msg_subject(rec) == subject
     assert keys.record_bytes(rec) == keys.msg_bytes(len(subject.encode()), len(block), len(payload))
+    assert keys.msg_subject_and_size(rec) == (subject.encode(), keys.record_bytes(rec))
 
 
 @given(
