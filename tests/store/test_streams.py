@@ -333,6 +333,22 @@ def test_publish_to_a_named_stream_needs_its_subjects(store: Store) -> None:
     assert _err(store.publish, "u.a", b"", stream="S").err_code == 10060  # nobody does
     assert store.publish("t.a", b"", stream="T") == PubAck("T", 1)
     assert store.stream_state("S").messages == 1
+    # "s.>" needs a token after "s.": neither "s" nor another prefix sharing its start.
+    assert _err(store.publish, "s", b"", stream="S").err_code == 10060
+    assert _err(store.publish, "sx.a", b"", stream="S").err_code == 10060
+
+
+def test_named_stream_follows_a_subjects_update(store: Store) -> None:
+    """The named-stream check is built per config: an update that adds subjects (one with
+    wildcards, so not the single-prefix shortcut) applies to the next publish."""
+    store.create_stream({"name": "W", "subjects": ["w.>"]})
+    assert _err(store.publish, "v.a.b", b"", stream="W").err_code == 10060
+    store.update_stream({"name": "W", "subjects": ["w.>", "v.*.b"]})
+    assert store.publish("v.a.b", b"", stream="W") == PubAck("W", 1)
+    assert _err(store.publish, "v.a.c", b"", stream="W").err_code == 10060
+    assert store.publish("w.x", b"", stream="W") == PubAck("W", 2)
+    store.update_stream({"name": "W", "subjects": ["v.*.b"]})
+    assert _err(store.publish, "w.x", b"", stream="W").err_code == 10060
 
 
 def test_sealed_stream_refuses_everything(store: Store) -> None:
