@@ -162,22 +162,15 @@ def appends_per_s(
                             if not live[0]:
                                 done.set()
                         return
-                    s.submit_then([Publish(subject, PAYLOAD)], next_one)
+                    if futures:
+                        s.submit([Publish(subject, PAYLOAD)]).add_done_callback(by_future)
+                    else:
+                        s.submit_then([Publish(subject, PAYLOAD)], next_one)
 
-                def next_by_future(fut: Future[list[OpResult]] | None = None) -> None:
-                    if fut is not None:
-                        if type(fut.result()[0]) is not PubAck:
-                            errors.append(repr(fut.result()))
-                        counts[i] += 1
-                    if errors or time.perf_counter() >= stop_at:
-                        with lock:
-                            live[0] -= 1
-                            if not live[0]:
-                                done.set()
-                        return
-                    s.submit([Publish(subject, PAYLOAD)]).add_done_callback(next_by_future)
+                def by_future(fut: Future[list[OpResult]]) -> None:
+                    next_one(fut.result())
 
-                return next_by_future if futures else next_one
+                return next_one
 
             elapsed, m = _drive(s, [chain(i) for i in range(submitters)], done, seconds)
             if errors:
