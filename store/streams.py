@@ -37,6 +37,9 @@ SWEEP_STALE_FIRSTS = 64
 # Subjects with 3 to this many stored messages created in this process keep the list of
 # their seqs in memory (``StreamRt._seqs``), so removing their first needs no index scan.
 SMALL_SUBJECT = 8
+# Most other small subjects whose seqs one sweep collects on the side (≈200 bytes each while
+# the sweep runs).
+MAX_SWEPT_LISTS = 16_384
 # Per stream: subjects whose packers (keys.subject_packers, ≈270 bytes each) are kept; the
 # cache is dropped when full (the broker's message subjects are unique: they only fill it).
 MAX_CACHED_PACKERS = 16_384
@@ -232,14 +235,24 @@ class StreamRt:
             lo = min(rec[1] for rec in pending.values())
             hi = max(rec[2] for rec in pending.values())
             firsts = pending.keys() - small.keys()
-            for seq, subj_b in subjindex.sweep_firsts(cur, sid_b, lo, hi, firsts, small):
-                if subj_b in small:
-                    lists[subj_b].append(seq)
-                else:
-                    pending.pop(subj_b)[1] = seq
-            for subj_b in firsts & pending.keys():  # none unless the index lost keys
+            # When this pass builds lists it also collects the other small subjects it
+            # meets, from the stream's first message if that at most doubles the pass:
+            # after a restart one pass then gives most of them their list (a key-value
+            # history over 10,000 subjects: one pass instead of one per batch of 1,000).
+            collect = SMALL_SUBJECT if small else 0
+            if collect and 0 < self.first_seq < lo and lo - self.first_seq <= hi - lo:
+                lo = self.first_seq  # no stale subject has a message below its bound
+            swept = subjindex.sweep_firsts(
+                cur, sid_b, lo, hi, firsts, small, collect, MAX_SWEPT_LISTS
+            )
+            lists = swept.lists
+            for subj_b in firsts:
                 rec = pending[subj_b]
-                rec[1] = subjindex.next_seq(cur, sid_b, subj_b, rec[1] - 1, rec[2])
+                seq = swept.firsts.get(subj_b)
+                if seq is None:  # none unless the index lost keys
+                    seq = subjindex.next_seq(cur, sid_b, subj_b, rec[1] - 1, rec[2])
+                rec[1] = seq
+            self._adopt_lists(ctx, swept.others)
         for subj_b, seqs in lists.items():
             rec = pending[subj_b]
             if len(seqs) == rec[0]:
@@ -247,6 +260,20 @@ class StreamRt:
                 self._seqs[subj_b.decode()] = seqs
             else:  # the index lost keys: no list, the first from a scan
                 rec[1] = subjindex.next_seq(cur, sid_b, subj_b, rec[1] - 1, rec[2])
+
+    def _adopt_lists(self, ctx: Ctx, found: dict[bytes, list[int]]) -> None:
+        """Keep as seq lists those of ``found`` (seqs of subjects met by a sweep) that hold
+        every stored message of a subject with 3 to ``SMALL_SUBJECT`` of them."""
+        for subj_b, seqs in found.items():
+            if len(seqs) < 3:
+                continue
+            subject = subj_b.decode()
+            if subject in self._seqs:
+                continue
+            # Exact: only the stale subjects' records are not, and the sweep leaves them out.
+            rec = self.subject_record(ctx, subject)
+            if rec[0] == len(seqs) and rec[1] == seqs[0] and rec[2] == seqs[-1]:
+                self._seqs[subject] = seqs
 
     def subject_seqs(self, ctx: Ctx, subject: str, start: int = 0) -> Iterator[int]:
         """Stored sequences of one literal subject, ascending, from ``start``."""

@@ -16,7 +16,7 @@ Every function takes a cursor on the ``subjects`` database of the caller's trans
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from store import keys
 
@@ -77,33 +77,72 @@ def sweep(
     return out
 
 
+class Swept(NamedTuple):
+    """What :func:`sweep_firsts` found."""
+
+    firsts: dict[bytes, int]  # each ``firsts`` subject found: its first seq
+    lists: dict[bytes, list[int]]  # each ``upto`` subject: its seqs met (all, when complete)
+    # Other subjects met, while collecting them: their seqs as far as the pass went. A
+    # subject with more than ``other_max`` keys is dropped.
+    others: dict[bytes, list[int]]
+
+
 def sweep_firsts(
-    cur: Any, sid_b: bytes, lo: int, hi: int, firsts: set[bytes], upto: dict[bytes, int]
-) -> Iterator[tuple[int, bytes]]:
-    """``(seq, subject)`` in one pass over the index keys of the epochs from ``lo``'s to
-    ``hi``'s (one seek): for each subject in ``firsts`` (UTF-8) its first stored message at
-    or after ``lo``; for each subject in ``upto`` every stored message from ``lo`` up to
-    the seq it maps to (ascending). Stops once nothing is left to find.
-    Callers pass lower bounds of first seqs: no subject asked for has a stored message
-    below ``lo``, so the first key of a subject met is its first message."""
+    cur: Any,
+    sid_b: bytes,
+    lo: int,
+    hi: int,
+    firsts: set[bytes],
+    upto: dict[bytes, int],
+    other_max: int = 0,
+    other_subjects: int = 0,
+) -> Swept:
+    """One pass over the index keys of the epochs from ``lo``'s to ``hi``'s (one seek):
+    for each subject in ``firsts`` (UTF-8) its first stored message at or after ``lo``;
+    for each subject in ``upto`` every stored message from ``lo`` up to the seq it maps to
+    (ascending); and, when ``other_max`` is set, the seqs of up to ``other_subjects``
+    other subjects with at most ``other_max`` keys each (a caller checks a list against
+    the subject's record: it is complete when the counts agree). Stops once every
+    ``firsts`` and ``upto`` subject is done.
+    Callers pass lower bounds of first seqs: no ``firsts`` or ``upto`` subject has a stored
+    message below ``lo``, so the first key of such a subject met is its first message."""
+    found: dict[bytes, int] = {}
+    lists: dict[bytes, list[int]] = {b: [] for b in upto}
+    others: dict[bytes, list[int]] = {}
     left = set(firsts)
     left.update(upto)
+    too_many: set[bytes] = set()
     end = keys.subject_sweep_prefix(sid_b, (hi >> _SHIFT) + 1, b"")
     subject_of, seq_of = keys.subject_key_subject, keys.subject_key_seq
     if not left or not cur.set_range(keys.subject_sweep_prefix(sid_b, lo >> _SHIFT, b"")):
-        return
+        return Swept(found, lists, others)
     for k in cur.iternext(keys=True, values=False):
         if k >= end:
-            return
+            break
         subj = subject_of(k)
         if subj in left:  # an epoch's keys of a subject are in seq order
             seq = seq_of(k)
             last = upto.get(subj)
-            if last is None or seq >= last:
+            if last is None:
+                found[subj] = seq
                 left.discard(subj)
-            yield seq, subj
+            else:
+                lists[subj].append(seq)
+                if seq >= last:
+                    left.discard(subj)
             if not left:
-                return
+                break
+        elif other_max and subj not in too_many:
+            seqs = others.get(subj)
+            if seqs is None:
+                if len(others) >= other_subjects or subj in lists or subj in found:
+                    continue  # (the last two: subjects asked for, already done)
+                seqs = others[subj] = []
+            seqs.append(seq_of(k))
+            if len(seqs) > other_max:
+                del others[subj]
+                too_many.add(subj)
+    return Swept(found, lists, others)
 
 
 def next_seq(cur: Any, sid_b: bytes, subject: bytes, after: int, last: int) -> int:

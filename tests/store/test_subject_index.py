@@ -585,7 +585,7 @@ def test_head_removal_over_many_sparse_subjects(
     swept: list[int] = []
     real = subjindex.sweep_firsts
 
-    def counting(*args: Any) -> Iterator[tuple[int, bytes]]:
+    def counting(*args: Any) -> subjindex.Swept:
         swept.append(1)
         return real(*args)
 
@@ -617,14 +617,16 @@ def test_history_limit_over_many_keys_in_one_batch(store: Store) -> None:
     assert all(n == 3 for n, _, _ in recs.values())
 
 
-@pytest.mark.parametrize("keys_per_batch", [300, 30])
+@pytest.mark.parametrize("keys_per_batch", [300, 100, 30])
 def test_history_limit_after_a_restart_builds_seq_lists(
     tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, keys_per_batch: int
 ) -> None:
     """After a restart no subject has its in-memory seq list. The flush that finds a
     removed first's successor builds the list of a small subject while at it (by the sweep
-    for 300 subjects in a batch, by a scan each for 30), so later removals on those
-    subjects scan nothing; what is stored stays exact either way."""
+    for 300 or 100 subjects in a batch, by a scan each for 30), so later removals on those
+    subjects scan nothing; a sweep also gives their lists to the other small subjects it
+    meets whole (with 100 per batch: the first sweep serves all 300 keys). What is stored
+    stays exact either way."""
     path = tmp_path / "db"
     names = tuple(f"s.k{i}" for i in range(300))
     with Store.open(path, clock=clock, map_size=1 << 26) as s:
@@ -648,13 +650,52 @@ def test_history_limit_after_a_restart_builds_seq_lists(
             if rnd and streams.SMALL_SUBJECT:  # the first round after the restart built them
                 assert scans == []
             elif streams.SMALL_SUBJECT:
-                sweep = keys_per_batch >= streams.SWEEP_STALE_FIRSTS
-                assert ("sweep_firsts" in scans) == sweep
+                sweeps = 1 if keys_per_batch >= streams.SWEEP_STALE_FIRSTS else 0
+                assert scans.count("sweep_firsts") == sweeps
                 assert "next_seq" not in scans
             _check(s, probes=1)
         recs = _records(s)
         assert len(recs) == 300
         assert all(n == 5 for n, _, _ in recs.values())
+
+
+def test_head_removal_after_a_restart_adopts_lists_and_stays_exact(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """After a restart, removals of many subjects' first messages (a purge, a lowered
+    max_msgs, per-subject limits) resolve the new firsts by sweeps that also hand seq lists
+    to the other small subjects they meet; subjects of every size (1 to 12 messages) are
+    mixed and later appends and removals go through those lists. Exact at every step."""
+    path = tmp_path / "db"
+    names = tuple(f"s.k{i}" for i in range(240))
+    # Subject i gets a message in round r when r < 2 + i % 11: 2 to 12 messages each.
+    with Store.open(path, clock=clock, map_size=1 << 26) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"], "max_msgs_per_subject": 9})
+        for r in range(12):
+            _fill(s, EPOCH // 2, ("s.dense",))
+            _fill(s, 240, tuple(n for i, n in enumerate(names) if r < 2 + i % 11))
+        _check(s, probes=1)
+    with Store.open(path, clock=clock, map_size=1 << 26) as s:
+        last = s.stream_state("S").last_seq
+        s.purge_stream("S", seq=last // 4)
+        _check(s, probes=1)
+        for _ in range(3):
+            _fill(s, 240, names)  # each subject over the limit loses its oldest
+            _check(s, probes=1)
+    with Store.open(path, clock=clock, map_size=1 << 26) as s:
+        state = s.stream_state("S")
+        s.update_stream(
+            {
+                "name": "S",
+                "subjects": ["s.>"],
+                "max_msgs_per_subject": 9,
+                "max_msgs": state.messages - 400,
+            }
+        )
+        _check(s, probes=1)
+        for _ in range(2):
+            _fill(s, 240, names)
+            _check(s, probes=1)
 
 
 # A batch must give what its operations give one per commit, also when removals leave
