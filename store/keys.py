@@ -215,6 +215,9 @@ class SubjectPackers(NamedTuple):
     record_head: Callable[[int, int, int, bytes, int], bytes]
 
 
+_new_tuple = tuple.__new__
+
+
 @lru_cache(maxsize=1024)
 def _packers_of_length(
     n: int,
@@ -226,7 +229,9 @@ def _packers_of_length(
 def subject_packers(sid_prefix_: bytes, subject: bytes) -> SubjectPackers:
     """The packers of ``subject`` (UTF-8) in the stream whose :func:`sid_prefix` is given."""
     index, head = _packers_of_length(len(subject))
-    return SubjectPackers(subject, sid_prefix_ + subject, index, head)
+    # tuple.__new__: the NamedTuple without its Python-level __new__ (built per message for
+    # the broker's unique subjects).
+    return _new_tuple(SubjectPackers, (subject, sid_prefix_ + subject, index, head))
 
 
 def subject_epoch_prefix(sid_prefix_: bytes, subject: bytes, epoch: int) -> bytes:

@@ -170,12 +170,13 @@ class StreamRt:
 
     # -- lookups -------------------------------------------------------------------------
 
-    def subject_record(self, ctx: Ctx, subject: str) -> list[int]:
+    def subject_record(self, ctx: Ctx, subject: str, key: bytes | None = None) -> list[int]:
         """The cached ``[count, first seq, last seq]`` of a literal subject (mutable: only
-        the writer's own bookkeeping below changes it)."""
+        the writer's own bookkeeping below changes it); ``key``: its ``subjcount`` key, when
+        the caller has it."""
         rec = self._subj.get(subject)
         if rec is None:
-            raw = ctx.subjcount_cur.get(keys.subjcount_key(self.sid, subject))
+            raw = ctx.subjcount_cur.get(key or keys.subjcount_key(self.sid, subject))
             rec = list(keys.unpack_subject_record(bytes(raw))) if raw else [0, 0, 0]
             self._subj[subject] = rec
         return rec
@@ -444,7 +445,7 @@ class StreamRt:
         ctx.subjects_cur.put(packers.index_key(self.sid, seq >> EPOCH_SHIFT, subj_b, seq), b"")
         srec = self._subj.get(subject)
         if srec is None:
-            srec = self.subject_record(ctx, subject)
+            srec = self.subject_record(ctx, subject, packers.count_key)
         count = srec[0]
         if not count:
             srec[1] = seq
