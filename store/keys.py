@@ -201,6 +201,12 @@ def subject_index_key(sid_prefix_: bytes, subject: bytes, seq: int) -> bytes:
     return sid_prefix_ + _U64.pack(seq >> EPOCH_SHIFT) + subject + b"\x00" + _U64.pack(seq)
 
 
+def subject_index_key_of(sid: int, subject: bytes, seq: int) -> bytes:
+    """:func:`subject_key` from the stream id and the UTF-8 subject, in one ``struct``
+    call (the packer of :func:`subject_packers`, shared per subject length)."""
+    return _packers_of_length(len(subject))[0](sid, seq >> EPOCH_SHIFT, subject, seq)
+
+
 class SubjectPackers(NamedTuple):
     """One subject's packers for the writer's hot path (built once per subject, cached by the
     stream): the same bytes as :func:`subject_index_key` and :func:`msg_record`, each in

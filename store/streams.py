@@ -569,7 +569,7 @@ class StreamRt:
         subject's first/last seq to its next/previous stored message when it was one (a
         first that is not the neighbouring key is left as a lower bound: class doc)."""
         icur = ctx.subjects_cur
-        key = keys.subject_index_key(self.sid_b, subj_b, seq)
+        key = keys.subject_index_key_of(self.sid, subj_b, seq)
         found = icur.set_key(key)
         if found:
             icur.delete()  # and the cursor moves to the next key
@@ -679,7 +679,7 @@ class StreamRt:
     def remove(self, ctx: Ctx, seq: int) -> bool:
         """Remove one message (limits, delete, purge, retention). False if not stored."""
         cur = ctx.msgs_cur
-        if not cur.set_key(keys.msg_key(self.sid, seq)):
+        if not cur.set_key(_pack_msg_key(self.sid, seq)):
             return False
         subj_b, size = keys.msg_subject_and_size(cur.value())
         subject = subj_b.decode()

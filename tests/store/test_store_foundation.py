@@ -72,6 +72,7 @@ def test_hot_path_packers_give_the_documented_bytes(
         sid, subject, seq
     )
     assert pk.count_key == keys.subjcount_key(sid, subject)
+    assert keys.subject_index_key_of(sid, subj_b, seq) == keys.subject_key(sid, subject, seq)
     assert keys.pack_msg_key(sid, seq) == keys.msg_key(sid, seq)
     assert keys.pack_subject_counts(1, seq, t) == keys.pack_subject_record(1, seq, t)
 
