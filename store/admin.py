@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from store import keys
 from store.consumers import ConsumerRt
+from store.ctx import Ctx
 from store.errors import JetStreamError, js_error
 from store.models import (
     ClusterInfo,
@@ -34,7 +35,7 @@ from store.ops import (
     PurgeResult,
     PurgeStream,
 )
-from store.streams import Ctx, StreamRt
+from store.streams import StreamRt
 from store.subjects import is_valid_subject, subject_matches, subjects_overlap
 
 if TYPE_CHECKING:

@@ -56,8 +56,7 @@ from store.ops import (
     StoredMsg,
     Tick,
 )
-from store.streams import literal_prefix
-from store.subjects import is_literal, subject_matches, subjects_overlap
+from store.subjects import is_literal, literal_prefix, subject_matches, subjects_overlap
 from store.writer import MAX_BATCH_JOBS, GroupCommitWriter
 
 log = logging.getLogger("jetmq.store")

@@ -25,7 +25,8 @@ from store.ops import Advisory, Delivery, PullStatus, StoredMsg
 from store.subjects import is_literal, matches_any
 
 if TYPE_CHECKING:
-    from store.streams import Ctx, StreamRt
+    from store.ctx import Ctx
+    from store.streams import StreamRt
 
 NEVER = keys.MAX_U64
 MAX_DELIVERIES_PER_BATCH = 256

@@ -22,6 +22,7 @@ from typing import Any
 
 from store import admin, keys
 from store.consumers import ConsumerRt, PullRequest
+from store.ctx import Ctx
 from store.env import Env
 from store.errors import JetStreamError, js_error
 from store.models import (
@@ -49,7 +50,7 @@ from store.ops import (
     SetPushInterest,
     Tick,
 )
-from store.streams import Ctx, StreamRt
+from store.streams import StreamRt
 from store.subjects import subject_matches
 from store.writer import AnyJob
 

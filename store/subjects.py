@@ -122,3 +122,13 @@ def matches_any(filters: tuple[str, ...], subject: str) -> bool:
     if not filters:
         return True
     return any(subject_matches(f, subject) for f in filters)
+
+
+def literal_prefix(filter_: str) -> str:
+    """The tokens of ``filter_`` before its first wildcard, with their trailing dot."""
+    out: list[str] = []
+    for tok in filter_.split("."):
+        if tok in ("*", ">"):
+            return ".".join(out) + "." if out else ""
+        out.append(tok)
+    return filter_

@@ -9,7 +9,7 @@ import pytest
 
 from store import JetStreamError, PubAck, Publish, Store, StreamConfig
 from store.models import format_time, parse_time
-from store.streams import literal_prefix
+from store.subjects import literal_prefix
 from tests.store.conftest import SEC, T0, Events, FakeClock
 
 

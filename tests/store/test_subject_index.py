@@ -31,8 +31,8 @@ from store import (
     PurgeStream,
     Store,
     keys,
-    streams,
     subjindex,
+    subjrecs,
 )
 from store.env import MIGRATIONS, _rebuild_subject_index
 from tests.store.conftest import SEC, Events, FakeClock
@@ -40,11 +40,11 @@ from tests.store.conftest import SEC, Events, FakeClock
 EPOCH = 1 << keys.EPOCH_SHIFT
 
 
-@pytest.fixture(autouse=True, params=[streams.SMALL_SUBJECT, 0], ids=["seq-lists", "no-lists"])
+@pytest.fixture(autouse=True, params=[subjrecs.SMALL_SUBJECT, 0], ids=["seq-lists", "no-lists"])
 def _small_subjects(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test runs twice: with the in-memory seq lists of small subjects, and without
     them (as after a restart), when first seqs are found through the index."""
-    monkeypatch.setattr(streams, "SMALL_SUBJECT", request.param)
+    monkeypatch.setattr(subjrecs, "SMALL_SUBJECT", request.param)
 
 
 def _sid(s: Store, name: str) -> int:
@@ -647,10 +647,10 @@ def test_history_limit_after_a_restart_builds_seq_lists(
             scans.clear()
             for start in range(0, 300, keys_per_batch):
                 _fill(s, keys_per_batch, names[start : start + keys_per_batch])
-            if rnd and streams.SMALL_SUBJECT:  # the first round after the restart built them
+            if rnd and subjrecs.SMALL_SUBJECT:  # the first round after the restart built them
                 assert scans == []
-            elif streams.SMALL_SUBJECT:
-                sweeps = 1 if keys_per_batch >= streams.SWEEP_STALE_FIRSTS else 0
+            elif subjrecs.SMALL_SUBJECT:
+                sweeps = 1 if keys_per_batch >= subjrecs.SWEEP_STALE_FIRSTS else 0
                 assert scans.count("sweep_firsts") == sweeps
                 assert "next_seq" not in scans
             _check(s, probes=1)

@@ -1,0 +1,48 @@
+"""One batch inside the writer: its write transaction, databases, time and what it touched.
+
+Writer thread only (:mod:`store.engine` makes one per batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from store import keys
+
+if TYPE_CHECKING:
+    from store.consumers import ConsumerRt
+    from store.streams import StreamRt
+
+
+@dataclass
+class Ctx:
+    """One batch: its write transaction, databases and time."""
+
+    txn: Any
+    dbs: dict[bytes, Any]
+    now: int
+    events: list[Any] = field(default_factory=list)
+    retention_check: list[tuple[StreamRt, int]] = field(default_factory=list)
+    touched: set[StreamRt] = field(default_factory=set)
+    dirty_consumers: set[ConsumerRt] = field(default_factory=set)
+    # The databases of the hot path, looked up once per batch, and one cursor on each for
+    # point writes and lookups: ``cursor.put(k, v)`` costs about half of
+    # ``txn.put(k, v, db=...)`` in py-lmdb. Scans open cursors of their own.
+    msgs_db: Any = field(init=False)
+    subjects_db: Any = field(init=False)
+    subjcount_db: Any = field(init=False)
+    msgs_cur: Any = field(init=False)
+    subjects_cur: Any = field(init=False)
+    subjcount_cur: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.msgs_db = self.dbs[keys.DB_MSGS]
+        self.subjects_db = self.dbs[keys.DB_SUBJECTS]
+        self.subjcount_db = self.dbs[keys.DB_SUBJCOUNT]
+        self.msgs_cur = self.txn.cursor(db=self.msgs_db)
+        self.subjects_cur = self.txn.cursor(db=self.subjects_db)
+        self.subjcount_cur = self.txn.cursor(db=self.subjcount_db)
+
+    def db(self, name: bytes) -> Any:
+        return self.dbs[name]
