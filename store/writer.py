@@ -5,7 +5,7 @@ Callers hand :meth:`GroupCommitWriter.submit` a list of operations and get a
 operation once the transaction holding them is committed (and, with ``sync="always"``,
 fsynced); or hand :meth:`GroupCommitWriter.submit_then` the operations and a function
 that is called with the results (or the exception) at that moment, which spares the
-future's lock and condition (a :class:`CallbackJob`: two slots). While one commit runs,
+future's lock and condition (a :class:`CallbackJob`: three slots). While one commit runs,
 new submissions queue up; the next transaction takes all of them at once.
 
 Failure rules:
