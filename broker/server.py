@@ -121,10 +121,11 @@ async def serve(
             await broker.close()
 
 
-async def _main(config: BrokerConfig) -> None:
+async def _main(config: BrokerConfig, listening: list[bool]) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             addresses = await nursery.start(functools.partial(serve, config))
+            listening.append(True)
             _tune_gc()
             for host, port in addresses:
                 print(f"jetmq: listening on {host}:{port}", flush=True)
@@ -151,10 +152,28 @@ def _tune_gc() -> None:
 
 
 def run_broker(config: BrokerConfig) -> int:
-    """Entry point of ``jetmq serve``: run until SIGTERM/SIGINT, then shut down cleanly."""
+    """Entry point of ``jetmq serve``: run until SIGTERM/SIGINT, then shut down cleanly.
+
+    An operating-system error (a port in use, a data directory it may not write) ends it
+    with one line on stderr and exit status 1, as mosquitto does, not a traceback; trio
+    hands it over inside an exception group."""
+    listening: list[bool] = []
+    failed: list[OSError] = []
     try:
-        trio.run(_main, config)
-    except OSError as exc:
-        print(f"jetmq: cannot start: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        trio.run(_main, config, listening)
+    except* OSError as group:
+        failed.extend(_leaves(group))
+    for exc in failed:
+        what = "stopped" if listening else "cannot start"
+        print(f"jetmq: {what}: {exc}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
+    out: list[OSError] = []
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            out.extend(_leaves(exc))
+        else:
+            out.append(exc)
+    return out

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import pathlib
 import random
+import socket
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -221,3 +224,35 @@ def test_sigterm_disconnects_with_0x8b_publishes_wills_and_closes_the_store(
             assert got == {b"kept", b"server went away"}
     finally:
         broker.terminate()
+
+
+@pytest.mark.timeout(60)
+def test_a_port_in_use_is_one_line_and_exit_1(tmp_path: pathlib.Path) -> None:
+    """``jetmq serve`` on a port another socket holds: a one-line error naming the cause and
+    exit status 1, no traceback (as mosquitto does)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "broker",
+                "serve",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--data-dir",
+                str(tmp_path / "data"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=50,
+        )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("jetmq: cannot start: ")
+    assert "Address already in use" in lines[0]
+    assert "listening" not in proc.stdout
