@@ -698,6 +698,45 @@ def test_head_removal_after_a_restart_adopts_lists_and_stays_exact(
             _check(s, probes=1)
 
 
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    sizes=st.lists(st.integers(4, 12), min_size=90, max_size=130),
+    touched=st.integers(70, 90),
+    mmps=st.sampled_from([3, 4]),
+    head=st.integers(1, 3),
+)
+def test_many_subjects_after_a_restart_stay_exact(
+    tmp_path: Path, sizes: list[int], touched: int, mmps: int, head: int
+) -> None:
+    """Many subjects of random sizes under a per-subject limit, reopened; then a batch that
+    appends to 64 or more of them (each loses its oldest, whose successor is epochs on),
+    then to all, then a head purge. The sweeps that find the new firsts build seq lists
+    and adopt those of the other subjects they saw whole; every reader stays exact."""
+    d = tmp_path / "many"
+    shutil.rmtree(d, ignore_errors=True)
+    names = tuple(f"s.k{i}" for i in range(len(sizes)))
+    clock = FakeClock()
+    with Store.open(d, clock=clock, map_size=1 << 26) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"], "max_msgs_per_subject": mmps})
+        for r in range(max(sizes)):
+            _fill(s, EPOCH, ("s.dense",))  # so a subject's messages lie epochs apart
+            active = tuple(n for n, k in zip(names, sizes, strict=True) if r < k)
+            _fill(s, len(active), active)  # one message each
+    with Store.open(d, clock=clock, map_size=1 << 26) as s:
+        _fill(s, touched, names[:touched])
+        _check(s, probes=1)
+        _fill(s, len(names), names)
+        _check(s, probes=1)
+        s.purge_stream("S", seq=s.stream_state("S").last_seq * head // 5)
+        _check(s, probes=1)
+        _fill(s, len(names), names)
+        _check(s, probes=1)
+
+
 # A batch must give what its operations give one per commit, also when removals leave
 # first seqs to be found at the flush and later operations of the batch read them.
 batch_op = st.one_of(
