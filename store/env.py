@@ -32,7 +32,7 @@ def _rebuild_subject_index(txn: Any, env: Env) -> None:
     txn.drop(subjects, delete=False)
     txn.drop(subjcount, delete=False)
     icur = txn.cursor(db=subjects)
-    cur_sid, sid_b = -1, b""
+    cur_sid = -1
     recs: dict[bytes, list[int]] = {}
 
     def flush() -> None:
@@ -48,9 +48,9 @@ def _rebuild_subject_index(txn: Any, env: Env) -> None:
         sid, seq = keys.split_msg_key(k)
         if sid != cur_sid:
             flush()
-            cur_sid, sid_b = sid, keys.sid_prefix(sid)
+            cur_sid = sid
         subj = keys.msg_subject_bytes(v)
-        icur.put(keys.subject_index_key(sid_b, subj, seq), b"")
+        icur.put(keys.subject_index_key(sid, subj, seq), b"")
         rec = recs.get(subj)
         if rec is None:
             recs[subj] = [1, seq, seq]

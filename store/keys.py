@@ -181,7 +181,7 @@ def epoch_of(seq: int) -> int:
 
 
 def subject_key(sid: int, subject: str, seq: int) -> bytes:
-    return _U64X2.pack(sid, seq >> EPOCH_SHIFT) + subject.encode() + b"\x00" + _U64.pack(seq)
+    return subject_index_key(sid, subject.encode(), seq)
 
 
 def subject_prefix(sid: int, subject: str, epoch: int = 0) -> bytes:
@@ -196,14 +196,9 @@ def split_subject_key(key: bytes) -> tuple[int, str, int]:
     return sid, key[16:-9].decode(), seq
 
 
-def subject_index_key(sid_prefix_: bytes, subject: bytes, seq: int) -> bytes:
-    """:func:`subject_key` from the stream's :func:`sid_prefix` and the UTF-8 subject."""
-    return sid_prefix_ + _U64.pack(seq >> EPOCH_SHIFT) + subject + b"\x00" + _U64.pack(seq)
-
-
-def subject_index_key_of(sid: int, subject: bytes, seq: int) -> bytes:
-    """:func:`subject_key` from the stream id and the UTF-8 subject, in one ``struct``
-    call (the packer of :func:`subject_packers`, shared per subject length)."""
+def subject_index_key(sid: int, subject: bytes, seq: int) -> bytes:
+    """:func:`subject_key` with the subject already UTF-8, in one ``struct`` call (the
+    packer of :func:`subject_packers`, shared per subject length)."""
     return _packers_of_length(len(subject))[0](sid, seq >> EPOCH_SHIFT, subject, seq)
 
 

@@ -285,7 +285,7 @@ class SubjectRecords:
         subject's first/last seq to its next/previous stored message when it was one (a
         first that is not the neighbouring key is left as a lower bound: class doc)."""
         icur = ctx.subjects_cur
-        key = keys.subject_index_key_of(self.sid, subj_b, seq)
+        key = keys.subject_index_key(self.sid, subj_b, seq)
         found = icur.set_key(key)
         if found:
             icur.delete()  # and the cursor moves to the next key

@@ -71,8 +71,11 @@ def test_hot_path_packers_give_the_documented_bytes(
     assert pk.index_key(sid, seq >> keys.EPOCH_SHIFT, subj_b, seq) == keys.subject_key(
         sid, subject, seq
     )
+    # The documented layout, spelled out once: sid, epoch, subject, 0x00, seq.
+    assert keys.subject_key(sid, subject, seq) == (
+        keys.u64(sid) + keys.u64(seq >> keys.EPOCH_SHIFT) + subj_b + b"\x00" + keys.u64(seq)
+    )
     assert pk.count_key == keys.subjcount_key(sid, subject)
-    assert keys.subject_index_key_of(sid, subj_b, seq) == keys.subject_key(sid, subject, seq)
     assert keys.pack_msg_key(sid, seq) == keys.msg_key(sid, seq)
     assert keys.pack_subject_counts(1, seq, t) == keys.pack_subject_record(1, seq, t)
 

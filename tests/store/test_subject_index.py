@@ -137,7 +137,7 @@ def test_index_keys_order_by_epoch_then_subject_then_seq() -> None:
     assert keys.epoch_of(EPOCH) == 1
     assert b1.startswith(keys.subject_prefix(1, "a", 1))
     assert not b1.startswith(keys.subject_prefix(1, "a", 0))
-    assert keys.subject_index_key(keys.sid_prefix(1), b"a", EPOCH + 1) == b1
+    assert keys.subject_index_key(1, b"a", EPOCH + 1) == b1
     assert keys.subject_key_seq(b2) == EPOCH + 2
     assert keys.unpack_subject_record(keys.pack_subject_record(3, 7, 9)) == (3, 7, 9)
     with pytest.raises(keys.RecordError):
