@@ -482,14 +482,10 @@ def msg_subject_and_size(record: bytes) -> tuple[bytes, int]:
         raise RecordError(f"unknown message record version {version}")
     end = _MSG_HEAD.size + slen
     (hlen,) = _U32.unpack_from(record, end)
-    # msg_bytes: 30 + subject + payload (+ 4 + headers when there are headers)
-    size = len(record) - _MSG_HEAD.size - 4 + 30 + (4 if hlen else 0)
-    return bytes(record[_MSG_HEAD.size : end]), size
+    plen = len(record) - end - 4 - hlen
+    return bytes(record[_MSG_HEAD.size : end]), msg_bytes(slen, hlen, plen)
 
 
 def record_bytes(record: bytes) -> int:
     """:func:`msg_bytes` of a stored message record, without decoding it."""
-    _, _, slen = _MSG_HEAD.unpack_from(record)
-    (hlen,) = _U32.unpack_from(record, _MSG_HEAD.size + slen)
-    plen = len(record) - _MSG_HEAD.size - slen - 4 - hlen
-    return msg_bytes(slen, int(hlen), plen)
+    return msg_subject_and_size(record)[1]

@@ -17,12 +17,12 @@ from functools import lru_cache
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from store import keys, subjrecs
+from store import keys
 from store.ctx import Ctx
 from store.errors import JetStreamError, js_error
 from store.models import StreamConfig
 from store.ops import Headers, PubAck
-from store.subjects import is_literal, is_valid_subject, subject_matches, tail_prefix
+from store.subjects import is_literal, is_valid_subject, matcher
 from store.subjrecs import SubjectRecords
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class StreamRt(SubjectRecords):
         """Does one of the stream's subjects match the literal ``subject``?"""
         cfg = self.config
         if self._accepts_for is not cfg:  # built once per config (update_stream swaps it)
-            self._accepts = _matcher(tuple(cfg.subjects))
+            self._accepts = matcher(tuple(cfg.subjects))
             self._accepts_for = cfg
         return self._accepts(subject)
 
@@ -144,7 +144,7 @@ class StreamRt(SubjectRecords):
             return js_error("message_exceeds_maximum")
         subj_b = packers.utf8
         subj_len = len(subj_b)
-        nbytes = 30 + subj_len + size + 4 if block else 30 + subj_len + size  # keys.msg_bytes
+        nbytes = keys.msg_bytes(subj_len, len(block), len(payload))
         seq = self.last_seq + 1
         if cfg.retention == "interest" and not has_interest:
             # Spec §1.5: the publish is acknowledged with a new seq, nothing is stored.
@@ -169,32 +169,11 @@ class StreamRt(SubjectRecords):
             _pack_msg_key(self.sid, seq), head + block + payload if block else head + payload
         )
         ctx.subjects_cur.put(packers.index_key(self.sid, seq >> EPOCH_SHIFT, subj_b, seq), b"")
-        srec = self._subj.get(subject)
-        if srec is None:
-            srec = self.subject_record(ctx, subject, packers.count_key)
-        count = srec[0]
-        if not count:
-            srec[1] = seq
-            self.num_subjects += 1
-        elif cache_packers:  # a second message: cache (unique subjects would only churn it)
+        count = self._index_append(ctx, subject, seq, packers.count_key)
+        if cache_packers and count > 1:  # it repeats (unique subjects would only churn it)
             if len(self._packers) >= MAX_CACHED_PACKERS:
                 self._packers.clear()
             self._packers[subject] = packers
-        if count >= 2:
-            small = self._seqs.get(subject)
-            if small is not None:
-                if count < subjrecs.SMALL_SUBJECT:
-                    small.append(seq)
-                else:
-                    del self._seqs[subject]
-            elif count == 2 and subjrecs.SMALL_SUBJECT >= 3 and subject not in self._stale:
-                self._seqs[subject] = [srec[1], srec[2], seq]
-        count += 1
-        srec[0] = count
-        srec[2] = seq
-        if not self._dirty:
-            ctx.touched.add(self)  # the engine flushes touched streams before the commit
-        self._dirty.add(subject)
         if not self.messages:
             self.first_seq = seq
             self.first_ts = now
@@ -408,15 +387,6 @@ class StreamRt(SubjectRecords):
         if self.config.max_age <= 0 or not self.messages or not self.first_ts:
             return 0
         return self.first_ts + self.config.max_age
-
-
-def _matcher(filters: tuple[str, ...]) -> Callable[[str], bool]:
-    """A test of "does one of ``filters`` match this subject", specialised for the usual
-    stream subjects: one ``prefix.>`` (the broker's streams) is a ``startswith``."""
-    if len(filters) == 1 and (prefix := tail_prefix(filters[0])) is not None:
-        n = len(prefix)
-        return lambda subject: len(subject) > n and subject.startswith(prefix)
-    return lambda subject: any(subject_matches(f, subject) for f in filters)
 
 
 @lru_cache(maxsize=1024)

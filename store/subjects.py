@@ -9,6 +9,7 @@ is a literal token (as in nats-server). Asset names (streams, consumers) follow
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
 
 _BAD_SUBJECT_CHARS = frozenset(" \t\r\n\f\x00")
@@ -51,7 +52,7 @@ def _tokens(subject: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=4096)
-def tail_prefix(filter_: str) -> str | None:
+def _tail_prefix(filter_: str) -> str | None:
     """``"a.b."`` for a filter ``"a.b.>"`` with no other wildcard token, else None."""
     if not filter_.endswith(".>"):
         return None
@@ -65,7 +66,7 @@ def subject_matches(filter_: str, subject: str) -> bool:
     """Does the literal ``subject`` match ``filter_`` (which may hold wildcards)?"""
     if filter_ == subject or filter_ == ">":
         return True
-    prefix = tail_prefix(filter_)
+    prefix = _tail_prefix(filter_)
     if prefix is not None:  # the common stream filter: a literal prefix and ">"
         return len(subject) > len(prefix) and subject.startswith(prefix)
     ft = _tokens(filter_)
@@ -115,6 +116,15 @@ def subset_of(sub: str, sup: str) -> bool:
         if s == "*" or s != p:
             return False
     return len(st) == len(pt)
+
+
+def matcher(filters: tuple[str, ...]) -> Callable[[str], bool]:
+    """:func:`matches_any` for fixed non-empty ``filters``, built once: a single
+    ``prefix.>`` filter (the broker's streams) becomes one ``startswith``."""
+    if len(filters) == 1 and (prefix := _tail_prefix(filters[0])) is not None:
+        n = len(prefix)
+        return lambda subject: len(subject) > n and subject.startswith(prefix)
+    return lambda subject: any(subject_matches(f, subject) for f in filters)
 
 
 def matches_any(filters: tuple[str, ...], subject: str) -> bool:

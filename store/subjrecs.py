@@ -94,12 +94,12 @@ class SubjectRecords:
         packers = self._packers
         for subject in dirty:
             n, first, last = recs[subject]
+            pk = packers.get(subject)
+            key = pk.count_key if pk is not None else keys.subjcount_key(sid, subject)
             if n:
-                pk = packers.get(subject)
-                key = pk.count_key if pk is not None else keys.subjcount_key(sid, subject)
                 cur.put(key, _pack_counts(n, first, last))
             else:
-                if cur.set_key(keys.subjcount_key(sid, subject)):
+                if cur.set_key(key):
                     cur.delete()
                 del recs[subject]
         dirty.clear()
@@ -279,6 +279,33 @@ class SubjectRecords:
         if not self._dirty:
             self._touch(ctx)  # the engine flushes touched streams before the commit
         self._dirty.add(subject)
+
+    def _index_append(self, ctx: Ctx, subject: str, seq: int, count_key: bytes) -> int:
+        """Count message ``seq`` (just stored, the stream's newest) in its subject's record
+        (``count_key``: the subject's ``subjcount`` key); the subject's count after it."""
+        srec = self._subj.get(subject)
+        if srec is None:
+            srec = self.subject_record(ctx, subject, count_key)
+        count = srec[0]
+        if not count:
+            srec[1] = seq
+            self.num_subjects += 1
+        elif count >= 2:
+            small = self._seqs.get(subject)
+            if small is not None:
+                if count < SMALL_SUBJECT:
+                    small.append(seq)
+                else:
+                    del self._seqs[subject]
+            elif count == 2 and SMALL_SUBJECT >= 3 and subject not in self._stale:
+                self._seqs[subject] = [srec[1], srec[2], seq]
+        count += 1
+        srec[0] = count
+        srec[2] = seq
+        if not self._dirty:
+            self._touch(ctx)  # the engine flushes touched streams before the commit
+        self._dirty.add(subject)
+        return count
 
     def _unindex(self, ctx: Ctx, subject: str, subj_b: bytes, seq: int) -> None:
         """Drop message ``seq`` from the index and its subject's record, moving the

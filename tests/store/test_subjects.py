@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from store.subjects import (
     is_valid_name,
     is_valid_subject,
+    matcher,
     subject_matches,
     subjects_overlap,
     subset_of,
@@ -112,3 +113,21 @@ def test_tail_wildcard_match_equals_brute_force_with_longer_tokens(
     # match ("ab.>" never matches "aba.x"), and ">" needs at least one more token.
     pattern = ".".join([*head, ">"])
     assert subject_matches(pattern, subject) == _brute_match(pattern, subject)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    filters=st.lists(
+        st.lists(st.sampled_from(["a", "ab", "*"]), max_size=2).flatmap(
+            lambda head: st.sampled_from([".".join([*head, ">"]), ".".join(head) or "a"])
+        ),
+        min_size=1,
+        max_size=2,
+    ),
+    subject=st.sampled_from(LONG_LITERALS),
+)
+def test_matcher_equals_brute_force(filters: list[str], subject: str) -> None:
+    """The compiled form a stream builds once per config (one ``prefix.>`` filter takes a
+    ``startswith``) matches exactly what the filters match."""
+    want = any(_brute_match(f, subject) for f in filters)
+    assert matcher(tuple(filters))(subject) == want
