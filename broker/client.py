@@ -63,7 +63,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode
-from broker.output import FLUSH_TIMEOUT, Step
+from broker.output import FLUSH_TIMEOUT, NOT_STORED, Step
 from broker.persist import wait_future
 from broker.sessions import Session, SubscriptionRecord
 
@@ -421,7 +421,15 @@ class ClientConnection(Handshake):
             elif p.qos:
                 self._send(self._ack(p, code))
 
-        await self._step(None if plan.empty else plan.wait, then)
+        def not_stored() -> None:
+            # Not stored, so not delivered. MQTT 5 is told (0x80, the exchange ends); a
+            # 3.1.x client gets no acknowledgement and is disconnected, so it sends it again.
+            if p.qos and self.version is _V5:
+                self._send(self._ack(p, ReasonCode.UNSPECIFIED_ERROR, NOT_STORED))
+            elif p.qos:
+                self._storage_failed()
+
+        await self._step(None if plan.empty else plan.wait, then, not_stored)
 
     async def _refuse_publish(self, p: Publish, code: ReasonCode, reason: str) -> None:
         """Not delivered: PUBACK/PUBREC with the reason (v5, QoS > 0), else DISCONNECT

@@ -22,7 +22,7 @@ from broker.config import BrokerConfig
 from broker.message import AppMessage, Outgoing
 from broker.mqtt.properties import Properties
 from broker.parking import Parkable, Parking
-from broker.persist import Persistence, PublishPlan
+from broker.persist import Persistence, PublishPlan, StorageError
 from broker.router import Delivery, Router
 from broker.sessions import Session, SessionManager, SubscriptionRecord
 
@@ -84,6 +84,7 @@ class Broker:
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
+        self.persist.attach(nursery)
         nursery.start_soon(self.parking.run)
         self.sessions.attach_nursery(nursery)
         for session in self.sessions:
@@ -258,7 +259,10 @@ class Broker:
     async def _publish_after_commit(
         self, msg: AppMessage, deliveries: Sequence[Delivery], plan: PublishPlan
     ) -> None:
-        await plan.wait()
+        try:
+            await plan.wait()
+        except StorageError:
+            return  # not stored, so not published (broker.persist logs the failure)
         self.persist.after_commit(msg, plan)
         self.apply_publish(msg, deliveries, plan)
 

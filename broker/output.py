@@ -19,7 +19,8 @@ from broker.mqtt.connection import Connection
 from broker.mqtt.errors import PacketTooLargeError
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Packet
-from broker.persist import wait_future
+from broker.mqtt.reason_codes import ReasonCode
+from broker.persist import StorageError, wait_future
 from broker.sessions import Session
 
 if TYPE_CHECKING:
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
 FILL_BATCH = 256  # packets moved from a session queue per flush
 FLUSH_TIMEOUT = 2.0
 
-Step = tuple[Callable[[], Awaitable[Any]] | None, Callable[[], None]]
+# (wait for a commit, then do this, or do that if the commit failed: None = disconnect)
+Step = tuple[Callable[[], Awaitable[Any]] | None, Callable[[], None], Callable[[], None] | None]
+NOT_STORED = "the broker could not store it"
 
 
 class Output:
@@ -54,6 +57,8 @@ class Output:
     if TYPE_CHECKING:  # ClientConnection's
 
         def _stop_reading(self) -> None: ...
+
+        def _disconnect(self, code: ReasonCode, reason: str) -> None: ...
 
     async def _send_all(self, data: bytes | memoryview) -> None:
         """Everything in ``data``, waiting for the socket as needed."""
@@ -258,7 +263,10 @@ class Output:
                     self._idle = False
                     self._wake = trio.Event()
                     if not self._closing:
-                        await self._fill()
+                        try:
+                            await self._fill()
+                        except StorageError:
+                            self._storage_failed()
                     if self._out:
                         out = self._out
                         self._out = []
@@ -278,11 +286,21 @@ class Output:
         finally:
             self._writer_done.set()
 
+    def _storage_failed(self) -> None:
+        """A commit this connection waited for failed (logged by ``broker.persist``): close
+        it (0x80); the client's unacknowledged packets are sent again after it reconnects."""
+        self._disconnect(ReasonCode.UNSPECIFIED_ERROR, NOT_STORED)
+
     # == the ordered pipeline ===================================================================
 
     async def _step(
-        self, wait: Callable[[], Awaitable[Any]] | None, then: Callable[[], None]
+        self,
+        wait: Callable[[], Awaitable[Any]] | None,
+        then: Callable[[], None],
+        failed: Callable[[], None] | None = None,
     ) -> None:
+        """Run ``then`` once ``wait`` (a commit) is done, in the order of the steps; if the
+        commit failed, ``failed`` instead (None: the connection is closed, 0x80)."""
         if wait is None and self._steps_pending == 0:
             then()
             return
@@ -301,9 +319,9 @@ class Output:
         try:
             # No checkpoint per packet: the rest of the chunk joins the same store batch.
             try:
-                self._steps_send.send_nowait((wait, then))
+                self._steps_send.send_nowait((wait, then, failed))
             except trio.WouldBlock:
-                await self._steps_send.send((wait, then))
+                await self._steps_send.send((wait, then, failed))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self._steps_pending -= 1
 
@@ -315,9 +333,12 @@ class Output:
                 # Steps whose commit is already done run without a checkpoint each: a
                 # scheduler pass per acknowledgement made this the bottleneck.
                 while True:
-                    wait, then = step
+                    wait, then, failed = step
                     if wait is not None:
-                        await wait()
+                        try:
+                            await wait()
+                        except StorageError:
+                            then = failed or self._storage_failed
                     then()
                     self._steps_pending -= 1
                     try:

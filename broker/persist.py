@@ -27,6 +27,8 @@ import functools
 import hashlib
 import itertools
 import json
+import logging
+import math
 import os
 import pathlib
 import time
@@ -57,6 +59,66 @@ MSGS = "$MQTT_msgs"
 PEND = "$MQTT_pend"
 QOS2IN = "$MQTT_qos2in"
 PEND_HEADER = "Mqtt-Pend"  # on a pending entry that holds its message inline
+STORAGE_REPORT_INTERVAL_S = 10.0  # at most one log line per interval about failed store jobs
+RETRY_DELETES_AFTER_S = 1.0  # a failed acknowledgement's deletions are tried again after this
+
+log = logging.getLogger("jetmq.persist")
+
+
+class StorageError(Exception):
+    """A store job the broker waited for failed (a full disk, an I/O error, a bug in the
+    store): none of its operations is stored. The waiter refuses or closes what depended
+    on it; the broker and its other clients go on."""
+
+
+class _FailureReport:
+    """Logs failed store jobs, from the done callback of every job the broker submits (on
+    the store's writer thread): a line when failures start (the first time with the
+    traceback), then at most one per ``STORAGE_REPORT_INTERVAL_S`` while they go on (a full
+    disk fails every commit), and one when a job succeeds again."""
+
+    def __init__(self) -> None:
+        self._last = -math.inf  # when the last line was logged
+        self._missed = 0  # failures since then, not logged
+        self._failing = False
+        self._traced = False  # the traceback is logged once per process
+
+    def __call__(self, fut: concurrent.futures.Future[list[store.OpResult]]) -> None:
+        exc = fut.exception()
+        if exc is None:
+            if self._failing:
+                self._failing = False
+                log.warning(
+                    "store writes succeed again (%d more failed since the last report)",
+                    self._missed,
+                )
+                self._missed = 0
+            return
+        now = time.monotonic()
+        if not self._failing:
+            self._failing = True
+            self._last = now
+            log.error(
+                "a store write failed, nothing of it is stored: %s",
+                exc,
+                exc_info=None if self._traced else exc,
+            )
+            self._traced = True
+        elif now - self._last >= STORAGE_REPORT_INTERVAL_S:
+            self._last = now
+            log.error(
+                "store writes still fail (%d more since the last report): %s",
+                self._missed + 1,
+                exc,
+            )
+            self._missed = 0
+        else:
+            self._missed += 1
+
+
+def _not_stored(exc: Exception) -> StorageError:
+    return StorageError(f"{type(exc).__name__}: {exc}")
+
 
 _STREAMS: tuple[dict[str, Any], ...] = (
     {"name": SESS, "subjects": ["$MQTT.sess.>"], "max_msgs_per_subject": 1},
@@ -173,12 +235,16 @@ def _notify(fut: concurrent.futures.Future[list[store.OpResult]], event: trio.Ev
 
 
 async def wait_future(fut: concurrent.futures.Future[list[store.OpResult]]) -> list[store.OpResult]:
-    """Await a store future from trio without blocking the loop."""
+    """Await a store future from trio without blocking the loop; :class:`StorageError` if
+    the job failed."""
     if not fut.done():
         event = trio.Event()
         _notify(fut, event)
         await event.wait()
-    return fut.result()
+    try:
+        return fut.result()
+    except Exception as exc:
+        raise _not_stored(exc) from exc
 
 
 class _Batch:
@@ -191,12 +257,14 @@ class _Batch:
     instead of per message.
     """
 
-    __slots__ = ("awaited", "done", "event", "future", "ops", "owner")
+    __slots__ = ("awaited", "deletes", "done", "event", "future", "ops", "owner")
 
     def __init__(self, owner: Persistence) -> None:
         self.owner = owner
         self.awaited = False  # holds a PUBLISH's writes (an acknowledgement waits for them)
         self.ops: list[store.Op] = []
+        # The deletions by seq among ops that nobody waits for (tried again if it fails).
+        self.deletes: list[store.DeleteMsg] = []
         self.future: concurrent.futures.Future[list[store.OpResult]] | None = None
         self.event: trio.Event | None = None
         self.done: list[store.OpResult] | None = None
@@ -214,7 +282,10 @@ class _Batch:
                 event = self.event = trio.Event()
                 _notify(fut, event)
             await event.wait()
-        self.done = fut.result()  # every later waiter skips the future's lock
+        try:
+            self.done = fut.result()  # every later waiter skips the future's lock
+        except Exception as exc:
+            raise _not_stored(exc) from exc
         return self.done
 
 
@@ -260,6 +331,11 @@ class Persistence:
         self._last: concurrent.futures.Future[list[store.OpResult]] | None = None
         self._open: _Batch | None = None
         self._closed = False
+        self._report = _FailureReport()
+        self._nursery: trio.Nursery | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._retry: list[store.DeleteMsg] = []
+        self._retrying = False
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -283,14 +359,21 @@ class Persistence:
         return cls(await trio.to_thread.run_sync(_open))
 
     async def flush(self) -> None:
-        """Wait until everything submitted so far is committed."""
+        """Wait until everything submitted so far is committed (or failed: logged)."""
         self.submit_open()
         if self._last is not None:
-            await wait_future(self._last)
+            with contextlib.suppress(StorageError):
+                await wait_future(self._last)
 
     async def close(self) -> None:
         self.submit_open()
         self._closed = True
+        if self._retry:
+            log.warning(
+                "%d acknowledged deliveries could not be deleted from the store; they will"
+                " be sent again after the restart",
+                len(self._retry),
+            )
         await trio.to_thread.run_sync(self.store.close)
 
     def chunk_done(self) -> None:
@@ -308,7 +391,10 @@ class Persistence:
         self._open = None
         if self._closed:
             return
-        batch.future = self._last = self.store.submit(batch.ops)
+        fut = batch.future = self._last = self.store.submit(batch.ops)
+        fut.add_done_callback(
+            functools.partial(self._deletes_done, batch.deletes) if batch.deletes else self._report
+        )
 
     def _batch(self) -> _Batch:
         batch = self._open
@@ -320,13 +406,66 @@ class Persistence:
     def _submit(self, ops: Sequence[store.Op]) -> concurrent.futures.Future[list[store.OpResult]]:
         self.submit_open()  # what was gathered before goes first
         fut = self.store.submit(ops)
+        fut.add_done_callback(self._report)
         self._last = fut
         return fut
 
     def _fire(self, ops: Sequence[store.Op]) -> None:
-        """Store without waiting (the caller's correctness does not depend on the commit)."""
+        """Store without waiting (the caller's correctness does not depend on the commit).
+        Not tried again if the commit fails: a purge by subject tried late could remove a
+        later session's records."""
         if ops:
             self._batch().ops.extend(ops)
+
+    def _fire_deletes(self, ops: list[store.DeleteMsg]) -> None:
+        """Delete without waiting; tried again if the commit fails (:meth:`_deletes_done`):
+        a seq is never reused, so a late deletion removes nothing newer."""
+        if ops:
+            batch = self._batch()
+            batch.ops.extend(ops)
+            batch.deletes.extend(ops)
+
+    # -- deletions that failed (a full disk) ---------------------------------------------------
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """The nursery that runs the retries of failed deletions."""
+        self._nursery = nursery
+        self._token = trio.lowlevel.current_trio_token()
+
+    def _deletes_done(
+        self, deletes: list[store.DeleteMsg], fut: concurrent.futures.Future[list[store.OpResult]]
+    ) -> None:
+        """Done callback (writer thread) of a job holding deletions nobody waits for."""
+        self._report(fut)
+        token = self._token
+        if fut.exception() is not None and token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(self._retry_later, deletes)
+
+    def _retry_later(self, deletes: list[store.DeleteMsg]) -> None:
+        """(trio thread) Keep failed deletions for the retry task, starting it if needed:
+        until they are gone the acknowledged messages take disk space, and a restart would
+        send them again."""
+        if self._closed:
+            return
+        self._retry.extend(deletes)
+        if not self._retrying and self._nursery is not None:
+            self._retrying = True
+            self._nursery.start_soon(self._retry_deletes)
+
+    async def _retry_deletes(self) -> None:
+        """Every ``RETRY_DELETES_AFTER_S``, submit the failed deletions again, one job each:
+        when their group commit fails the writer commits job by job, so on a full disk
+        each deletion that fits in the pages still free goes through and frees more."""
+        try:
+            while self._retry and not self._closed:
+                await trio.sleep(RETRY_DELETES_AFTER_S)
+                ops, self._retry = self._retry, []
+                for op in ops:
+                    fut = self.store.submit([op])
+                    fut.add_done_callback(functools.partial(self._deletes_done, [op]))
+        finally:
+            self._retrying = False
 
     @staticmethod
     def _pend_subject(session: Session) -> str:
@@ -425,7 +564,7 @@ class Persistence:
 
     # -- acknowledgements of outbound copies -------------------------------------------------------
 
-    def _release_copy(self, og: Outgoing, ops: list[store.Op]) -> None:
+    def _release_copy(self, og: Outgoing, ops: list[store.DeleteMsg]) -> None:
         if og.pend_seq:
             ops.append(store.DeleteMsg(PEND, og.pend_seq))
             og.pend_seq = 0
@@ -439,9 +578,9 @@ class Persistence:
 
     def copy_done(self, session: Session, og: Outgoing) -> None:
         """PUBACK / PUBCOMP (or a copy skipped or expired): forget its pending entry."""
-        ops: list[store.Op] = []
+        ops: list[store.DeleteMsg] = []
         self._release_copy(og, ops)
-        self._fire(ops)
+        self._fire_deletes(ops)
 
     def stage_copies(
         self, session: Session, entries: Sequence[tuple[Outgoing, int, int]]
@@ -501,14 +640,18 @@ class Persistence:
         if not session.stored:
             return
         session.stored = False
-        ops: list[store.Op] = []
+        deletes: list[store.DeleteMsg] = []
         for og in dropped:
-            self._release_copy(og, ops)
+            self._release_copy(og, deletes)
+        self._fire_deletes(deletes)
         tok = session_token(session)
-        ops.append(store.PurgeStream(SESS, filter=f"$MQTT.sess.{tok}"))
-        ops.append(store.PurgeStream(PEND, filter=f"$MQTT.pend.{tok}"))
-        ops.append(store.PurgeStream(QOS2IN, filter=f"$MQTT.qos2.{tok}.*"))
-        self._fire(ops)
+        self._fire(
+            [
+                store.PurgeStream(SESS, filter=f"$MQTT.sess.{tok}"),
+                store.PurgeStream(PEND, filter=f"$MQTT.pend.{tok}"),
+                store.PurgeStream(QOS2IN, filter=f"$MQTT.qos2.{tok}.*"),
+            ]
+        )
 
     def qos2_received(self, session: Session, packet_id: int) -> list[store.Op]:
         """Ops recording an inbound QoS 2 packet id (exactly once across restarts)."""
@@ -585,7 +728,7 @@ class Persistence:
                 msg.stored_seq = stored.seq
             stored_by_key[key] = msg
             seq_by_key[key] = stored.seq
-        orphans: list[store.Op] = []
+        orphans: list[store.DeleteMsg] = []
         restored: list[tuple[int, Session, int, Outgoing, Stage]] = []
         for stored in pend:
             owner = by_token.get(stored.subject.removeprefix("$MQTT.pend."))
@@ -627,8 +770,7 @@ class Persistence:
                 orphans.append(store.DeleteMsg(QOS2IN, stored.seq))
                 continue
             target.state.inbound_qos2.add(int(stored.subject.rsplit(".", 1)[1]))
-        if orphans:
-            self._fire(orphans)
+        self._fire_deletes(orphans)
 
 
 def _dump(record: dict[str, Any]) -> bytes:

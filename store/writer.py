@@ -224,17 +224,20 @@ class GroupCommitWriter:
             except BaseException as exc:
                 txn.abort()
                 self._on_abort()
-                if len(jobs) > 1:
-                    for job in jobs:
-                        job.results = []
-                        self._commit([job])
+                if len(jobs) == 1:
+                    with contextlib.suppress(InvalidStateError):  # cancelled by its caller
+                        jobs[0].set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
                     return
-                with contextlib.suppress(InvalidStateError):  # cancelled by its caller
-                    jobs[0].set_exception(exc)
-                if not isinstance(exc, Exception):
-                    raise
-                return
-            break
+                # Several jobs: one by one, below (outside this handler, so the exceptions
+                # they get carry no context from this one).
+            else:
+                break
+            for job in jobs:
+                job.results = []
+                self._commit([job])
+            return
         t2 = time.perf_counter_ns()
         self.commits += 1
         self.jobs_committed += len(jobs)

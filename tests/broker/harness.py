@@ -120,15 +120,27 @@ class BrokerProcess:
 
     data_dir: pathlib.Path
     port: int = 0
+    # Bytes the process may write to any one file (RLIMIT_FSIZE; writes beyond fail with
+    # EFBIG, SIGXFSZ ignored): a disk that fills up. None: no limit.
+    file_size_limit: int | None = None
     proc: subprocess.Popen[str] | None = None
     output: list[str] = field(default_factory=list)
     _pump: threading.Thread | None = None
 
     def start(self) -> None:
+        launch = ["-m", "broker"]
+        if self.file_size_limit is not None:
+            n = self.file_size_limit
+            launch = [
+                "-c",
+                "import resource, runpy, signal;"
+                " signal.signal(signal.SIGXFSZ, signal.SIG_IGN);"
+                f" resource.setrlimit(resource.RLIMIT_FSIZE, ({n}, {n}));"
+                " runpy.run_module('broker', run_name='__main__', alter_sys=True)",
+            ]
         cmd = [
             sys.executable,
-            "-m",
-            "broker",
+            *launch,
             "serve",
             "--listen",
             f"127.0.0.1:{self.port}",

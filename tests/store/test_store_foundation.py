@@ -253,8 +253,10 @@ def test_unexpected_error_fails_only_its_job(tmp_path: Path) -> None:
     w.submit_then(["k3"], called.append)
     gate.set()
     assert futs[0].result(timeout=10) == ["k1"]
-    with pytest.raises(ValueError, match="boom"):
+    with pytest.raises(ValueError, match="boom") as raised:
         futs[1].result(timeout=10)
+    # Raised by the job's own commit: no context from the failed group commit before it.
+    assert raised.value.__context__ is None
     assert futs[2].result(timeout=10) == ["k2"]
     w.close()  # finishes every queued job
     assert len(called) == 2
