@@ -35,6 +35,7 @@ from typing import Any
 
 import trio
 
+import store
 from broker.client import prepare_socket
 from broker.config import BrokerConfig
 from broker.core import Broker
@@ -154,14 +155,15 @@ def _tune_gc() -> None:
 def run_broker(config: BrokerConfig) -> int:
     """Entry point of ``jetmq serve``: run until SIGTERM/SIGINT, then shut down cleanly.
 
-    An operating-system error (a port in use, a data directory it may not write) ends it
-    with one line on stderr and exit status 1, as mosquitto does, not a traceback; trio
-    hands it over inside an exception group."""
+    An operating-system error (a port in use, a data directory it may not write) or a store
+    it cannot open (not an LMDB environment, a damaged or newer one) ends it with one line
+    on stderr and exit status 1, as mosquitto does, not a traceback; trio hands it over
+    inside an exception group."""
     listening: list[bool] = []
-    failed: list[OSError] = []
+    failed: list[Exception] = []
     try:
         trio.run(_main, config, listening)
-    except* OSError as group:
+    except* (OSError, store.StoreOpenError) as group:
         failed.extend(_leaves(group))
     for exc in failed:
         what = "stopped" if listening else "cannot start"
@@ -169,8 +171,8 @@ def run_broker(config: BrokerConfig) -> int:
     return 1 if failed else 0
 
 
-def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
-    out: list[OSError] = []
+def _leaves(group: BaseExceptionGroup[Exception]) -> list[Exception]:
+    out: list[Exception] = []
     for exc in group.exceptions:
         if isinstance(exc, BaseExceptionGroup):
             out.extend(_leaves(exc))

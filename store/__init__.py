@@ -6,6 +6,7 @@ see ``store/DESIGN.md``.
 """
 
 from store.api import Store
+from store.env import SchemaError, StoreClosedError, StoreOpenError
 from store.errors import JetStreamError
 from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo, StreamState
 from store.ops import (
@@ -58,8 +59,11 @@ __all__ = [
     "PullStatus",
     "PurgeResult",
     "PurgeStream",
+    "SchemaError",
     "SetPushInterest",
     "Store",
+    "StoreClosedError",
+    "StoreOpenError",
     "StoredMsg",
     "StreamConfig",
     "StreamInfo",

@@ -68,7 +68,12 @@ class StoreClosedError(RuntimeError):
     """The store (or its environment) was used after close()."""
 
 
-class SchemaError(RuntimeError):
+class StoreOpenError(RuntimeError):
+    """The environment cannot be opened: not an LMDB environment, a damaged one, or one
+    this jetmq cannot read. The message names the directory and the cause."""
+
+
+class SchemaError(StoreOpenError):
     """The environment was written by a newer jetmq or has no known migration path."""
 
 
@@ -125,17 +130,26 @@ class Env:
         self.readonly = readonly
         if not readonly:
             os.makedirs(self.path, exist_ok=True)
-        self._env = lmdb.open(
-            self.path,
-            map_size=map_size,
-            max_dbs=len(keys.ALL_DBS) + 4,
-            max_readers=MAX_READERS,
-            sync=sync,
-            metasync=sync,
-            readonly=readonly,
-            readahead=False,
-            lock=True,
-        )
+        try:
+            self._env = lmdb.open(
+                self.path,
+                map_size=map_size,
+                max_dbs=len(keys.ALL_DBS) + 4,
+                max_readers=MAX_READERS,
+                sync=sync,
+                metasync=sync,
+                readonly=readonly,
+                readahead=False,
+                lock=True,
+            )
+        except lmdb.Error as exc:  # not an LMDB file, a version mismatch, no permission, ...
+            detail = str(exc).removeprefix(f"{self.path}: ")  # py-lmdb names the path
+            raise StoreOpenError(f"cannot open the store in {self.path}: {detail}") from exc
+        try:
+            self._check_length()
+        except BaseException:
+            self._env.close()
+            raise
         self._lock = _SharedLock()
         self._closed = False
         self.dbs: dict[bytes, Any] = {}
@@ -150,6 +164,19 @@ class Env:
                 version = self._init_schema(txn)
             if version < keys.SCHEMA_VERSION:
                 self._migrate(version)
+
+    def _check_length(self) -> None:
+        """Refuse a data file shorter than its last committed page (cut short by a copy or a
+        full disk): LMDB would read the missing pages through the map, and the process
+        would die of SIGBUS on the first of them. Only the meta pages are read here."""
+        last_end = (self._env.info()["last_pgno"] + 1) * self._env.stat()["psize"]
+        data = os.path.join(self.path, "data.mdb")
+        size = os.stat(data).st_size
+        if size < last_end:
+            raise StoreOpenError(
+                f"the store in {self.path} is damaged: {data} has {size} bytes but its"
+                f" last committed page ends at byte {last_end} (restore it from a backup)"
+            )
 
     # -- schema ---------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ receiver state, kept across connections as a client library would.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import random
 import socket
@@ -35,6 +36,7 @@ from tests.broker.rawclient import Closed, RawClient
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 ROUNDS = 4
+SERVE = (sys.executable, "-m", "broker", "serve")
 EXPIRY = Properties(session_expiry_interval=3600)
 
 
@@ -256,3 +258,30 @@ def test_a_port_in_use_is_one_line_and_exit_1(tmp_path: pathlib.Path) -> None:
     assert lines[0].startswith("jetmq: cannot start: ")
     assert "Address already in use" in lines[0]
     assert "listening" not in proc.stdout
+
+
+@pytest.mark.timeout(60)
+def test_a_damaged_store_is_one_line_and_exit_1(tmp_path: pathlib.Path) -> None:
+    """A data directory whose data file is cut short, or is not an LMDB file: refused at
+    start with the cause in one line and exit status 1 — not a traceback, not SIGBUS."""
+    data = tmp_path / "data"
+    broker = BrokerProcess(data)
+    broker.start()
+    assert broker.terminate() == 0
+    size = (data / "data.mdb").stat().st_size
+    for damage, cause in (
+        (lambda f: os.truncate(f, size // 2), "last committed page ends at byte"),
+        (lambda f: f.write_bytes(b"not a store" * 1000), "MDB_INVALID"),
+    ):
+        damage(data / "data.mdb")
+        proc = subprocess.run(
+            [*SERVE, "--listen", "127.0.0.1:0", "--data-dir", str(data)],
+            capture_output=True,
+            text=True,
+            timeout=50,
+        )
+        assert proc.returncode == 1, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1, proc.stderr
+        assert lines[0].startswith("jetmq: cannot start: ")
+        assert cause in lines[0]

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import JetStreamError, PubAck, Publish, Store, keys
-from store.env import MIGRATIONS, Env, SchemaError, StoreClosedError
+from store.env import MIGRATIONS, Env, SchemaError, StoreClosedError, StoreOpenError
 from store.writer import AnyJob, GroupCommitWriter
 from tests.store.conftest import FakeClock
 
@@ -115,6 +115,51 @@ def test_schema_is_recorded_and_newer_schema_refused(tmp_path: Path) -> None:
     env.close()
     with pytest.raises(SchemaError):
         Env(tmp_path / "e", map_size=1 << 20)
+
+
+def test_a_file_that_is_not_a_store_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "data.mdb").write_bytes(bytes(range(256)) * 64)
+    with pytest.raises(StoreOpenError, match="MDB_INVALID"):
+        Store.open(tmp_path / "e")
+    with pytest.raises(StoreOpenError, match="MDB_INVALID"):
+        Env(tmp_path / "e", readonly=True)
+
+
+_OPEN_TRUNCATED = """
+import sys
+from store import StoreOpenError
+from store.env import Env
+try:
+    Env(sys.argv[1], readonly=sys.argv[2] == "ro")
+except StoreOpenError as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_truncated_data_file_is_refused_not_a_crash(tmp_path: Path, clock: FakeClock) -> None:
+    """A data file cut short (a bad copy, a full disk) is refused with the reason: opened as
+    is, LMDB reads the missing pages through its map and the process dies of SIGBUS. Opened
+    in a child process, so a regression fails this test instead of killing the run."""
+    path = tmp_path / "db"
+    with Store.open(path, clock=clock) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        s.submit([Publish(f"s.{i}", bytes(500)) for i in range(300)]).result(timeout=10)
+    data = path / "data.mdb"
+    size = data.stat().st_size
+    os.truncate(data, size // 2)
+    for mode in ("rw", "ro"):
+        proc = subprocess.run(
+            [sys.executable, "-c", _OPEN_TRUNCATED, str(path), mode],
+            capture_output=True,
+            text=True,
+            timeout=50,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        assert proc.returncode == 3, (proc.returncode, proc.stderr)
+        assert f"has {size // 2} bytes but its last committed page ends at byte" in proc.stdout
 
 
 def test_read_only_reader_sees_committed_data(tmp_path: Path, clock: FakeClock) -> None:
