@@ -10,6 +10,7 @@ Threading rules (py-lmdb's, written down):
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -75,6 +76,35 @@ class StoreOpenError(RuntimeError):
 
 class SchemaError(StoreOpenError):
     """The environment was written by a newer jetmq or has no known migration path."""
+
+
+OWNER_FILE: Final = "jetmq.lock"
+
+
+def _take_ownership(path: str) -> int:
+    """Lock ``path/jetmq.lock`` (``flock``, exclusive) for this process: one writer per
+    store. LMDB lets a second process open the environment and write; a second jetmq
+    would then write from its own cached stream state (sequences already taken, counts)
+    and overwrite the first one's messages. The kernel drops the lock when the process
+    dies, kill -9 included. Read-only opens (the Spark reader) take no lock. Returns the
+    descriptor that holds it; the file names the owner's pid."""
+    name = os.path.join(path, OWNER_FILE)
+    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        raise StoreOpenError(
+            f"the store in {path} is in use by another process"
+            + (f" (pid {owner})" if owner.isdigit() else "")
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 class _SharedLock:
@@ -145,8 +175,11 @@ class Env:
         except lmdb.Error as exc:  # not an LMDB file, a version mismatch, no permission, ...
             detail = str(exc).removeprefix(f"{self.path}: ")  # py-lmdb names the path
             raise StoreOpenError(f"cannot open the store in {self.path}: {detail}") from exc
+        self._owner_fd = -1
         try:
             self._check_length()
+            if not readonly:
+                self._owner_fd = _take_ownership(self.path)
         except BaseException:
             self._env.close()
             raise
@@ -278,3 +311,6 @@ class Env:
         with self._lock.exclusive():
             self._closed = True
             self._env.close()
+            if self._owner_fd >= 0:
+                os.close(self._owner_fd)  # releases the lock
+                self._owner_fd = -1

@@ -285,3 +285,27 @@ def test_a_damaged_store_is_one_line_and_exit_1(tmp_path: pathlib.Path) -> None:
         assert len(lines) == 1, proc.stderr
         assert lines[0].startswith("jetmq: cannot start: ")
         assert cause in lines[0]
+
+
+@pytest.mark.timeout(60)
+def test_a_second_broker_on_the_same_data_dir_is_refused(tmp_path: pathlib.Path) -> None:
+    """Two brokers writing one store would overwrite each other's messages: the second is
+    refused at start (one line, exit 1) while the first serves on."""
+    first = BrokerProcess(tmp_path / "data")
+    first.start()
+    try:
+        proc = subprocess.run(
+            [*SERVE, "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")],
+            capture_output=True,
+            text=True,
+            timeout=50,
+        )
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.strip() == (
+            f"jetmq: cannot start: the store in {tmp_path / 'data'} is in use by another"
+            f" process (pid {first.proc.pid if first.proc else 0})"
+        )
+        with RawClient(first.port) as c:  # the first one is untouched
+            c.connect("still-served")
+    finally:
+        assert first.terminate() == 0

@@ -162,6 +162,46 @@ def test_a_truncated_data_file_is_refused_not_a_crash(tmp_path: Path, clock: Fak
         assert f"has {size // 2} bytes but its last committed page ends at byte" in proc.stdout
 
 
+_OPEN_WRITER = """
+import sys
+from store import Store, StoreOpenError
+from store.env import Env
+if sys.argv[2] == "ro":
+    Env(sys.argv[1], readonly=True).close()
+    sys.exit(0)
+try:
+    Store.open(sys.argv[1]).close()
+except StoreOpenError as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_one_writing_process_per_store(tmp_path: Path) -> None:
+    """A second process cannot open a store for writing while one has it open (it would
+    write from stale cached state over the first one's messages); read-only opens can."""
+    path = tmp_path / "db"
+
+    def other(mode: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _OPEN_WRITER, str(path), mode],
+            capture_output=True,
+            text=True,
+            timeout=50,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+
+    with Store.open(path):
+        proc = other("rw")
+        assert proc.returncode == 3, proc.stderr
+        assert proc.stdout.strip() == (
+            f"the store in {path} is in use by another process (pid {os.getpid()})"
+        )
+        assert other("ro").returncode == 0
+    assert other("rw").returncode == 0  # closed: free again
+
+
 def test_read_only_reader_sees_committed_data(tmp_path: Path, clock: FakeClock) -> None:
     with Store.open(tmp_path / "db", clock=clock) as s:
         s.create_stream({"name": "S", "subjects": ["s.>"]})
