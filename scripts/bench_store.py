@@ -10,7 +10,9 @@ Reports the median of 5 runs of each measurement:
   same run with (a) the same store and 64 submitters with group commit off (each message
   committed and fsynced in its own transaction), (b) a raw py-lmdb loop of one write
   transaction + fsync per message, and (c) a raw py-lmdb ``put`` loop without fsync (the
-  ceiling);
+  ceiling); and a bare Python writer making only the store's LMDB writes with the same
+  64 submitters, grouped and one transaction per message (what any Python engine on this
+  disk can reach: the store's share of it is the cost of its checks and bookkeeping);
 - appends/s under a limit that removes a sparse subject's first message per append
   (10,000 subjects; ``max_msgs_per_subject`` and ``max_msgs``; ``sync="batch"``), also
   with the store reopened halfway (a restart: nothing cached);
@@ -29,6 +31,7 @@ import argparse
 import functools
 import itertools
 import os
+import queue
 import shutil
 import statistics
 import sys
@@ -45,6 +48,7 @@ import lmdb
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from store import Ack, DeleteMsg, Delivery, Event, OpResult, PubAck, Publish, Pull, Store
+from store import keys as keys_mod
 
 PAYLOAD = bytes(100)
 RUNS = 5
@@ -187,6 +191,104 @@ def appends_one_txn_each(submitters: int, seconds: float) -> Run:
     run = appends_per_s(submitters, seconds, max_batch_jobs=1)
     assert run.jobs_per_commit == 1
     return run
+
+
+def bare_writer_per_s(submitters: int, seconds: float, group: bool) -> float:
+    """The floor of any Python writer on this disk: a bare writer thread that makes only the
+    LMDB writes the store makes for a plain append — the message record, its ``subjects``
+    index key, once per commit each touched subject's ``subjcount`` record and the stream
+    state (keys.py's bytes, one stream) — with none of the engine's checks or bookkeeping,
+    fsyncing every commit. Closed loop as in :func:`appends_per_s` (callback submitters);
+    ``group=False`` commits every message alone. Appends per second."""
+    d = _fresh_dir()
+    try:
+        env = lmdb.open(d, map_size=1 << 30, max_dbs=16, sync=True, metasync=True)
+        msgs, index, counts, state = (
+            env.open_db(name)
+            for name in (
+                keys_mod.DB_MSGS,
+                keys_mod.DB_SUBJECTS,
+                keys_mod.DB_SUBJCOUNT,
+                keys_mod.DB_SSTATE,
+            )
+        )
+        jobs: queue.SimpleQueue[tuple[str, Callable[[int], None]] | None] = queue.SimpleQueue()
+        done = threading.Event()
+        lock = threading.Lock()
+        live = [submitters]
+        total = [0]
+        stop_at = time.perf_counter() + seconds
+        max_jobs = 4096 if group else 1
+
+        def writer() -> None:
+            seq = 0
+            records: dict[str, list[int]] = {}
+            while True:
+                item = jobs.get()
+                if item is None:
+                    return
+                batch = [item]
+                while len(batch) < max_jobs and not jobs.empty():
+                    nxt = jobs.get_nowait()
+                    if nxt is None:
+                        return
+                    batch.append(nxt)
+                with env.begin(write=True) as txn:
+                    mcur, icur, ccur = txn.cursor(msgs), txn.cursor(index), txn.cursor(counts)
+                    now = time.time_ns()
+                    touched = set()
+                    for subject, _ in batch:
+                        seq += 1
+                        mcur.put(
+                            keys_mod.msg_key(1, seq), keys_mod.pack_msg(now, subject, b"", PAYLOAD)
+                        )
+                        icur.put(keys_mod.subject_index_key(1, subject.encode(), seq), b"")
+                        rec = records.setdefault(subject, [0, seq, seq])
+                        rec[0] += 1
+                        rec[2] = seq
+                        touched.add(subject)
+                    for subject in touched:
+                        ccur.put(
+                            keys_mod.subjcount_key(1, subject),
+                            keys_mod.pack_subject_counts(*records[subject]),
+                        )
+                    txn.put(
+                        keys_mod.u64(1),
+                        keys_mod.pack_stream_state(1, seq, seq, seq * 160, now, now, len(records)),
+                        db=state,
+                    )
+                for _, on_done in batch:
+                    on_done(seq)
+
+        def chain(i: int) -> Callable[[int], None]:
+            subject = f"b.{i}"
+
+            def next_one(seq: int = 0) -> None:
+                if seq:
+                    total[0] += 1  # the writer thread runs every callback
+                if time.perf_counter() >= stop_at:
+                    with lock:
+                        live[0] -= 1
+                        if not live[0]:
+                            done.set()
+                    return
+                jobs.put((subject, next_one))
+
+            return next_one
+
+        thread = threading.Thread(target=writer, daemon=True)
+        thread.start()
+        t0 = time.perf_counter()
+        for start in [chain(i) for i in range(submitters)]:
+            start(0)
+        done.wait(seconds + 30)
+        elapsed = time.perf_counter() - t0
+        jobs.put(None)
+        thread.join()
+        env.close()
+        return total[0] / elapsed
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # The broker's records (broker/persist.py): a stored message with its four headers, and a
@@ -493,6 +595,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         if k == 64:
             print(f"    {run.split()}")
+    bare_one = statistics.median(bare_writer_per_s(64, secs, group=False) for _ in range(runs))
+    bare = statistics.median(bare_writer_per_s(64, secs, group=True) for _ in range(runs))
+    print(
+        f"  bare Python writer (only the store's LMDB writes, no engine), 64 submitters:"
+        f" {bare:10,.0f} appends/s grouped, {bare_one:8,.0f} /s one txn per message"
+        f" ({bare / bare_one:5.1f}x; the store reaches {100 * r / bare:4.1f}% of it)"
+    )
     run = median_run(lambda: appends_per_s(64, secs, futures=True), runs)
     print(
         f"  group commit, sync=always, 64 submitters completing through futures:"
