@@ -181,6 +181,7 @@ class Env:
             self._check_length()
             if not readonly:
                 self._owner_fd = _take_ownership(self.path)
+                self._env.reader_check()  # a reader that died while no writer was open
         except BaseException:
             self._env.close()
             raise
@@ -285,6 +286,15 @@ class Env:
     def sync(self) -> None:
         self._check()
         self._env.sync(True)
+
+    def clear_stale_readers(self) -> int:
+        """Free the reader-table slots of processes that died inside a read transaction
+        (LMDB's ``mdb_reader_check``); how many. Until then such a slot pins the snapshot
+        it read: no page freed after it can be reused, and the data file grows with every
+        commit (measured: 90 KB to 172 MB over 3,000 publish+delete cycles of 1 KB after
+        one read-only process was killed mid-read)."""
+        self._check()
+        return int(self._env.reader_check())
 
     @property
     def map_size(self) -> int:

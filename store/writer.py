@@ -45,6 +45,9 @@ log = logging.getLogger("jetmq.store")
 
 MAX_BATCH_JOBS: Final = 4096
 BATCH_SYNC_INTERVAL_S: Final = 0.05  # sync="batch": the documented loss window
+# After a commit, at most this often: free the reader slots of dead processes (Env.
+# clear_stale_readers; a stale slot makes every commit grow the data file).
+READER_CHECK_INTERVAL_S: Final = 0.1
 
 
 class Job(Future[list[Any]]):
@@ -116,6 +119,7 @@ class GroupCommitWriter:
         self._closing = False
         self._unsynced = False
         self._last_sync = time.monotonic()
+        self._readers_checked = self._last_sync
         self.commits = 0  # counters read from any thread (diagnostics, metrics)
         self.jobs_committed = 0
         self.ops_committed = 0
@@ -192,10 +196,25 @@ class GroupCommitWriter:
                 item = q.get_nowait()  # the only consumer: not empty means get succeeds
             if jobs:
                 self._commit(jobs)
-            if self._unsynced and time.monotonic() - self._last_sync >= BATCH_SYNC_INTERVAL_S:
+            now = time.monotonic()
+            if self._unsynced and now - self._last_sync >= BATCH_SYNC_INTERVAL_S:
                 self._sync()
+            if now - self._readers_checked >= READER_CHECK_INTERVAL_S:
+                self._check_readers(now)
         if self._unsynced:
             self._sync()
+
+    def _check_readers(self, now: float) -> None:
+        self._readers_checked = now
+        try:
+            cleared = self._env.clear_stale_readers()
+        except Exception:
+            log.exception("checking LMDB's reader table failed")
+            return
+        if cleared:
+            log.warning(
+                "freed %d LMDB reader slot(s) of processes that died while reading", cleared
+            )
 
     def _sync(self) -> None:
         self._env.sync()
