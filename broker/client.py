@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import trio
 
 import radix
-from broker.core import make_handle
+from broker.core import RETAINED_AT_ONCE, make_handle
 from broker.handshake import READ_SIZE, Handshake
 from broker.message import Outgoing
 from broker.mqtt.connection import Connection, DuplicatePublish, Role
@@ -566,7 +566,12 @@ class ClientConnection(Handshake):
             ):
                 continue
             sub_ids = (record.sub_id,) if record.sub_id else ()
-            for msg in broker.retained_for(flt):
+            messages = broker.retained_for(flt)
+            if len(messages) > RETAINED_AT_ONCE or session.retained_backlog is not None:
+                broker.pace_retained(session, messages, record.qos, sub_ids)
+                self.output_ready()
+                continue
+            for msg in messages:
                 qos = min(msg.qos, record.qos)
                 if qos == 0:
                     self.send_qos0(msg, True, sub_ids, now)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import socket
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from broker.mqtt.properties import Properties
 from broker.parking import Parkable, Parking
 from broker.persist import Persistence, PublishPlan, StorageError
 from broker.router import Delivery, Router
-from broker.sessions import Session, SessionManager, SubscriptionRecord
+from broker.sessions import RetainedBurst, Session, SessionManager, SubscriptionRecord
 
 if TYPE_CHECKING:
     from broker.client import ClientConnection
@@ -40,6 +41,9 @@ def _connection_class() -> type[ClientConnection]:
 
 
 log = logging.getLogger("jetmq.broker")
+
+RETAINED_AT_ONCE = 256  # retained messages of one SUBSCRIBE sent at once; more are paced
+RETAINED_REFILL = 256  # paced retained copies are queued while the queue is shorter
 
 
 class Broker:
@@ -162,6 +166,7 @@ class Broker:
         dropped = [*session.outgoing.values(), *session.queue]
         session.outgoing.clear()
         session.queue.clear()
+        session.retained_backlog = session.retained_seen = None
         self.persist.session_ended(session, dropped)
 
     def _redispatch_shared(self, session: Session) -> None:
@@ -193,6 +198,47 @@ class Broker:
         found = self.router.unsubscribe(session.num, topic_filter)
         session.subscriptions.pop(topic_filter, None)
         return found
+
+    def pace_retained(
+        self, session: Session, messages: list[AppMessage], qos: int, sub_ids: tuple[int, ...]
+    ) -> None:
+        """Retained messages for a SUBSCRIBE that matched more than ``RETAINED_AT_ONCE``:
+        they join the session queue as it drains, ``RETAINED_REFILL`` at a time, so the
+        copy limits (``max_outbound_queue`` for QoS 0, ``max_queued_messages`` for QoS 1/2)
+        do not cut the burst short. The caller wakes the connection."""
+        if session.retained_backlog is None:
+            session.retained_backlog = deque()
+            session.retained_seen = set()
+        session.retained_backlog.append(RetainedBurst(messages, qos, sub_ids))
+        self.refill_retained(session)
+
+    def refill_retained(self, session: Session) -> None:
+        """Queue paced retained copies while the queue is short. Skipped: a message that is
+        no longer the topic's retained one (replaced, deleted, expired), and one whose
+        topic a live message took to the session since — the subscriber would otherwise
+        get the older value last."""
+        backlog, seen = session.retained_backlog, session.retained_seen
+        if backlog is None or seen is None:
+            return
+        queue = session.queue
+        current = self.retained
+        now = trio.current_time()
+        while backlog and len(queue) < RETAINED_REFILL:
+            burst = backlog[0]
+            if burst.pos == len(burst.messages):
+                backlog.popleft()
+                continue
+            msg = burst.messages[burst.pos]
+            burst.pos += 1
+            topic = msg.topic
+            if current.get(topic) is not msg or topic in seen:
+                continue
+            if msg.expires_at is not None and msg.expires_at <= now:
+                continue
+            queue.append(Outgoing(msg, min(msg.qos, burst.qos), True, burst.sub_ids))
+            session.queued_bytes += len(msg.payload)
+        if not backlog:
+            session.retained_backlog = session.retained_seen = None
 
     def retained_for(self, topic_filter: bytes) -> list[AppMessage]:
         """Retained messages matching a (non-shared) filter, expired ones dropped."""
@@ -235,6 +281,8 @@ class Broker:
             session = by_num.get(d.client)
             if session is None:
                 continue
+            if session.retained_seen is not None:  # its paced retained copy would be older
+                session.retained_seen.add(msg.topic)
             qos = msg.qos if msg.qos < d.qos else d.qos
             retain = msg.retain and d.retain_as_published
             if qos == 0:

@@ -232,6 +232,8 @@ class Output:
                 if og.qos == 2 and og.pend_seq:
                     assert staged is not None
                     staged.append((og, pid, 0))
+        if session.retained_backlog is not None:
+            self.broker.refill_retained(session)
         return ready
 
     async def _fill(self) -> None:

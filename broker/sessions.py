@@ -56,6 +56,19 @@ class WillRecord:
     delay: int  # Will Delay Interval, seconds
 
 
+class RetainedBurst:
+    """Retained messages of one SUBSCRIBE that did not go out at once: they join the
+    session queue as it drains (``Broker.refill_retained``)."""
+
+    __slots__ = ("messages", "pos", "qos", "sub_ids")
+
+    def __init__(self, messages: list[AppMessage], qos: int, sub_ids: tuple[int, ...]) -> None:
+        self.messages = messages
+        self.pos = 0  # the next one to queue
+        self.qos = qos  # the subscription's granted QoS
+        self.sub_ids = sub_ids
+
+
 class Session:
     """State of one client id (see module docstring)."""
 
@@ -69,6 +82,8 @@ class Session:
         "protocol_version",
         "queue",
         "queued_bytes",
+        "retained_backlog",
+        "retained_seen",
         "state",
         "stored",
         "subscriptions",
@@ -85,6 +100,10 @@ class Session:
         self.subscriptions: dict[bytes, SubscriptionRecord] = {}
         self.queue: deque[Outgoing] = deque()  # copies not yet sent (send order)
         self.queued_bytes = 0
+        # Retained messages still to queue for large SUBSCRIBEs, and the topics that live
+        # messages took to this session meanwhile (their retained copies are skipped).
+        self.retained_backlog: deque[RetainedBurst] | None = None
+        self.retained_seen: set[bytes] | None = None
         # The codec's session state: outbound in-flight packets and inbound QoS 2 ids.
         self.state = SessionState()
         self.outgoing: dict[int, Outgoing] = {}  # packet id -> the copy in flight
