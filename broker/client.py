@@ -513,6 +513,7 @@ class ClientConnection(Handshake):
         v5 = self.version is _V5
         codes: list[ReasonCode] = []
         granted: list[tuple[SubscriptionRecord, bytes, bool]] = []
+        added: list[SubscriptionRecord] = []
         for sub in p.subscriptions:
             try:
                 share, flt = radix.validate_filter(sub.filter)
@@ -541,9 +542,10 @@ class ClientConnection(Handshake):
             )
             is_new = broker.subscribe(session, record)
             codes.append(_GRANTED[qos])
+            added.append(record)
             if share is None:
                 granted.append((record, flt, is_new))
-        fut = broker.persist.save_session(session) if session.persistent else None
+        fut = broker.persist.save_subscriptions(session, added) if session.stored else None
         wait = None if fut is None else (lambda: wait_future(fut))
         pid = p.packet_id
 
@@ -583,6 +585,7 @@ class ClientConnection(Handshake):
         session = self.session
         assert session is not None
         codes: list[ReasonCode] = []
+        removed: list[bytes] = []
         for flt in p.filters:
             try:
                 radix.validate_filter(flt)
@@ -591,7 +594,9 @@ class ClientConnection(Handshake):
                 continue
             found = broker.unsubscribe(session, flt)
             codes.append(ReasonCode.SUCCESS if found else ReasonCode.NO_SUBSCRIPTION_EXISTED)
-        fut = broker.persist.save_session(session) if session.persistent else None
+            if found:
+                removed.append(flt)
+        fut = broker.persist.remove_subscriptions(session, removed) if session.stored else None
         wait = None if fut is None else (lambda: wait_future(fut))
         pid = p.packet_id
         await self._step(wait, lambda: self._send(Unsuback(pid, tuple(codes))))

@@ -7,7 +7,10 @@ Operations gathered in one scheduler pass go to the store as one job (``_Batch``
 
 Records (all JSON with sorted keys, UTF-8):
 
-* session  ``{"id", "expiry", "version", "subs": [[filter, qos, nl, rap, rh, sub_id]]}``
+* session  ``{"id", "expiry", "version"}`` (records written before 2026-11-22 also hold
+  ``"subs"``, the list below: read at start and moved to ``$MQTT_subs``)
+* subscription  ``[filter, qos, nl, rap, rh, sub_id]``, one record per (session, filter), so
+  a SUBSCRIBE writes what it adds, not every subscription the session has
 * pending  ``{"m": msg key, "q": qos, "r": retain, "s": [sub ids], "p": packet id, "st": stage,
   "o": first pending sequence}`` where stage 0 = not acknowledged yet, 2 = PUBREC received
   (PUBREL sent) and "o" (send order on restore) is written once the entry is rewritten. A
@@ -58,6 +61,7 @@ RMSGS = "$MQTT_rmsgs"
 MSGS = "$MQTT_msgs"
 PEND = "$MQTT_pend"
 QOS2IN = "$MQTT_qos2in"
+SUBS = "$MQTT_subs"
 PEND_HEADER = "Mqtt-Pend"  # on a pending entry that holds its message inline
 STORAGE_REPORT_INTERVAL_S = 10.0  # at most one log line per interval about failed store jobs
 RETRY_DELETES_AFTER_S = 1.0  # a failed acknowledgement's deletions are tried again after this
@@ -122,6 +126,7 @@ def _not_stored(exc: Exception) -> StorageError:
 
 _STREAMS: tuple[dict[str, Any], ...] = (
     {"name": SESS, "subjects": ["$MQTT.sess.>"], "max_msgs_per_subject": 1},
+    {"name": SUBS, "subjects": ["$MQTT.subs.>"], "max_msgs_per_subject": 1},
     {"name": RMSGS, "subjects": ["$MQTT.rmsgs.>"], "max_msgs_per_subject": 1},
     {"name": MSGS, "subjects": ["$MQTT.msgs.>"]},
     {"name": PEND, "subjects": ["$MQTT.pend.>"]},
@@ -614,25 +619,56 @@ class Persistence:
     # -- sessions ----------------------------------------------------------------------------
 
     def save_session(self, session: Session) -> concurrent.futures.Future[list[store.OpResult]]:
+        """The session record (client id, expiry, protocol version); the first time the
+        session is stored, every subscription it has as well (it may have subscribed
+        before it became persistent, with a DISCONNECT that set an expiry)."""
+        first = not session.stored
         session.stored = True
         record = {
             "id": session.client_id,
             "expiry": session.expiry_interval,
             "version": session.protocol_version,
-            "subs": [
-                [
-                    r.topic_filter.decode("utf-8"),
-                    r.qos,
-                    int(r.no_local),
-                    int(r.retain_as_published),
-                    r.retain_handling,
-                    r.sub_id,
-                ]
-                for r in session.subscriptions.values()
-            ],
         }
+        ops: list[store.Op] = [
+            store.Publish(f"$MQTT.sess.{session_token(session)}", _dump(record), stream=SESS)
+        ]
+        if first:
+            ops.extend(self._subscription_op(session, r) for r in session.subscriptions.values())
+        return self._submit(ops)
+
+    def save_subscriptions(
+        self, session: Session, records: Sequence[SubscriptionRecord]
+    ) -> concurrent.futures.Future[list[store.OpResult]] | None:
+        """SUBSCRIBE of a stored session: one record per subscription it adds or replaces."""
+        if not records:
+            return None
+        return self._submit([self._subscription_op(session, r) for r in records])
+
+    def remove_subscriptions(
+        self, session: Session, filters: Sequence[bytes]
+    ) -> concurrent.futures.Future[list[store.OpResult]] | None:
+        """UNSUBSCRIBE of a stored session: the records of the filters it removed."""
+        if not filters:
+            return None
+        tok = session_token(session)
         return self._submit(
-            [store.Publish(f"$MQTT.sess.{session_token(session)}", _dump(record), stream=SESS)]
+            [store.PurgeStream(SUBS, filter=f"$MQTT.subs.{tok}.{token(f)}") for f in filters]
+        )
+
+    @staticmethod
+    def _subscription_op(session: Session, r: SubscriptionRecord) -> store.Publish:
+        record = [
+            r.topic_filter.decode("utf-8"),
+            r.qos,
+            int(r.no_local),
+            int(r.retain_as_published),
+            r.retain_handling,
+            r.sub_id,
+        ]
+        return store.Publish(
+            f"$MQTT.subs.{session_token(session)}.{token(r.topic_filter)}",
+            json.dumps(record, separators=(",", ":")).encode(),
+            stream=SUBS,
         )
 
     def session_ended(self, session: Session, dropped: Sequence[Outgoing]) -> None:
@@ -648,6 +684,7 @@ class Persistence:
         self._fire(
             [
                 store.PurgeStream(SESS, filter=f"$MQTT.sess.{tok}"),
+                store.PurgeStream(SUBS, filter=f"$MQTT.subs.{tok}.*"),
                 store.PurgeStream(PEND, filter=f"$MQTT.pend.{tok}"),
                 store.PurgeStream(QOS2IN, filter=f"$MQTT.qos2.{tok}.*"),
             ]
@@ -685,13 +722,14 @@ class Persistence:
         def read() -> tuple[list[store.StoredMsg], ...]:
             return (
                 list(st.iter_msgs(SESS)),
+                list(st.iter_msgs(SUBS)),
                 list(st.iter_msgs(RMSGS)),
                 list(st.iter_msgs(MSGS)),
                 list(st.iter_msgs(PEND)),
                 list(st.iter_msgs(QOS2IN)),
             )
 
-        sess_msgs, retained, msgs, pend, qos2 = await trio.to_thread.run_sync(read)
+        sess_msgs, subs, retained, msgs, pend, qos2 = await trio.to_thread.run_sync(read)
         now_wall = time.time_ns()
         now = trio.current_time()
         for stored in retained:
@@ -699,25 +737,33 @@ class Persistence:
             if msg is not None and msg.payload and not msg.expired(now):
                 broker.load_retained(msg)
         by_token: dict[str, Session] = {}
+        moved: list[store.Op] = []  # records of the older layout, rewritten
         for stored in sess_msgs:
             rec = json.loads(stored.payload)
             session = broker.sessions.create(rec["id"])
             session.stored = True
             session.expiry_interval = int(rec["expiry"])
             session.protocol_version = int(rec.get("version", 5))
-            for flt, qos, nl, rap, rh, sid in rec["subs"]:
-                handle = handles.pack(
-                    qos,
-                    no_local=bool(nl),
-                    retain_as_published=bool(rap),
-                    retain_handling=rh,
-                    sub_id=sid,
-                )
-                record = SubscriptionRecord(
-                    flt.encode("utf-8"), qos, bool(nl), bool(rap), int(rh), sid, handle
-                )
-                broker.subscribe(session, record)
             by_token[session_token(session)] = session
+            if "subs" in rec:  # written before subscriptions had records of their own
+                for sub in rec["subs"]:
+                    broker.subscribe(session, _subscription(sub))
+                del rec["subs"]
+                moved.append(store.Publish(stored.subject, _dump(rec), stream=SESS))
+                moved.extend(
+                    self._subscription_op(session, r) for r in session.subscriptions.values()
+                )
+        orphan_subs: list[store.DeleteMsg] = []
+        for stored in subs:
+            owner = by_token.get(stored.subject.split(".")[2])
+            if owner is None:
+                orphan_subs.append(store.DeleteMsg(SUBS, stored.seq))
+                continue
+            broker.subscribe(owner, _subscription(json.loads(stored.payload)))
+        # One job: a session record is rewritten without its list only together with the
+        # records that replace it.
+        self._fire(moved)
+        self._fire_deletes(orphan_subs)
         stored_by_key: dict[str, AppMessage | None] = {}
         seq_by_key: dict[str, int] = {}
         for stored in msgs:
@@ -771,6 +817,15 @@ class Persistence:
                 continue
             target.state.inbound_qos2.add(int(stored.subject.rsplit(".", 1)[1]))
         self._fire_deletes(orphans)
+
+
+def _subscription(sub: list[Any]) -> SubscriptionRecord:
+    """A subscription from its stored form ``[filter, qos, nl, rap, rh, sub_id]``."""
+    flt, qos, nl, rap, rh, sid = sub
+    handle = handles.pack(
+        qos, no_local=bool(nl), retain_as_published=bool(rap), retain_handling=rh, sub_id=sid
+    )
+    return SubscriptionRecord(flt.encode("utf-8"), qos, bool(nl), bool(rap), int(rh), sid, handle)
 
 
 def _dump(record: dict[str, Any]) -> bytes:

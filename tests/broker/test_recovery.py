@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 from collections.abc import Callable
 
 import pytest
 
 import store
+from broker import persist
 from broker.mqtt.packets import (
     Disconnect,
     Puback,
@@ -17,6 +19,8 @@ from broker.mqtt.packets import (
     Pubrel,
     Subscribe,
     Subscription,
+    Unsuback,
+    Unsubscribe,
 )
 from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
@@ -257,3 +261,86 @@ def test_a_publisher_gone_before_its_messages_commit_leaves_the_broker_serving(
             probe.publish(b"vanish/t", b"still here", qos=1, packet_id=1)
             assert probe.expect(Puback).reason_code is ReasonCode.SUCCESS
         assert sub.expect_publish().payload == b"still here"
+
+
+def _stored(data: pathlib.Path, stream: str) -> list[store.StoredMsg]:
+    with store.Store.open(data) as st:
+        return list(st.iter_msgs(stream))
+
+
+def test_each_subscription_is_its_own_record(
+    make_broker: Callable[..., BrokerThread], tmp_path: pathlib.Path
+) -> None:
+    """A SUBSCRIBE writes the subscriptions it adds, an UNSUBSCRIBE removes the ones it
+    drops: the session record does not grow with them (it was rewritten whole on every
+    SUBSCRIBE, 12.6 ms at the 10,000th subscription of one client)."""
+    data = tmp_path / "d"
+    broker = make_broker(data)
+    with RawClient(broker.port) as c:
+        c.connect("many", properties=KEEP)
+        for i in range(50):
+            c.subscribe((b"dev/%d/+" % i, 1), packet_id=i + 1)
+        c.subscribe((b"dev/7/+", 0), packet_id=60)  # replaces its record
+        c.send(Unsubscribe(61, (b"dev/3/+", b"not/subscribed")))
+        assert c.expect(Unsuback).reason_codes == (
+            ReasonCode.SUCCESS,
+            ReasonCode.NO_SUBSCRIPTION_EXISTED,
+        )
+        c.send(Disconnect())
+    broker.stop()
+    (session,) = _stored(data, "$MQTT_sess")
+    assert json.loads(session.payload) == {"id": "many", "expiry": 3600, "version": 5}
+    subs = {tuple(json.loads(m.payload))[:2] for m in _stored(data, "$MQTT_subs")}
+    assert subs == {(f"dev/{i}/+", 0 if i == 7 else 1) for i in range(50) if i != 3}
+    broker = make_broker(data)
+    with RawClient(broker.port) as c, RawClient(broker.port) as pub:
+        assert c.connect("many", clean_start=False, properties=KEEP).session_present
+        pub.connect("many-pub")
+        for i in (3, 7, 8):
+            pub.publish(b"dev/%d/x" % i, b"%d" % i, qos=1, packet_id=i)
+            pub.expect(Puback)
+        got = [c.expect_publish() for _ in range(2)]
+        assert [(p.payload, p.qos) for p in got] == [(b"7", 0), (b"8", 1)]
+        assert c.nothing_within(0.3)
+        c.send(Disconnect(properties=Properties(session_expiry_interval=0)))
+    broker.stop()
+    assert _stored(data, "$MQTT_subs") == []  # the session ended: its records went too
+
+
+def test_session_records_of_the_older_layout_are_moved(
+    make_broker: Callable[..., BrokerThread], tmp_path: pathlib.Path
+) -> None:
+    """A data dir written before subscriptions had records of their own: its session
+    record holds the list. The broker restores from it and moves it to ``$MQTT_subs``."""
+    data = tmp_path / "d"
+    make_broker(data).stop()  # the broker's streams
+    old = {
+        "id": "veteran",
+        "expiry": 3600,
+        "version": 5,
+        "subs": [["old/a", 1, 0, 0, 0, 0], ["old/b/#", 0, 0, 1, 2, 9]],
+    }
+    with store.Store.open(data) as st:
+        st.submit(
+            [
+                store.Publish(
+                    f"$MQTT.sess.{persist.token('veteran')}",
+                    json.dumps(old, separators=(",", ":"), sort_keys=True).encode(),
+                    stream="$MQTT_sess",
+                )
+            ]
+        ).result(timeout=10)
+    broker = make_broker(data)
+    with RawClient(broker.port) as c, RawClient(broker.port) as pub:
+        assert c.connect("veteran", clean_start=False, properties=KEEP).session_present
+        pub.connect("vet-pub")
+        pub.publish(b"old/a", b"a", qos=1, packet_id=1)
+        pub.publish(b"old/b/c", b"b", qos=1, packet_id=2)
+        got = [c.expect_publish() for _ in range(2)]
+        assert [(p.payload, p.qos) for p in got] == [(b"a", 1), (b"b", 0)]
+        assert got[1].properties.subscription_identifiers == (9,)
+        c.send(Disconnect())
+    broker.stop()
+    (session,) = _stored(data, "$MQTT_sess")
+    assert json.loads(session.payload) == {"id": "veteran", "expiry": 3600, "version": 5}
+    assert sorted(json.loads(m.payload) for m in _stored(data, "$MQTT_subs")) == old["subs"]
