@@ -17,7 +17,7 @@ import time
 import pytest
 
 from broker.mqtt.packet_types import ProtocolVersion
-from broker.mqtt.packets import Disconnect, Puback, Publish
+from broker.mqtt.packets import Disconnect, Puback, Publish, Pubrec
 from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
 from store import Store
@@ -56,6 +56,10 @@ def fill(port: int) -> tuple[list[int], int]:
             refused += 1
             if refused == REFUSALS:
                 break
+        if refused:  # QoS 2: the PUBREC carries the error and the exchange ends there
+            pub.publish(b"fill/x", bytes(50_000), qos=2, packet_id=1)
+            rec = pub.expect(Pubrec)
+            assert (rec.packet_id, rec.reason_code) == (1, ReasonCode.UNSPECIFIED_ERROR)
         pub.send(Disconnect())
     return accepted, refused
 
