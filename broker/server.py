@@ -156,14 +156,14 @@ def run_broker(config: BrokerConfig) -> int:
     """Entry point of ``jetmq serve``: run until SIGTERM/SIGINT, then shut down cleanly.
 
     An operating-system error (a port in use, a data directory it may not write) or a store
-    it cannot open (not an LMDB environment, a damaged or newer one) ends it with one line
-    on stderr and exit status 1, as mosquitto does, not a traceback; trio hands it over
-    inside an exception group."""
+    it cannot open or write at start (not an LMDB environment, a damaged or newer one, a
+    full disk) ends it with one line on stderr and exit status 1, as mosquitto does, not a
+    traceback; trio hands it over inside an exception group."""
     listening: list[bool] = []
     failed: list[Exception] = []
     try:
         trio.run(_main, config, listening)
-    except* (OSError, store.StoreOpenError) as group:
+    except* (OSError, store.StoreOpenError, store.StorageFailure) as group:
         failed.extend(_leaves(group))
     for exc in failed:
         what = "stopped" if listening else "cannot start"

@@ -6,7 +6,7 @@ see ``store/DESIGN.md``.
 """
 
 from store.api import Store
-from store.env import SchemaError, StoreClosedError, StoreOpenError
+from store.env import SchemaError, StorageFailure, StoreClosedError, StoreOpenError
 from store.errors import JetStreamError
 from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo, StreamState
 from store.ops import (
@@ -61,6 +61,7 @@ __all__ = [
     "PurgeStream",
     "SchemaError",
     "SetPushInterest",
+    "StorageFailure",
     "Store",
     "StoreClosedError",
     "StoreOpenError",

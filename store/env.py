@@ -74,6 +74,11 @@ class StoreOpenError(RuntimeError):
     this jetmq cannot read. The message names the directory and the cause."""
 
 
+class StorageFailure(RuntimeError):
+    """LMDB failed a write transaction (a full disk, an I/O error): nothing of the jobs in
+    it is stored. The message is LMDB's; the LMDB exception is the cause."""
+
+
 class SchemaError(StoreOpenError):
     """The environment was written by a newer jetmq or has no known migration path."""
 

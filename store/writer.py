@@ -13,7 +13,8 @@ Failure rules:
   checks before it writes, so the other operations of the batch still commit);
 - ``lmdb.MapFullError`` aborts the transaction, grows the map and runs the batch again;
 - any other exception aborts the transaction; the jobs are then retried one by one so
-  only the job that raised fails (its future gets the exception).
+  only the job that raised fails (its future gets the exception; an LMDB error, such as
+  a full disk, as :class:`store.env.StorageFailure`).
 
 After a commit the engine's events are handed over first, then the jobs complete.
 Future callbacks and ``submit_then`` functions run on the writer thread: they must be
@@ -39,7 +40,7 @@ from typing import Any, Final
 
 import lmdb
 
-from store.env import Env, StoreClosedError
+from store.env import Env, StorageFailure, StoreClosedError
 
 log = logging.getLogger("jetmq.store")
 
@@ -244,8 +245,12 @@ class GroupCommitWriter:
                 txn.abort()
                 self._on_abort()
                 if len(jobs) == 1:
+                    failure: BaseException = exc
+                    if isinstance(exc, lmdb.Error):
+                        failure = StorageFailure(f"writing the store in {self._env.path}: {exc}")
+                        failure.__cause__ = exc
                     with contextlib.suppress(InvalidStateError):  # cancelled by its caller
-                        jobs[0].set_exception(exc)
+                        jobs[0].set_exception(failure)
                     if not isinstance(exc, Exception):
                         raise
                     return

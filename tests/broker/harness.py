@@ -114,39 +114,46 @@ def running_broker(data_dir: pathlib.Path, **mqtt: Any) -> Iterator[BrokerThread
         broker.stop()
 
 
+def serve_command(
+    data_dir: pathlib.Path, port: int = 0, file_size_limit: int | None = None
+) -> list[str]:
+    """``jetmq serve`` on 127.0.0.1 as a child process; with ``file_size_limit`` the child
+    may not grow any file past that many bytes (RLIMIT_FSIZE, SIGXFSZ ignored: writes
+    beyond fail with EFBIG, as on a full disk)."""
+    launch = ["-m", "broker"]
+    if file_size_limit is not None:
+        n = file_size_limit
+        launch = [
+            "-c",
+            "import resource, runpy, signal;"
+            " signal.signal(signal.SIGXFSZ, signal.SIG_IGN);"
+            f" resource.setrlimit(resource.RLIMIT_FSIZE, ({n}, {n}));"
+            " runpy.run_module('broker', run_name='__main__', alter_sys=True)",
+        ]
+    return [
+        sys.executable,
+        *launch,
+        "serve",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--data-dir",
+        str(data_dir),
+    ]
+
+
 @dataclass
 class BrokerProcess:
     """``jetmq serve`` as a child process (for kill -9 tests)."""
 
     data_dir: pathlib.Path
     port: int = 0
-    # Bytes the process may write to any one file (RLIMIT_FSIZE; writes beyond fail with
-    # EFBIG, SIGXFSZ ignored): a disk that fills up. None: no limit.
-    file_size_limit: int | None = None
+    file_size_limit: int | None = None  # see serve_command
     proc: subprocess.Popen[str] | None = None
     output: list[str] = field(default_factory=list)
     _pump: threading.Thread | None = None
 
     def start(self) -> None:
-        launch = ["-m", "broker"]
-        if self.file_size_limit is not None:
-            n = self.file_size_limit
-            launch = [
-                "-c",
-                "import resource, runpy, signal;"
-                " signal.signal(signal.SIGXFSZ, signal.SIG_IGN);"
-                f" resource.setrlimit(resource.RLIMIT_FSIZE, ({n}, {n}));"
-                " runpy.run_module('broker', run_name='__main__', alter_sys=True)",
-            ]
-        cmd = [
-            sys.executable,
-            *launch,
-            "serve",
-            "--listen",
-            f"127.0.0.1:{self.port}",
-            "--data-dir",
-            str(self.data_dir),
-        ]
+        cmd = serve_command(self.data_dir, self.port, self.file_size_limit)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
