@@ -141,6 +141,18 @@ def serve_command(
     ]
 
 
+def refused_at_start(cmd: list[str]) -> str:
+    """Run ``jetmq serve`` (``cmd``) expecting it to refuse to start: exit status 1 and
+    one line on stderr, no traceback, never listening. Returns the line."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=50)
+    assert proc.returncode == 1, proc.stderr
+    assert "listening" not in proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("jetmq: cannot start: ")
+    return lines[0]
+
+
 @dataclass
 class BrokerProcess:
     """``jetmq serve`` as a child process (for kill -9 tests)."""

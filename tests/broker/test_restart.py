@@ -12,8 +12,6 @@ import os
 import pathlib
 import random
 import socket
-import subprocess
-import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -30,13 +28,12 @@ from broker.mqtt.packets import (
     Subscription,
 )
 from broker.mqtt.properties import Properties
-from tests.broker.harness import BrokerProcess
+from tests.broker.harness import BrokerProcess, refused_at_start, serve_command
 from tests.broker.rawclient import Closed, RawClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 ROUNDS = 4
-SERVE = (sys.executable, "-m", "broker", "serve")
 EXPIRY = Properties(session_expiry_interval=3600)
 
 
@@ -235,29 +232,8 @@ def test_a_port_in_use_is_one_line_and_exit_1(tmp_path: pathlib.Path) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
-        port = holder.getsockname()[1]
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "broker",
-                "serve",
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--data-dir",
-                str(tmp_path / "data"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=50,
-        )
-    assert proc.returncode == 1
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1
-    assert lines[0].startswith("jetmq: cannot start: ")
-    assert "Address already in use" in lines[0]
-    assert "listening" not in proc.stdout
+        line = refused_at_start(serve_command(tmp_path / "data", holder.getsockname()[1]))
+    assert "Address already in use" in line
 
 
 @pytest.mark.timeout(60)
@@ -274,17 +250,7 @@ def test_a_damaged_store_is_one_line_and_exit_1(tmp_path: pathlib.Path) -> None:
         (lambda f: f.write_bytes(b"not a store" * 1000), "MDB_INVALID"),
     ):
         damage(data / "data.mdb")
-        proc = subprocess.run(
-            [*SERVE, "--listen", "127.0.0.1:0", "--data-dir", str(data)],
-            capture_output=True,
-            text=True,
-            timeout=50,
-        )
-        assert proc.returncode == 1, proc.stderr
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1, proc.stderr
-        assert lines[0].startswith("jetmq: cannot start: ")
-        assert cause in lines[0]
+        assert cause in refused_at_start(serve_command(data))
 
 
 @pytest.mark.timeout(60)
@@ -294,14 +260,8 @@ def test_a_second_broker_on_the_same_data_dir_is_refused(tmp_path: pathlib.Path)
     first = BrokerProcess(tmp_path / "data")
     first.start()
     try:
-        proc = subprocess.run(
-            [*SERVE, "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "data")],
-            capture_output=True,
-            text=True,
-            timeout=50,
-        )
-        assert proc.returncode == 1, proc.stderr
-        assert proc.stderr.strip() == (
+        line = refused_at_start(serve_command(tmp_path / "data"))
+        assert line == (
             f"jetmq: cannot start: the store in {tmp_path / 'data'} is in use by another"
             f" process (pid {first.proc.pid if first.proc else 0})"
         )
