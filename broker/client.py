@@ -38,7 +38,7 @@ import trio
 import radix
 from broker.core import RETAINED_AT_ONCE, make_handle
 from broker.handshake import READ_SIZE, Handshake
-from broker.message import Outgoing
+from broker.message import AppMessage, Outgoing
 from broker.mqtt.connection import Connection, DuplicatePublish, Role
 from broker.mqtt.encoder import encode
 from broker.mqtt.errors import Answer, MQTTProtocolError
@@ -569,7 +569,7 @@ class ClientConnection(Handshake):
                 continue
             sub_ids = (record.sub_id,) if record.sub_id else ()
             messages = broker.retained_for(flt)
-            if len(messages) > RETAINED_AT_ONCE or session.retained_backlog is not None:
+            if session.retained_backlog is not None or not self._retained_fit(messages):
                 broker.pace_retained(session, messages, record.qos, sub_ids)
                 self.output_ready()
                 continue
@@ -579,6 +579,27 @@ class ClientConnection(Handshake):
                     self.send_qos0(msg, True, sub_ids, now)
                 else:
                     broker.queue_copy(session, Outgoing(msg, qos, True, sub_ids))
+
+    def _retained_fit(self, messages: list[AppMessage]) -> bool:
+        """Whether ``messages`` can go out at once without a copy limit cutting them short
+        (else they are paced): at most ``RETAINED_AT_ONCE``, within what is left of
+        ``max_outbound_queue`` for QoS 0 copies and of ``max_queued_messages`` /
+        ``max_queued_bytes`` for QoS 1/2 ones."""
+        n = len(messages)
+        if n > RETAINED_AT_ONCE:
+            return False
+        limits = self.broker.config.sessions
+        session = self.session
+        assert session is not None
+        if self._qos0_pending + n > limits.max_outbound_queue:
+            return False
+        if limits.max_queued_messages and len(session.queue) + n > limits.max_queued_messages:
+            return False
+        return (
+            not limits.max_queued_bytes
+            or session.queued_bytes + sum(len(m.payload) for m in messages)
+            <= limits.max_queued_bytes
+        )
 
     async def _on_unsubscribe(self, p: Unsubscribe) -> None:
         broker = self.broker

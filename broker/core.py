@@ -202,10 +202,12 @@ class Broker:
     def pace_retained(
         self, session: Session, messages: list[AppMessage], qos: int, sub_ids: tuple[int, ...]
     ) -> None:
-        """Retained messages for a SUBSCRIBE that matched more than ``RETAINED_AT_ONCE``:
-        they join the session queue as it drains, ``RETAINED_REFILL`` at a time, so the
-        copy limits (``max_outbound_queue`` for QoS 0, ``max_queued_messages`` for QoS 1/2)
-        do not cut the burst short. The caller wakes the connection."""
+        """Retained messages for a SUBSCRIBE that cannot go out at once (more than
+        ``RETAINED_AT_ONCE``, or more than a copy limit leaves room for): they join the
+        session queue as it drains, at most ``RETAINED_REFILL`` (and half the session's
+        queue limits) at a time, so the limits (``max_outbound_queue`` for QoS 0,
+        ``max_queued_messages`` / ``max_queued_bytes`` for QoS 1/2) do not cut the burst
+        short and live copies still fit beside it. The caller wakes the connection."""
         if session.retained_backlog is None:
             session.retained_backlog = deque()
             session.retained_seen = set()
@@ -223,7 +225,15 @@ class Broker:
         queue = session.queue
         current = self.retained
         now = trio.current_time()
-        while backlog and len(queue) < RETAINED_REFILL:
+        # Half the session's own limits at most, so live copies still fit beside them.
+        limits = self.config.sessions
+        most = RETAINED_REFILL
+        if limits.max_queued_messages:
+            most = min(most, max(1, limits.max_queued_messages // 2))
+        most_bytes = limits.max_queued_bytes // 2 if limits.max_queued_bytes else 0
+        while backlog and len(queue) < most:
+            if most_bytes and session.queued_bytes >= most_bytes and queue:
+                break
             burst = backlog[0]
             if burst.pos == len(burst.messages):
                 backlog.popleft()

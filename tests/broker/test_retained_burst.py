@@ -29,11 +29,11 @@ def topic(i: int) -> bytes:
     return b"ret/%04d" % i
 
 
-def publish_all(port: int, value: bytes, *, retain: bool) -> None:
+def publish_all(port: int, value: bytes, *, retain: bool, topics: int = TOPICS) -> None:
     """One QoS 1 message per topic, each acknowledged before the next."""
     with RawClient(port) as pub:
         pub.connect("ret-pub")
-        for i in range(TOPICS):
+        for i in range(topics):
             pub.publish(topic(i), value, qos=1, packet_id=i % 0xFFFF + 1, retain=retain)
             pub.expect(Puback)
         pub.send(Disconnect())
@@ -49,18 +49,28 @@ def receive_all(sub: RawClient) -> list[Publish]:
             return got
 
 
-@pytest.mark.parametrize("qos", [0, 1])
+@pytest.mark.parametrize(
+    ("qos", "topics"),
+    [
+        (0, 64),  # max_outbound_queue: at once
+        (0, 65),  # one more: paced
+        (1, 100),  # max_queued_messages: at once
+        (1, 101),
+        (0, TOPICS),  # beyond RETAINED_AT_ONCE
+        (1, TOPICS),
+    ],
+)
 def test_every_retained_message_arrives_beyond_the_copy_limits(
-    make_broker: Callable[..., BrokerThread], qos: int
+    make_broker: Callable[..., BrokerThread], qos: int, topics: int
 ) -> None:
     assert TOPICS > RETAINED_AT_ONCE
     broker = make_broker(sessions=LIMITS)
-    publish_all(broker.port, b"v1", retain=True)
+    publish_all(broker.port, b"v1", retain=True, topics=topics)
     with RawClient(broker.port) as sub:
         sub.connect(f"burst-{qos}")
         sub.subscribe((b"ret/#", qos))
         got = receive_all(sub)
-    assert sorted(p.topic for p in got) == [topic(i) for i in range(TOPICS)]
+    assert sorted(p.topic for p in got) == [topic(i) for i in range(topics)]
     assert all(p.retain and p.qos == qos and p.payload == b"v1" for p in got)
 
 
