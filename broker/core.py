@@ -215,10 +215,11 @@ class Broker:
         self.refill_retained(session)
 
     def refill_retained(self, session: Session) -> None:
-        """Queue paced retained copies while the queue is short. Skipped: a message that is
-        no longer the topic's retained one (replaced, deleted, expired), and one whose
-        topic a live message took to the session since — the subscriber would otherwise
-        get the older value last."""
+        """Queue paced retained copies while the queue is short: for each topic of the
+        burst, its retained message as it is now (a newer one if it was replaced since
+        the SUBSCRIBE; none if deleted or expired), unless a live message on the topic
+        reached the session since — the subscriber would otherwise get the older value
+        last."""
         backlog, seen = session.retained_backlog, session.retained_seen
         if backlog is None or seen is None:
             return
@@ -238,10 +239,10 @@ class Broker:
             if burst.pos == len(burst.messages):
                 backlog.popleft()
                 continue
-            msg = burst.messages[burst.pos]
+            topic = burst.messages[burst.pos].topic
             burst.pos += 1
-            topic = msg.topic
-            if current.get(topic) is not msg or topic in seen:
+            msg = current.get(topic)  # the topic's retained message now (replaced: the new one)
+            if msg is None or topic in seen:
                 continue
             if msg.expires_at is not None and msg.expires_at <= now:
                 continue
@@ -291,8 +292,6 @@ class Broker:
             session = by_num.get(d.client)
             if session is None:
                 continue
-            if session.retained_seen is not None:  # its paced retained copy would be older
-                session.retained_seen.add(msg.topic)
             qos = msg.qos if msg.qos < d.qos else d.qos
             retain = msg.retain and d.retain_as_published
             if qos == 0:
@@ -301,7 +300,13 @@ class Broker:
                     conn.send_qos0(msg, retain, d.sub_ids, now)
                 elif self.config.sessions.queue_qos0 and session.persistent:
                     self.queue_copy(session, Outgoing(msg, 0, retain, d.sub_ids, shared=d.shared))
+                else:
+                    continue  # not delivered: a paced retained copy of its topic still counts
+                if session.retained_seen is not None:  # its paced retained copy is older
+                    session.retained_seen.add(msg.topic)
                 continue
+            if session.retained_seen is not None:
+                session.retained_seen.add(msg.topic)
             og = Outgoing(msg, qos, retain, d.sub_ids, plan.pend_seq(index), d.shared)
             self.queue_copy(session, og)
 

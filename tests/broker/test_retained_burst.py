@@ -100,3 +100,43 @@ def test_a_live_message_overtaking_a_paced_retained_one_is_the_last_value(
     assert last == {topic(i): b"v2" for i in range(TOPICS)}
     retained = sum(1 for p in got if p.payload == b"v1")
     assert retained < TOPICS  # the overtaken ones were skipped, not sent late
+
+
+def test_a_retained_message_replaced_while_paced_goes_out_as_it_is_now(
+    make_broker: Callable[..., BrokerThread],
+) -> None:
+    """A persistent subscriber goes offline with its burst half paced; the retained
+    messages are replaced meanwhile by QoS 0 publishes it is not sent (offline, QoS 0 is
+    not queued). Back online, the rest of the burst is the new values, not the ones of
+    the SUBSCRIBE; copies queued before the change stay as they were (as for any queued
+    copy), and no topic goes from the new value back to the old one."""
+    keep = Properties(session_expiry_interval=600)
+    broker = make_broker()
+    publish_all(broker.port, b"v1", retain=True)
+    with RawClient(broker.port) as sub:
+        sub.connect(
+            "burst-away", properties=Properties(session_expiry_interval=600, receive_maximum=5)
+        )
+        sub.subscribe((b"ret/#", 1))
+        held = [sub.expect_publish(ack=False) for _ in range(5)]
+        sub.send(Disconnect())
+        sub.wait_closed()  # offline: the session waits with its burst
+    with RawClient(broker.port) as pub:
+        pub.connect("replacer")
+        for i in range(TOPICS):
+            pub.publish(topic(i), b"v2", qos=0, retain=True)
+        # Answered after every publish before it was applied (one connection, in order).
+        pub.publish(b"nobody/listens", b"", qos=1, packet_id=1)
+        pub.expect(Puback)
+        pub.send(Disconnect())
+    with RawClient(broker.port) as sub:
+        assert sub.connect("burst-away", clean_start=False, properties=keep).session_present
+        got = receive_all(sub)
+    assert {p.topic for p in held} <= {p.topic for p in got}  # resent, unacknowledged
+    last: dict[bytes, bytes] = {}
+    for p in got:
+        assert not (last.get(p.topic) == b"v2" and p.payload == b"v1"), p.topic
+        last[p.topic] = p.payload
+    assert len(last) == TOPICS
+    new = sum(1 for v in last.values() if v == b"v2")
+    assert new >= TOPICS - 2 * RETAINED_AT_ONCE, new  # all but what was queued already
