@@ -85,7 +85,7 @@ class _FailureReport:
         self._last = -math.inf  # when the last line was logged
         self._missed = 0  # failures since then, not logged
         self._failing = False
-        self._traced = False  # the traceback is logged once per process
+        self._traced = False  # the traceback is logged once per broker
 
     def __call__(self, fut: concurrent.futures.Future[list[store.OpResult]]) -> None:
         exc = fut.exception()
