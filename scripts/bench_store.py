@@ -47,8 +47,22 @@ import lmdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from store import Ack, DeleteMsg, Delivery, Event, OpResult, PubAck, Publish, Pull, Store
+from store import (
+    Ack,
+    DeleteMsg,
+    DeleteStream,
+    Delivery,
+    Event,
+    OpResult,
+    PubAck,
+    Publish,
+    Pull,
+    PurgeResult,
+    PurgeStream,
+    Store,
+)
 from store import keys as keys_mod
+from store.engine import REMOVE_SLICE
 
 PAYLOAD = bytes(100)
 RUNS = 5
@@ -408,6 +422,75 @@ def sparse_limit_per_s(
         shutil.rmtree(d, ignore_errors=True)
 
 
+class LongOp(NamedTuple):
+    """A purge or stream deletion of a big stream while publishers keep appending."""
+
+    seconds: float  # the operation, submitted to completed
+    commits: int  # transactions it took
+    appends: int  # other appends completed while it ran
+    wait_max_ms: float  # the longest any append waited (submit to durable) meanwhile
+
+
+def long_op_under_load(built: str, op: str, remove_slice: int) -> LongOp:
+    """A copy of ``built`` (:func:`build_big_stream`), then ``op`` ("purge" or "delete")
+    of stream BIG while 8 callback submitters append to another stream (``sync=always``):
+    how long the operation takes and how long each append waited meanwhile. A
+    ``remove_slice`` beyond the stream's size is the operation in one transaction."""
+    d = _fresh_dir()
+    shutil.rmtree(d)
+    shutil.copytree(built, d)
+    try:
+        with Store.open(d, remove_slice=remove_slice) as s:
+            s.create_stream({"name": "L", "subjects": ["load.>"]})
+            waits: list[tuple[float, float]] = []  # (submitted, waited)
+            stop = threading.Event()
+            live = [8]
+            lock = threading.Lock()
+            all_stopped = threading.Event()
+
+            def chain(i: int) -> Callable[[], None]:
+                sent = [0.0]
+
+                def next_one(res: list[OpResult] | BaseException | None = None) -> None:
+                    now = time.perf_counter()
+                    if res is not None:
+                        waits.append((sent[0], now - sent[0]))  # on the writer thread only
+                    if stop.is_set():
+                        with lock:
+                            live[0] -= 1
+                            if not live[0]:
+                                all_stopped.set()
+                        return
+                    sent[0] = now
+                    s.submit_then([Publish(f"load.{i}", PAYLOAD)], next_one)
+
+                return next_one
+
+            for i in range(8):
+                chain(i)()
+            time.sleep(0.3)
+            commits = s.metrics()["commits"]
+            t0 = time.perf_counter()
+            fut = s.submit([DeleteStream("BIG") if op == "delete" else PurgeStream("BIG")])
+            res = fut.result(timeout=600)[0]
+            t1 = time.perf_counter()
+            op_commits = s.metrics()["commits"] - commits
+            time.sleep(0.1)
+            stop.set()
+            all_stopped.wait(30)
+            if op == "purge":
+                assert type(res) is PurgeResult, res
+                assert res.purged > 0, res
+            else:
+                assert res is True, res
+            # Appends in flight at any moment while it ran (completed after it began).
+            overlapping = [w for sent, w in waits if t0 - w <= sent <= t1]
+            completed = sum(1 for sent, w in waits if t0 <= sent + w <= t1)
+            return LongOp(t1 - t0, op_commits, completed, max(overlapping, default=0) * 1000)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def txn_per_message(n: int) -> float:
     d = _fresh_dir()
     try:
@@ -663,6 +746,16 @@ def main(argv: list[str] | None = None) -> int:
             f" {last_ms:.3f} ms, next-by-subject from seq 2 {next_ms:.1f} ms"
         )
         print(f"  disk per stored 100-byte message: {disk_bytes_per_msg(d, rec_n):8.1f} bytes")
+        for op in ("purge", "delete"):
+            for slice_ in (REMOVE_SLICE, rec_n * 10):
+                lo = long_op_under_load(d, op, slice_)
+                how = f"slices of {slice_:,}" if slice_ < rec_n else "one transaction"
+                print(
+                    f"  {op} of the {rec_n:,} message stream, {how}, while 8 submitters"
+                    f" append to another stream: {lo.seconds:6.2f} s, {lo.commits:,} commits;"
+                    f" {lo.appends:,} appends completed meanwhile, the longest waited"
+                    f" {lo.wait_max_ms:8.1f} ms"
+                )
     finally:
         shutil.rmtree(d, ignore_errors=True)
     return 0

@@ -32,8 +32,11 @@ from store.ops import (
     DeleteMsg,
     OpResult,
     PullStatus,
+    PurgeMore,
+    PurgePlan,
     PurgeResult,
     PurgeStream,
+    SweepStream,
 )
 from store.streams import StreamRt
 from store.subjects import is_valid_subject, subject_matches, subjects_overlap
@@ -42,6 +45,10 @@ if TYPE_CHECKING:
     from store.engine import Engine
 
 _NAME_ALPHABET = string.ascii_letters + string.digits
+MAX_U64 = keys.MAX_U64
+# A deleted stream's data is swept in slices of this many keys per message of a purge
+# slice (a key deletion costs about a fifth of removing a message with its bookkeeping).
+SWEEP_KEYS_PER_MSG = 4
 
 # Consumer fields an update may not change (spec §1.6), with nats-server's wording.
 _FIXED_CONSUMER_FIELDS = {
@@ -121,7 +128,7 @@ def create_stream(eng: Engine, ctx: Ctx, op: CreateStream) -> OpResult:
         existing.remove(ctx, existing.first_seq)
     while cfg.max_bytes > 0 and existing.bytes > cfg.max_bytes:
         existing.remove(ctx, existing.first_seq)
-    existing.expire(ctx)
+    existing.expire(ctx, MAX_U64)
     existing.save_state(ctx)
     ctx.touched.add(existing)
     return stream_info(eng, ctx, existing)
@@ -148,24 +155,43 @@ def write_stream_record(eng: Engine, ctx: Ctx, st: StreamRt) -> None:
 
 
 def delete_stream(eng: Engine, ctx: Ctx, name: str) -> OpResult:
+    """The stream is gone in this transaction; its messages, index and dedupe records (by
+    its sid, which is never reused) are removed in slices, recorded by a ``meta`` sweep
+    record so that a restart finishes the removal."""
     st = eng._stream(name)
     for cname in list(st.consumers):
         delete_consumer(eng, ctx, st, cname, reevaluate=False)
-    prefix = keys.sid_prefix(st.sid)
-    for dbname in (
-        keys.DB_MSGS,
-        keys.DB_SUBJECTS,
-        keys.DB_SUBJCOUNT,
-        keys.DB_DEDUPE,
-        keys.DB_DEDUPESEQ,
-    ):
-        _delete_prefix(ctx, dbname, prefix)
     ctx.txn.delete(keys.u64(st.sid), db=ctx.db(keys.DB_SSTATE))
     ctx.txn.delete(name.encode(), db=ctx.db(keys.DB_STREAMS))
+    ctx.txn.put(keys.sweep_key(st.sid), b"", db=ctx.db(keys.DB_META))
     del eng.streams[name]
     eng.deadlines.pop(name, None)
     eng._capture.clear()
     ctx.touched.discard(st)
+    return sweep(eng, ctx, st.sid)
+
+
+# The databases holding a stream's data under keys that start with its sid.
+_STREAM_DATA_DBS = (
+    keys.DB_MSGS,
+    keys.DB_SUBJECTS,
+    keys.DB_SUBJCOUNT,
+    keys.DB_DEDUPE,
+    keys.DB_DEDUPESEQ,
+)
+
+
+def sweep(eng: Engine, ctx: Ctx, sid: int) -> OpResult:
+    """Remove a slice of a deleted stream's data (all of it when the job holds other
+    operations too); True once nothing is left."""
+    budget = SWEEP_KEYS_PER_MSG * eng.remove_slice if ctx.may_continue else MAX_U64
+    prefix = keys.sid_prefix(sid)
+    for dbname in _STREAM_DATA_DBS:
+        budget -= _delete_prefix(ctx, dbname, prefix, budget)
+        if budget <= 0:
+            ctx.go_on(SweepStream(sid))  # perhaps nothing is left: the next slice says so
+            return None
+    ctx.txn.delete(keys.sweep_key(sid), db=ctx.db(keys.DB_META))
     return True
 
 
@@ -179,8 +205,21 @@ def purge(eng: Engine, ctx: Ctx, op: PurgeStream) -> OpResult:
         raise js_error("bad_request")
     if op.filter is not None and not _valid_filter(op.filter):
         raise js_error("bad_request")
-    n = st.purge(ctx, op.filter, op.seq, op.keep)
-    if not op.filter and op.keep is None:
+    return _purge_slice(eng, ctx, st, st.purge_plan(ctx, op.filter, op.seq, op.keep), 0)
+
+
+def purge_more(eng: Engine, ctx: Ctx, op: PurgeMore) -> OpResult:
+    st = eng.streams.get(op.stream)
+    if st is None or st.sid != op.sid:  # deleted meanwhile: nothing left to purge
+        return PurgeResult(op.purged)
+    return _purge_slice(eng, ctx, st, op.plan, op.purged)
+
+
+def _purge_slice(eng: Engine, ctx: Ctx, st: StreamRt, plan: PurgePlan, before: int) -> OpResult:
+    """One slice of a purge (all of it when the job holds other operations too)."""
+    limit = eng.remove_slice if ctx.may_continue else MAX_U64
+    n, rest = st.purge_step(ctx, plan, limit)
+    if plan.floor:
         # Consumers that had not reached the purge point move past it.
         floor = st.first_seq - 1
         for c in st.consumers.values():
@@ -193,7 +232,10 @@ def purge(eng: Engine, ctx: Ctx, op: PurgeStream) -> OpResult:
     for c in st.consumers.values():
         c.num_pending_cache = None
     ctx.touched.add(st)
-    return PurgeResult(n)
+    if rest is None:
+        return PurgeResult(before + n)
+    ctx.go_on(PurgeMore(st.name, st.sid, rest, before + n))
+    return None  # the job is continued, not completed: this result is dropped
 
 
 def delete_msg(eng: Engine, ctx: Ctx, op: DeleteMsg) -> OpResult:
@@ -411,13 +453,17 @@ def consumer_info(eng: Engine, ctx: Ctx, c: ConsumerRt) -> ConsumerInfo:
     )
 
 
-def _delete_prefix(ctx: Ctx, dbname: bytes, prefix: bytes) -> None:
+def _delete_prefix(ctx: Ctx, dbname: bytes, prefix: bytes, limit: int = MAX_U64) -> int:
+    """Delete up to ``limit`` keys starting with ``prefix``; how many were deleted."""
     cur = ctx.txn.cursor(db=ctx.db(dbname))
     if not cur.set_range(prefix):
-        return
-    while cur.key().startswith(prefix):
+        return 0
+    n = 0
+    while n < limit and cur.key().startswith(prefix):
+        n += 1
         if not cur.delete():
             break
+    return n
 
 
 def _valid_filter(f: str) -> bool:

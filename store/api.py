@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 from store import keys, subjindex
-from store.engine import Engine
+from store.engine import REMOVE_SLICE, Engine
 from store.env import DEFAULT_MAP_SIZE, Env
 from store.errors import JetStreamError, js_error
 from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo, StreamState
@@ -54,6 +54,7 @@ from store.ops import (
     PurgeStream,
     SetPushInterest,
     StoredMsg,
+    SweepStream,
     Tick,
 )
 from store.subjects import is_literal, literal_prefix, subject_matches, subjects_overlap
@@ -62,6 +63,11 @@ from store.writer import MAX_BATCH_JOBS, GroupCommitWriter
 log = logging.getLogger("jetmq.store")
 
 EventHook = Callable[[Sequence[Event]], None]
+
+
+def _sweep_done(res: list[OpResult] | BaseException) -> None:
+    if isinstance(res, BaseException):
+        log.error("removing a deleted stream's data failed: %s (retried at the next start)", res)
 
 
 class Store:
@@ -76,21 +82,25 @@ class Store:
         on_event: EventHook | None,
         node_name: str,
         max_batch_jobs: int = MAX_BATCH_JOBS,
+        remove_slice: int = REMOVE_SLICE,
     ) -> None:
         self.env = env
         self.sync = sync
         self.clock = clock
         self._hook = on_event
-        self._engine = Engine(env, clock, node_name)
+        self._engine = Engine(env, clock, node_name, remove_slice)
         self._writer = GroupCommitWriter(
             env,
             self._engine.apply,
             on_abort=self._engine.reset,
             after_commit=self._after_commit,
+            unfinished=self._engine.take_unfinished,
             sync_always=sync == "always",
             max_batch_jobs=max_batch_jobs,
         )
         self._closed = False
+        for sid in self._engine.sweeps:
+            self._writer.submit_then([SweepStream(sid)], _sweep_done)
 
     @classmethod
     def open(
@@ -103,6 +113,7 @@ class Store:
         on_event: EventHook | None = None,
         node_name: str = "jetmq",
         max_batch_jobs: int = MAX_BATCH_JOBS,
+        remove_slice: int = REMOVE_SLICE,
     ) -> Store:
         """Open (creating if needed) the store at directory ``path``.
 
@@ -111,11 +122,16 @@ class Store:
         the machine (not of the process) may lose up to that window of acknowledged writes.
         ``max_batch_jobs`` caps the submissions one group commit takes (1: every
         submission committed alone, i.e. no group commit — the benchmark's baseline).
+        ``remove_slice`` caps the messages one transaction removes for a purge, a stream
+        deletion or ``max_age`` expiry (the rest follows in later transactions, with other
+        submissions committing in between).
         """
         if sync not in ("always", "batch"):
             raise ValueError("sync must be 'always' or 'batch'")
         if max_batch_jobs < 1:
             raise ValueError("max_batch_jobs must be at least 1")
+        if remove_slice < 1:
+            raise ValueError("remove_slice must be at least 1")
         env = Env(path, sync=sync == "always", map_size=map_size)
         return cls(
             env,
@@ -124,6 +140,7 @@ class Store:
             on_event=on_event,
             node_name=node_name,
             max_batch_jobs=max_batch_jobs,
+            remove_slice=remove_slice,
         )
 
     def set_event_hook(self, hook: EventHook | None) -> None:

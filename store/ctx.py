@@ -26,6 +26,11 @@ class Ctx:
     retention_check: list[tuple[StreamRt, int]] = field(default_factory=list)
     touched: set[StreamRt] = field(default_factory=set)
     dirty_consumers: set[ConsumerRt] = field(default_factory=set)
+    # The job whose (non-hot) operation is being applied, and the jobs to continue in the
+    # next batch with the operation that goes on with each (store.writer: long operations
+    # run in slices). Only a job of one operation may be continued.
+    job: Any = None
+    unfinished: list[tuple[Any, Any]] = field(default_factory=list)
     # The databases of the hot path, looked up once per batch, and one cursor on each for
     # point writes and lookups: ``cursor.put(k, v)`` costs about half of
     # ``txn.put(k, v, db=...)`` in py-lmdb. Scans open cursors of their own.
@@ -46,3 +51,12 @@ class Ctx:
 
     def db(self, name: bytes) -> Any:
         return self.dbs[name]
+
+    @property
+    def may_continue(self) -> bool:
+        """Whether the current operation may run in slices (it is its job's only one)."""
+        return self.job is not None and len(self.job.ops) == 1
+
+    def go_on(self, op: Any) -> None:
+        """Leave the current job unfinished; the next batch continues it with ``op``."""
+        self.unfinished.append((self.job, op))

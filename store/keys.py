@@ -13,6 +13,9 @@ a consumer id from the same counter. Times are Unix nanoseconds (u64), 0 = no ti
 +===============+======================================+============================================+
 | ``meta``      | ``b"schema"``                        | u32 schema version (``SCHEMA_VERSION``)    |
 |               | ``b"next_id"``                       | u64 next stream/consumer id to hand out    |
+|               | ``b"sweep/"``, u64 sid               | empty: a deleted stream whose data under   |
+|               |                                      | this sid is still being removed (in        |
+|               |                                      | slices; resumed when the store opens)      |
 +---------------+--------------------------------------+--------------------------------------------+
 | ``streams``   | stream name (UTF-8)                  | stream record: u8 version (1), u64 sid,    |
 |               |                                      | u64 created time, then the StreamConfig    |
@@ -115,6 +118,7 @@ ALL_DBS: Final = (
 
 META_SCHEMA: Final = b"schema"
 META_NEXT_ID: Final = b"next_id"
+META_SWEEP_PREFIX: Final = b"sweep/"
 
 MSG_RECORD_VERSION: Final = 1
 STREAM_RECORD_VERSION: Final = 1
@@ -173,6 +177,17 @@ def split_msg_key(key: bytes) -> tuple[int, int]:
 
 def sid_prefix(sid: int) -> bytes:
     return _U64.pack(sid)
+
+
+def sweep_key(sid: int) -> bytes:
+    return META_SWEEP_PREFIX + _U64.pack(sid)
+
+
+def read_sweep_key(key: bytes) -> int | None:
+    """The sid of a ``meta`` sweep record's key, or None for any other ``meta`` key."""
+    if len(key) != len(META_SWEEP_PREFIX) + 8 or not key.startswith(META_SWEEP_PREFIX):
+        return None
+    return int(_U64.unpack_from(key, len(META_SWEEP_PREFIX))[0])
 
 
 def epoch_of(seq: int) -> int:

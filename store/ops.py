@@ -156,6 +156,39 @@ class GetConsumerInfo:
     consumer: str
 
 
+# -- continuations (made by the engine for a job it runs in slices; never submitted) -------
+
+
+class PurgePlan(NamedTuple):
+    """Where a purge stands between slices. Its bound is fixed when the purge begins, so
+    messages stored while it runs are not purged."""
+
+    filter: str | None  # a literal subject or None (a wildcard filter's seqs are in victims)
+    start: int  # the next seq to look at
+    below: int  # purge seqs below this one
+    victims: tuple[int, ...] | None  # precomputed seqs (wildcard filter or keep), in order
+    at: int  # victims[at:] are still to do
+    compact_to: int  # at the end, move the stream to this seq (a purge past the last; 0: no)
+    floor: bool  # consumers behind the purged range move past it
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeMore:
+    """Go on with a purge of stream ``sid`` (gone, or re-created under another sid: done)."""
+
+    stream: str
+    sid: int
+    plan: PurgePlan
+    purged: int  # removed by the earlier slices
+
+
+@dataclass(frozen=True, slots=True)
+class SweepStream:
+    """Delete the data left under a deleted stream's ``sid`` (``meta`` sweep record)."""
+
+    sid: int
+
+
 Op = (
     Publish
     | CreateStream
@@ -170,6 +203,8 @@ Op = (
     | Tick
     | GetStreamInfo
     | GetConsumerInfo
+    | PurgeMore
+    | SweepStream
 )
 
 

@@ -12,7 +12,7 @@ are ``num_deleted = last_seq - first_seq + 1 - messages``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from functools import lru_cache
 from itertools import islice
 from typing import TYPE_CHECKING
@@ -21,7 +21,7 @@ from store import keys
 from store.ctx import Ctx
 from store.errors import JetStreamError, js_error
 from store.models import StreamConfig
-from store.ops import Headers, PubAck
+from store.ops import Headers, PubAck, PurgePlan
 from store.subjects import is_literal, is_valid_subject, matcher
 from store.subjrecs import SubjectRecords
 
@@ -348,40 +348,97 @@ class StreamRt(SubjectRecords):
             self.on_remove(ctx, self, seq, subject)
         return True
 
-    def purge(self, ctx: Ctx, filter_: str | None, below: int | None, keep: int | None) -> int:
-        """STREAM.PURGE: all, or by ``filter_``, below seq ``below``, keeping ``keep`` newest."""
-        victims: list[int]
-        if filter_ and is_literal(filter_):
-            victims = list(self.subject_seqs(ctx, filter_))
-        elif filter_:
-            victims = self.filtered_seqs(ctx, filter_)
-        else:
-            victims = [q for q, _ in self.seqs_from(ctx, 0)]
-        if below is not None:
-            victims = [s for s in victims if s < below]
-        if keep is not None:
-            victims = victims[: max(0, len(victims) - keep)]
-        for s in victims:
-            self.remove(ctx, s)
-        if not filter_ and keep is None and below is not None and below > self.last_seq + 1:
-            # Purging past the end moves the stream forward (nats-server's "compact").
-            self.last_seq = below - 1
-            self.first_seq = below
-        ctx.touched.add(self)  # the engine writes the state record once per batch
-        return len(victims)
+    def purge_plan(
+        self, ctx: Ctx, filter_: str | None, below: int | None, keep: int | None
+    ) -> PurgePlan:
+        """STREAM.PURGE: all, or by ``filter_``, below seq ``below``, keeping ``keep`` newest.
 
-    def expire(self, ctx: Ctx) -> None:
-        """Remove messages older than ``max_age`` (oldest first)."""
+        The plan fixes what the purge removes (nothing stored after it begins); :meth:`
+        purge_step` carries it out a slice at a time. A wildcard filter or ``keep`` needs
+        the matching seqs listed once, here; otherwise the steps walk the stream (or the
+        literal subject's index) from where the last one stopped."""
+        bound = self.last_seq + 1 if below is None else min(below, self.last_seq + 1)
+        victims: tuple[int, ...] | None = None
+        literal = filter_ if filter_ and is_literal(filter_) else None
+        if keep is not None or (filter_ and literal is None):
+            seqs: list[int]
+            if literal is not None:
+                seqs = list(self.subject_seqs(ctx, literal))
+            elif filter_:
+                seqs = self.filtered_seqs(ctx, filter_)
+            else:
+                seqs = [q for q, _ in self.seqs_from(ctx, 0)]
+            seqs = [q for q in seqs if q < bound]
+            if keep is not None:
+                seqs = seqs[: max(0, len(seqs) - keep)]
+            victims = tuple(seqs)
+        return PurgePlan(
+            filter=literal,
+            start=self.first_seq,
+            below=bound,
+            victims=victims,
+            at=0,
+            compact_to=below if not filter_ and keep is None and below and below > bound else 0,
+            floor=not filter_ and keep is None,
+        )
+
+    def purge_step(self, ctx: Ctx, plan: PurgePlan, limit: int) -> tuple[int, PurgePlan | None]:
+        """Remove at most ``limit`` messages of ``plan``: how many, and the plan that goes
+        on (None: the purge is complete)."""
+        rest: PurgePlan | None
+        batch: Sequence[int]
+        if plan.victims is not None:
+            batch = plan.victims[plan.at : plan.at + limit]
+            end = plan.at + len(batch)
+            rest = plan._replace(at=end) if end < len(plan.victims) else None
+        else:
+            found: Iterator[int]
+            if plan.filter is not None:
+                found = self.subject_seqs(ctx, plan.filter, plan.start)
+            else:
+                found = (q for q, _ in self.seqs_from(ctx, plan.start))
+            taken: list[int] = []
+            batch = taken
+            for q in found:
+                if q >= plan.below:
+                    break
+                if len(taken) == limit:  # one more exists: go on from it
+                    break
+                taken.append(q)
+            else:
+                q = plan.below
+            if isinstance(found, Generator):
+                found.close()  # its cursor: the removals below move through the same pages
+            rest = plan._replace(start=q) if q < plan.below else None
+        removed = 0
+        for q in batch:
+            if self.remove(ctx, q):
+                removed += 1
+        if rest is None and plan.compact_to > self.last_seq + 1 and not self.messages:
+            # Purging past the end moves the stream forward (nats-server's "compact").
+            self.last_seq = plan.compact_to - 1
+            self.first_seq = plan.compact_to
+        ctx.touched.add(self)  # the engine writes the state record once per batch
+        return removed, rest
+
+    def expire(self, ctx: Ctx, limit: int) -> bool:
+        """Remove messages older than ``max_age`` (oldest first), at most ``limit``; True
+        if expired messages are left (the limit was reached)."""
         max_age = self.config.max_age
         if max_age <= 0 or not self.messages:
-            return
+            return False
         cutoff = ctx.now - max_age
         changed = False
         while self.messages and self.first_ts and self.first_ts <= cutoff:
-            self.remove(ctx, self.first_seq)
+            if not limit:
+                break
+            if not self.remove(ctx, self.first_seq):
+                return False  # first_seq not stored: never so; no endless continuation
+            limit -= 1
             changed = True
         if changed:
             self.save_state(ctx)
+        return bool(self.messages and self.first_ts and self.first_ts <= cutoff)
 
     def next_expiry(self) -> int:
         if self.config.max_age <= 0 or not self.messages or not self.first_ts:

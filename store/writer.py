@@ -16,6 +16,13 @@ Failure rules:
   only the job that raised fails (its future gets the exception; an LMDB error, such as
   a full disk, as :class:`store.env.StorageFailure`).
 
+Long operations (purging or deleting a big stream) run in slices: the engine applies one
+slice, and ``unfinished()`` (called after each commit) names the jobs it wants to go on
+with and the operation that continues each. Such a job is not completed: it goes first
+into the next batch with that operation, so other submissions commit between its slices
+instead of waiting behind all of it. The engine only continues a job of one operation
+(a job's operations otherwise commit in one transaction).
+
 After a commit the engine's events are handed over first, then the jobs complete.
 Future callbacks and ``submit_then`` functions run on the writer thread: they must be
 quick and thread-safe (the broker uses ``TrioToken.run_sync_soon``); an exception they
@@ -90,6 +97,12 @@ class CallbackJob:
 
 AnyJob = Job | CallbackJob
 ApplyFn = Callable[[Any, list[AnyJob]], Any]
+# After a committed batch: the jobs to go on with, each with the operation that continues it.
+UnfinishedFn = Callable[[], list[tuple[AnyJob, Any]]]
+
+
+def _nothing_unfinished() -> list[tuple[AnyJob, Any]]:
+    return []
 
 
 class GroupCommitWriter:
@@ -102,6 +115,7 @@ class GroupCommitWriter:
         *,
         on_abort: Callable[[], None],
         after_commit: Callable[[Any], None],
+        unfinished: UnfinishedFn = _nothing_unfinished,
         sync_always: bool,
         max_batch_jobs: int = MAX_BATCH_JOBS,
         name: str = "jetmq-store-writer",
@@ -113,6 +127,8 @@ class GroupCommitWriter:
         self._apply = apply
         self._on_abort = on_abort
         self._after_commit = after_commit
+        self._unfinished = unfinished
+        self._carried: list[AnyJob] = []  # unfinished jobs: first in the next batch
         self._sync_always = sync_always
         # None is the stop mark, queued by close() after every job (both under _lock).
         self._queue: queue.SimpleQueue[AnyJob | None] = queue.SimpleQueue()
@@ -184,10 +200,18 @@ class GroupCommitWriter:
         q = self._queue
         max_jobs = self._max_jobs
         stop = False
-        while not stop:
-            item = self._next()
-            jobs: list[AnyJob] = []
-            while True:
+        while True:
+            jobs, self._carried = self._carried, []
+            more = True
+            if jobs:
+                # Unfinished jobs go on; whatever else is queued joins them without waiting.
+                more = not stop and len(jobs) < max_jobs and not q.empty()
+                item = q.get_nowait() if more else None
+            elif stop:
+                break
+            else:
+                item = self._next()
+            while more:
                 if item is None:
                     stop = True
                     break
@@ -267,6 +291,15 @@ class GroupCommitWriter:
         self.jobs_committed += len(jobs)
         if not self._sync_always:
             self._unsynced = True
+        carried = self._unfinished()
+        if carried:
+            going_on = set()
+            for job, op in carried:
+                job.ops = [op]
+                job.results = []
+                going_on.add(id(job))
+                self._carried.append(job)
+            jobs = [job for job in jobs if id(job) not in going_on]
         # Events first, so a caller woken by its future already sees the events it caused.
         self._after_commit(token)
         nops = 0

@@ -1,5 +1,8 @@
 """Stateful Hypothesis test: a stream against a plain in-memory model, with reopen steps.
 
+The store removes at most two messages per transaction (``remove_slice=2``), so purges,
+the deletion of the stream and their continuations across batches are part of every run.
+
 Invariant after every step: the stored messages (seq, subject, payload), the state
 counters (messages, bytes, first/last seq, num_deleted, num_subjects) and
 last-by-subject all equal the model's.
@@ -24,6 +27,7 @@ from hypothesis.stateful import (
 )
 
 from store import JetStreamError, PubAck, Publish, Store, keys
+from store.subjects import subject_matches
 from tests.store.conftest import FakeClock
 
 SUBJECTS = ["s.a", "s.b", "s.c.d"]
@@ -37,13 +41,18 @@ class StreamModel(RuleBasedStateMachine):
         super().__init__()
         self.dir = self.root / f"run{next(self._n)}"
         self.clock = FakeClock()
-        self.store = Store.open(self.dir, clock=self.clock, map_size=1 << 22, sync="batch")
+        self.store = self._open()
         self.msgs: dict[int, tuple[str, bytes]] = {}
         self.last = 0
         self.dedupe: dict[str, int] = {}
         self.hlen: dict[int, int] = {}
         self.max_msgs = -1
         self.mmps = -1
+
+    def _open(self) -> Store:
+        return Store.open(
+            self.dir, clock=self.clock, map_size=1 << 22, sync="batch", remove_slice=2
+        )
 
     def teardown(self) -> None:
         self.store.close()
@@ -52,6 +61,10 @@ class StreamModel(RuleBasedStateMachine):
     @initialize(max_msgs=st.sampled_from([-1, 3, 6]), mmps=st.sampled_from([-1, 1, 2]))
     def create(self, max_msgs: int, mmps: int) -> None:
         self.max_msgs, self.mmps = max_msgs, mmps
+        self._create()
+
+    def _create(self) -> None:
+        max_msgs, mmps = self.max_msgs, self.mmps
         self.store.create_stream(
             {
                 "name": "S",
@@ -111,15 +124,45 @@ class StreamModel(RuleBasedStateMachine):
                 self.store.delete_msg("S", seq)
             assert ei.value.err_code == 10043
 
-    @rule(subject=st.none() | st.sampled_from(SUBJECTS), keep=st.none() | st.integers(0, 2))
-    def purge(self, subject: str | None, keep: int | None) -> None:
-        n = self.store.purge_stream("S", filter=subject, keep=keep)
-        victims = sorted(s for s, (subj, _) in self.msgs.items() if subject in (None, subj))
+    @rule(
+        subject=st.none() | st.sampled_from([*SUBJECTS, "s.*", "s.c.>", ">"]),
+        keep=st.none() | st.integers(0, 2),
+        below=st.none() | st.integers(0, 30),
+    )
+    def purge(self, subject: str | None, keep: int | None, below: int | None) -> None:
+        if keep is not None and below is not None:
+            below = None  # both at once is a bad request (tests/store/test_streams.py)
+        n = self.store.purge_stream("S", filter=subject, keep=keep, seq=below)
+        victims = sorted(
+            s
+            for s, (subj, _) in self.msgs.items()
+            if (subject is None or subject_matches(subject, subj)) and (below is None or s < below)
+        )
         if keep is not None:
             victims = victims[: max(0, len(victims) - keep)]
         assert n == len(victims)
         for s in victims:
             del self.msgs[s]
+        if subject is None and keep is None and below is not None and below > self.last + 1:
+            self.last = below - 1  # purged past the end: the stream moves on
+
+    @rule()
+    def delete_and_recreate(self) -> None:
+        env = self.store.env
+        with env.read() as txn:
+            record = txn.get(b"S", db=env.dbs[keys.DB_STREAMS])
+            sid = keys.unpack_named_record(bytes(record), keys.STREAM_RECORD_VERSION)[0]
+        self.store.delete_stream("S")
+        assert self.store.stream_names() == []
+        with env.read() as txn:  # every slice of the deletion ran before it returned
+            for db in (keys.DB_MSGS, keys.DB_SUBJECTS, keys.DB_SUBJCOUNT, keys.DB_DEDUPE):
+                cur = txn.cursor(db=env.dbs[db])
+                assert not cur.set_range(keys.sid_prefix(sid)) or cur.key()[:8] != keys.u64(sid)
+            assert txn.get(keys.sweep_key(sid), db=env.dbs[keys.DB_META]) is None
+        self._create()
+        self.msgs.clear()
+        self.dedupe.clear()
+        self.last = 0
 
     @precondition(lambda self: self.last > 0)
     @rule()
@@ -141,7 +184,7 @@ class StreamModel(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.store.close()
-        self.store = Store.open(self.dir, clock=self.clock, map_size=1 << 22, sync="batch")
+        self.store = self._open()
 
     @invariant()
     def matches_model(self) -> None:

@@ -1,0 +1,223 @@
+"""Long operations run in slices: a purge, a stream deletion and max_age expiry of many
+messages commit a slice per transaction (``remove_slice``) and other submissions commit
+between the slices instead of waiting behind the whole operation. A deletion interrupted
+by a crash is finished when the store opens again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from store import (
+    DeleteStream,
+    Op,
+    OpResult,
+    PubAck,
+    Publish,
+    Pull,
+    PurgeResult,
+    PurgeStream,
+    Store,
+    Tick,
+    keys,
+)
+from store.env import Env
+from tests.store.conftest import SEC, FakeClock
+
+ROOT = Path(__file__).resolve().parents[2]
+SLICE = 100
+N = 2_000
+
+
+def _fill(s: Store, n: int, subjects: tuple[str, ...] = ("s.a", "s.b")) -> None:
+    for start in range(0, n, 500):
+        ops = [Publish(subjects[i % len(subjects)], b"p") for i in range(start, start + 500)]
+        assert all(type(r) is PubAck for r in s.submit(ops).result(timeout=30))
+
+
+class Order:
+    """The order in which jobs complete (their callbacks run on the writer thread)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done: list[str] = []
+
+    def mark(self, name: str) -> Callable[[Future[list[OpResult]]], None]:
+        def cb(_: Future[list[OpResult]]) -> None:
+            with self.lock:
+                self.done.append(name)
+
+        return cb
+
+
+def _sid(s: Store, name: str) -> int:
+    with s.env.read() as txn:
+        raw = txn.get(name.encode(), db=s.env.dbs[keys.DB_STREAMS])
+        return int(keys.unpack_named_record(bytes(raw), keys.STREAM_RECORD_VERSION)[0])
+
+
+def _keys_under(env: Env, sid: int) -> int:
+    n = 0
+    with env.read() as txn:
+        for db in (keys.DB_MSGS, keys.DB_SUBJECTS, keys.DB_SUBJCOUNT, keys.DB_DEDUPE):
+            cur = txn.cursor(db=env.dbs[db])
+            if cur.set_range(keys.sid_prefix(sid)):
+                for k in cur.iternext(values=False):
+                    if bytes(k)[:8] != keys.sid_prefix(sid):
+                        break
+                    n += 1
+    return n
+
+
+def test_a_purge_runs_in_slices_with_other_jobs_committing_between(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "d", sync="batch", remove_slice=SLICE) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        s.create_consumer("S", {"durable_name": "c", "ack_policy": "explicit"})
+        _fill(s, N)
+        s.submit([Pull("S", "c", "inbox", batch=10)]).result(timeout=30)
+        assert s.consumer_info("S", "c").num_ack_pending == 10
+        commits = s.metrics()["commits"]
+        order = Order()
+        purge = s.submit([PurgeStream("S")])
+        purge.add_done_callback(order.mark("purge"))
+        publish = s.submit([Publish("s.a", b"new")])
+        publish.add_done_callback(order.mark("publish"))
+        res = purge.result(timeout=60)
+        assert publish.result(timeout=30)[0] == PubAck("S", N + 1)
+        assert order.done == ["publish", "purge"]  # it did not wait for the whole purge
+        assert res == [PurgeResult(N)]  # the purge's bound was fixed when it began
+        assert s.metrics()["commits"] - commits >= N // SLICE
+        state = s.stream_state("S")
+        assert (state.messages, state.first_seq, state.last_seq) == (1, N + 1, N + 1)
+        info = s.consumer_info("S", "c")
+        assert info.num_ack_pending == 0
+        assert info.ack_floor.stream_seq == N
+        assert info.num_pending == 1
+
+
+@pytest.mark.parametrize(
+    ("purge", "left"),
+    [
+        (PurgeStream("S", filter="s.a"), N // 2),
+        (PurgeStream("S", filter="s.*", keep=7), 7),
+        (PurgeStream("S", seq=N // 2 + 1), N // 2),
+        (PurgeStream("S", seq=N + 50), 0),
+    ],
+)
+def test_each_kind_of_purge_in_slices_equals_one_transaction(
+    tmp_path: Path, purge: PurgeStream, left: int
+) -> None:
+    """The same purge sliced (alone in its job) and whole (with another op in its job)."""
+    states = []
+    for sliced in (True, False):
+        with Store.open(
+            tmp_path / f"d{sliced}", sync="batch", clock=FakeClock(), remove_slice=SLICE
+        ) as s:
+            s.create_stream({"name": "S", "subjects": ["s.>"]})
+            _fill(s, N)
+            commits = s.metrics()["commits"]
+            ops: list[Op] = [purge] if sliced else [purge, Publish("x.none")]
+            res = s.submit(ops).result(timeout=60)[0]
+            assert res == PurgeResult(N - left)
+            assert (s.metrics()["commits"] - commits > 1) == sliced
+            state = s.stream_state("S")
+            assert state.messages == left
+            msgs = [(m.seq, m.subject) for m in s.iter_msgs("S")]
+            states.append((state, msgs))
+    assert states[0] == states[1]
+    if purge.seq == N + 50:  # purged past the end: the stream moved on
+        assert (states[0][0].first_seq, states[0][0].last_seq) == (N + 50, N + 49)
+
+
+def test_a_stream_deleted_in_slices_is_gone_at_once(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "d", sync="batch", remove_slice=SLICE) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        _fill(s, N)
+        sid = _sid(s, "S")
+        order = Order()
+        deletion = s.submit([DeleteStream("S")])
+        deletion.add_done_callback(order.mark("delete"))
+        # Queued behind the deletion, yet done before it: the name is free after the first
+        # slice, and the new stream (a new sid) is untouched by the sweep of the old one.
+        create = s.submit([Publish("s.a", b"x", stream="S")])
+        create.add_done_callback(order.mark("publish"))
+        assert deletion.result(timeout=60) == [True]
+        assert order.done == ["publish", "delete"]
+        assert create.result(timeout=30)[0].err_code == 10059  # type: ignore[union-attr]
+        assert _keys_under(s.env, sid) == 0
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        assert s.publish("s.a", b"again") == PubAck("S", 1)
+
+
+def test_expiry_runs_in_slices(tmp_path: Path) -> None:
+    clock = FakeClock()
+    with Store.open(tmp_path / "d", sync="batch", clock=clock, remove_slice=SLICE) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"], "max_age": 10 * SEC})
+        _fill(s, N)
+        now = clock.advance(11 * SEC)
+        commits = s.metrics()["commits"]
+        order = Order()
+        tick = s.submit([Tick(now)])
+        tick.add_done_callback(order.mark("tick"))
+        publish = s.submit([Publish("s.a", b"new")])
+        publish.add_done_callback(order.mark("publish"))
+        tick.result(timeout=60)
+        assert order.done == ["publish", "tick"]
+        assert s.metrics()["commits"] - commits >= N // SLICE
+        state = s.stream_state("S")
+        assert (state.messages, state.first_seq) == (1, N + 1)
+
+
+@pytest.mark.timeout(120)
+def test_a_deletion_cut_short_by_a_crash_is_finished_at_the_next_open(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.store.sweep_child", str(path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("SID "), line + (proc.stderr.read() if proc.stderr else "")
+        sid = int(line.split()[1])
+        line = proc.stdout.readline()
+        assert line.strip() == "SWEEPING", line
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    env = Env(path, sync=True, readonly=True)
+    try:
+        left = _keys_under(env, sid)
+        with env.read() as txn:
+            assert txn.get(keys.sweep_key(sid), db=env.dbs[keys.DB_META]) is not None
+    finally:
+        env.close()
+    assert left > 0  # killed mid-sweep: data of the deleted stream is still there
+    with Store.open(path) as s:
+        assert s.stream_names() == []
+        deadline = time.monotonic() + 60
+        while _keys_under(s.env, sid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the sweep runs on the writer thread, started by open
+        assert _keys_under(s.env, sid) == 0
+        s.create_stream({"name": "D", "subjects": ["d.>"]})
+        assert s.publish("d.1") == PubAck("D", 1)
+    with Store.open(path) as s, s.env.read() as txn:
+        cur = txn.cursor(db=s.env.dbs[keys.DB_META])
+        assert not any(keys.read_sweep_key(bytes(k)) for k in cur.iternext(values=False))
