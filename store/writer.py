@@ -18,10 +18,11 @@ Failure rules:
 
 Long operations (purging or deleting a big stream) run in slices: the engine applies one
 slice, and ``unfinished()`` (called after each commit) names the jobs it wants to go on
-with and the operation that continues each. Such a job is not completed: it goes first
-into the next batch with that operation, so other submissions commit between its slices
-instead of waiting behind all of it. The engine only continues a job of one operation
-(a job's operations otherwise commit in one transaction).
+with and the operation that continues each. Such a job is not completed: its next slice
+runs in a batch of its own, after a batch of whatever was submitted meanwhile, so other
+submissions wait for the rest of one slice at most, not for all of it. The engine only
+continues a job of one operation (a job's operations otherwise commit in one
+transaction).
 
 After a commit the engine's events are handed over first, then the jobs complete.
 Future callbacks and ``submit_then`` functions run on the writer thread: they must be
@@ -200,17 +201,26 @@ class GroupCommitWriter:
         q = self._queue
         max_jobs = self._max_jobs
         stop = False
+        others_first = False
         while True:
-            jobs, self._carried = self._carried, []
-            more = True
-            if jobs:
-                # Unfinished jobs go on; whatever else is queued joins them without waiting.
-                more = not stop and len(jobs) < max_jobs and not q.empty()
-                item = q.get_nowait() if more else None
-            elif stop:
-                break
+            carried = self._carried
+            if carried and (not others_first or stop or q.empty()):
+                # A slice of each unfinished job, in a batch of their own: what was queued
+                # meanwhile committed in the batch before (others_first), so it waits for
+                # at most the rest of one slice.
+                self._carried = []
+                jobs = carried
+                more = False
+                item = None
             else:
-                item = self._next()
+                jobs = []
+                more = True
+                if carried:
+                    item = q.get_nowait()  # not empty, checked above
+                elif stop:
+                    break
+                else:
+                    item = self._next()
             while more:
                 if item is None:
                     stop = True
@@ -221,6 +231,7 @@ class GroupCommitWriter:
                 item = q.get_nowait()  # the only consumer: not empty means get succeeds
             if jobs:
                 self._commit(jobs)
+            others_first = not more  # after a slice, queued jobs go first
             now = time.monotonic()
             if self._unsynced and now - self._last_sync >= BATCH_SYNC_INTERVAL_S:
                 self._sync()

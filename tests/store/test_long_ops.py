@@ -79,6 +79,13 @@ def _keys_under(env: Env, sid: int) -> int:
     return n
 
 
+def _stored(s: Store, sid: int) -> int:
+    """Messages of stream ``sid`` as committed (its state record)."""
+    with s.env.read() as txn:
+        raw = txn.get(keys.u64(sid), db=s.env.dbs[keys.DB_SSTATE])
+        return keys.unpack_stream_state(bytes(raw))[2]
+
+
 def test_a_purge_runs_in_slices_with_other_jobs_committing_between(tmp_path: Path) -> None:
     with Store.open(tmp_path / "d", sync="batch", remove_slice=SLICE) as s:
         s.create_stream({"name": "S", "subjects": ["s.>"]})
@@ -103,6 +110,29 @@ def test_a_purge_runs_in_slices_with_other_jobs_committing_between(tmp_path: Pat
         assert info.num_ack_pending == 0
         assert info.ack_floor.stream_seq == N
         assert info.num_pending == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_job_submitted_during_a_slice_waits_for_that_slice_only(tmp_path: Path) -> None:
+    """It commits in a batch of its own before the next slice (joining the next slice's
+    batch, it would wait for that whole slice too)."""
+    n, size = 40_000, 4_000  # slices of some milliseconds, so the job lands inside one
+    with Store.open(tmp_path / "d", sync="batch", remove_slice=size) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        s.create_stream({"name": "T", "subjects": ["t.>"]})
+        _fill(s, n)
+        sid = _sid(s, "S")
+        purge = s.submit([PurgeStream("S")])
+        while _stored(s, sid) == n:  # the first slice is committed, the second runs
+            time.sleep(0.0005)
+        time.sleep(0.005)  # into the second slice (≈20 ms), not between two
+        at_submit = _stored(s, sid)
+        stored_then: list[int] = []
+        done = s.submit([Publish("t.x", b"y")])
+        done.add_done_callback(lambda _: stored_then.append(_stored(s, sid)))
+        assert done.result(timeout=30)[0] == PubAck("T", 1)
+        assert purge.result(timeout=30) == [PurgeResult(n)]
+        assert stored_then[0] >= at_submit - size
 
 
 @pytest.mark.parametrize(
