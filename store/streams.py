@@ -354,13 +354,15 @@ class StreamRt(SubjectRecords):
         """STREAM.PURGE: all, or by ``filter_``, below seq ``below``, keeping ``keep`` newest.
 
         The plan fixes what the purge removes (nothing stored after it begins); :meth:`
-        purge_step` carries it out a slice at a time. A wildcard filter or ``keep`` needs
-        the matching seqs listed once, here; otherwise the steps walk the stream (or the
-        literal subject's index) from where the last one stopped."""
+        purge_step` carries it out a slice at a time. A wildcard filter, or ``keep`` with a
+        filter, needs the matching seqs listed once, here; otherwise the steps walk the
+        stream (or the literal subject's index) from where the last one stopped."""
         bound = self.last_seq + 1 if below is None else min(below, self.last_seq + 1)
         victims: tuple[int, ...] | None = None
         literal = filter_ if filter_ and is_literal(filter_) else None
-        if keep is not None or (filter_ and literal is None):
+        if keep is not None and not filter_ and below is None:
+            bound = self._newest_from(ctx, keep)  # the steps walk the stream up to it
+        elif keep is not None or (filter_ and literal is None):
             seqs: list[int]
             if literal is not None:
                 seqs = list(self.subject_seqs(ctx, literal))
@@ -381,6 +383,29 @@ class StreamRt(SubjectRecords):
             compact_to=below if not filter_ and keep is None and below and below > bound else 0,
             floor=not filter_ and keep is None,
         )
+
+    def _newest_from(self, ctx: Ctx, keep: int) -> int:
+        """The seq from which the ``keep`` newest stored messages on: a walk of ``keep``
+        records back from the end, or of the others forward from the start, the shorter."""
+        older = self.messages - keep
+        if keep <= 0:
+            return self.last_seq + 1
+        if older <= 0:
+            return self.first_seq
+        cur = ctx.txn.cursor(db=ctx.msgs_db)
+        if keep <= older:
+            # To the newest record (the one before the next stream's first, or the last).
+            if cur.set_range(_pack_msg_key(self.sid, self.last_seq + 1)):
+                cur.prev()
+            else:
+                cur.last()
+            for _ in range(keep - 1):
+                cur.prev()
+        else:
+            cur.set_range(_pack_msg_key(self.sid, self.first_seq))
+            for _ in range(older):
+                cur.next()
+        return keys.split_msg_key(cur.key())[1]
 
     def purge_step(self, ctx: Ctx, plan: PurgePlan, limit: int) -> tuple[int, PurgePlan | None]:
         """Remove at most ``limit`` messages of ``plan``: how many, and the plan that goes

@@ -169,6 +169,24 @@ def test_each_kind_of_purge_in_slices_equals_one_transaction(
         assert (states[0][0].first_seq, states[0][0].last_seq) == (N + 50, N + 49)
 
 
+@pytest.mark.parametrize("keep", [0, 1, 7, N // 2, N - 3, N, N + 1])
+def test_purge_keeping_the_newest_walks_to_its_bound(tmp_path: Path, keep: int) -> None:
+    """Without a filter, ``keep`` finds where the newest ``keep`` begin by a walk from the
+    nearer end (not a list of every seq); a stream after it holds messages too."""
+    with Store.open(tmp_path / "d", sync="batch", remove_slice=SLICE) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        s.create_stream({"name": "T", "subjects": ["t.>"]})
+        _fill(s, N // 2, ("t.x",))
+        _fill(s, N)
+        _fill(s, N // 2, ("t.x",))
+        s.delete_msg("S", N)  # a gap at the end: the newest is N - 1
+        s.delete_msg("S", 5)
+        kept = [m.seq for m in s.iter_msgs("S")][-keep:] if keep else []
+        assert s.purge_stream("S", keep=keep) == max(0, N - 2 - keep)
+        assert [m.seq for m in s.iter_msgs("S")] == kept
+        assert s.stream_state("T").messages == N
+
+
 def test_a_stream_deleted_in_slices_is_gone_at_once(tmp_path: Path) -> None:
     with Store.open(tmp_path / "d", sync="batch", remove_slice=SLICE) as s:
         s.create_stream({"name": "S", "subjects": ["s.>"]})
