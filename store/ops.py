@@ -163,10 +163,11 @@ class PurgePlan(NamedTuple):
     """Where a purge stands between slices. Its bound is fixed when the purge begins, so
     messages stored while it runs are not purged."""
 
-    filter: str | None  # a literal subject or None (a wildcard filter's seqs are in victims)
+    filter: str | None  # a literal subject (the steps walk its index) or None
+    pattern: str | None  # a wildcard filter without keep: the steps walk the stream
     start: int  # the next seq to look at
     below: int  # purge seqs below this one
-    victims: tuple[int, ...] | None  # precomputed seqs (wildcard filter or keep), in order
+    victims: tuple[int, ...] | None  # precomputed seqs (keep with a filter), in order
     at: int  # victims[at:] are still to do
     compact_to: int  # at the end, move the stream to this seq (a purge past the last; 0: no)
     floor: bool  # consumers behind the purged range move past it

@@ -22,7 +22,7 @@ from store.ctx import Ctx
 from store.errors import JetStreamError, js_error
 from store.models import StreamConfig
 from store.ops import Headers, PubAck, PurgePlan
-from store.subjects import is_literal, is_valid_subject, matcher
+from store.subjects import is_literal, is_valid_subject, matcher, subject_matches
 from store.subjrecs import SubjectRecords
 
 if TYPE_CHECKING:
@@ -35,6 +35,9 @@ MAX_SUBJECT = 480  # bytes: keeps every index key under LMDB's 511-byte key limi
 MAX_CACHED_PACKERS = 16_384
 MSG_RECORD_VERSION = keys.MSG_RECORD_VERSION
 EPOCH_SHIFT = keys.EPOCH_SHIFT
+# A wildcard purge walks the stream; per slice it looks at most this many records that do
+# not match per message it may remove (a sparse filter takes several short slices).
+WALK_PER_REMOVAL = 4
 _pack_msg_key = keys.pack_msg_key
 _new_tuple = tuple.__new__
 
@@ -354,28 +357,27 @@ class StreamRt(SubjectRecords):
         """STREAM.PURGE: all, or by ``filter_``, below seq ``below``, keeping ``keep`` newest.
 
         The plan fixes what the purge removes (nothing stored after it begins); :meth:`
-        purge_step` carries it out a slice at a time. A wildcard filter, or ``keep`` with a
-        filter, needs the matching seqs listed once, here; otherwise the steps walk the
-        stream (or the literal subject's index) from where the last one stopped."""
+        purge_step` carries it out a slice at a time, each from where the last one stopped:
+        walking the stream (with a wildcard filter, matching each record's subject) or a
+        literal subject's index. Only ``keep`` with a filter lists the matching seqs once,
+        here; ``keep`` alone walks from the nearer end of the stream to its bound."""
         bound = self.last_seq + 1 if below is None else min(below, self.last_seq + 1)
         victims: tuple[int, ...] | None = None
         literal = filter_ if filter_ and is_literal(filter_) else None
+        pattern = filter_ if filter_ and literal is None and keep is None else None
         if keep is not None and not filter_ and below is None:
             bound = self._newest_from(ctx, keep)  # the steps walk the stream up to it
-        elif keep is not None or (filter_ and literal is None):
+        elif keep is not None and filter_:
             seqs: list[int]
             if literal is not None:
                 seqs = list(self.subject_seqs(ctx, literal))
-            elif filter_:
-                seqs = self.filtered_seqs(ctx, filter_)
             else:
-                seqs = [q for q, _ in self.seqs_from(ctx, 0)]
+                seqs = self.filtered_seqs(ctx, filter_)
             seqs = [q for q in seqs if q < bound]
-            if keep is not None:
-                seqs = seqs[: max(0, len(seqs) - keep)]
-            victims = tuple(seqs)
+            victims = tuple(seqs[: max(0, len(seqs) - keep)])
         return PurgePlan(
             filter=literal,
+            pattern=pattern,
             start=self.first_seq,
             below=bound,
             victims=victims,
@@ -383,6 +385,33 @@ class StreamRt(SubjectRecords):
             compact_to=below if not filter_ and keep is None and below and below > bound else 0,
             floor=not filter_ and keep is None,
         )
+
+    def _pattern_slice(self, ctx: Ctx, plan: PurgePlan, limit: int) -> tuple[list[int], int]:
+        """Up to ``limit`` seqs from ``plan.start`` below ``plan.below`` whose subject
+        matches the wildcard ``plan.pattern``, walking the stream, and the seq to go on
+        from (``plan.below``: done). It also stops after ``WALK_PER_REMOVAL * limit``
+        records that do not match, so a sparse filter is walked over several slices."""
+        pattern = plan.pattern
+        assert pattern is not None
+        matched: dict[bytes, bool] = {}
+        taken: list[int] = []
+        budget = WALK_PER_REMOVAL * limit
+        for q, rec in self.seqs_from(ctx, plan.start):
+            if q >= plan.below:
+                break
+            subj = keys.msg_subject_bytes(rec)
+            hit = matched.get(subj)
+            if hit is None:
+                hit = matched[subj] = subject_matches(pattern, subj.decode())
+            if hit:
+                if len(taken) == limit:
+                    return taken, q
+                taken.append(q)
+            else:
+                budget -= 1
+                if not budget:
+                    return taken, q + 1
+        return taken, plan.below
 
     def _newest_from(self, ctx: Ctx, keep: int) -> int:
         """The seq from which the ``keep`` newest stored messages on: a walk of ``keep``
@@ -417,23 +446,26 @@ class StreamRt(SubjectRecords):
             end = plan.at + len(batch)
             rest = plan._replace(at=end) if end < len(plan.victims) else None
         else:
-            found: Iterator[int]
-            if plan.filter is not None:
-                found = self.subject_seqs(ctx, plan.filter, plan.start)
-            else:
-                found = (q for q, _ in self.seqs_from(ctx, plan.start))
             taken: list[int] = []
-            batch = taken
-            for q in found:
-                if q >= plan.below:
-                    break
-                if len(taken) == limit:  # one more exists: go on from it
-                    break
-                taken.append(q)
+            if plan.pattern is not None:
+                taken, q = self._pattern_slice(ctx, plan, limit)
             else:
-                q = plan.below
-            if isinstance(found, Generator):
-                found.close()  # its cursor: the removals below move through the same pages
+                found: Iterator[int]
+                if plan.filter is not None:
+                    found = self.subject_seqs(ctx, plan.filter, plan.start)
+                else:
+                    found = (q for q, _ in self.seqs_from(ctx, plan.start))
+                for q in found:
+                    if q >= plan.below:
+                        break
+                    if len(taken) == limit:  # one more exists: go on from it
+                        break
+                    taken.append(q)
+                else:
+                    q = plan.below
+                if isinstance(found, Generator):
+                    found.close()  # its cursor: the removals below go through the same pages
+            batch = taken
             rest = plan._replace(start=q) if q < plan.below else None
         removed = 0
         for q in batch:

@@ -140,6 +140,8 @@ def test_a_job_submitted_during_a_slice_waits_for_that_slice_only(tmp_path: Path
     [
         (PurgeStream("S", filter="s.a"), N // 2),
         (PurgeStream("S", filter="s.*", keep=7), 7),
+        (PurgeStream("S", filter="*.b"), N // 2),
+        (PurgeStream("S", filter="t.*"), N),  # matches nothing: walked in several slices
         (PurgeStream("S", seq=N // 2 + 1), N // 2),
         (PurgeStream("S", seq=N + 50), 0),
     ],
