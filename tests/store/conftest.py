@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -10,6 +13,7 @@ import pytest
 
 from store import Event, Store
 
+ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000_000_000_000
 SEC = 1_000_000_000
 
@@ -43,6 +47,20 @@ class Events:
         with self._lock:
             out, self.items = self.items, []
         return out
+
+
+def start_child(*args: str, stdin: bool = False, stderr: bool = True) -> subprocess.Popen[str]:
+    """A Python child process (``-m module ...`` or ``-c code ...``) run from the repository
+    root with our packages importable; text pipes for stdout (and stdin / stderr)."""
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        stdin=subprocess.PIPE if stdin else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE if stderr else None,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 @pytest.fixture

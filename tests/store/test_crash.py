@@ -10,29 +10,20 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from store import Store, keys
+from tests.store.conftest import start_child
 from tests.store.crash_child import payload
 
 ROUNDS = 5
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run_child(path: Path, rng: random.Random) -> list[tuple[int, int, int]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.store.crash_child", str(path)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    proc = start_child("-m", "tests.store.crash_child", str(path))
     assert proc.stdout is not None
     try:
         line = proc.stdout.readline()

@@ -6,10 +6,7 @@ by a crash is finished when the store opens again.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -32,9 +29,8 @@ from store import (
     keys,
 )
 from store.env import Env
-from tests.store.conftest import SEC, FakeClock
+from tests.store.conftest import SEC, FakeClock, start_child
 
-ROOT = Path(__file__).resolve().parents[2]
 SLICE = 100
 N = 2_000
 
@@ -231,14 +227,7 @@ def test_expiry_runs_in_slices(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_a_deletion_cut_short_by_a_crash_is_finished_at_the_next_open(tmp_path: Path) -> None:
     path = tmp_path / "d"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.store.sweep_child", str(path)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    proc = start_child("-m", "tests.store.sweep_child", str(path))
     assert proc.stdout is not None
     try:
         line = proc.stdout.readline()

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from store import DeleteMsg, JetStreamError, PubAck, Publish, Store, keys
 from store.env import MIGRATIONS, Env, SchemaError, StoreClosedError, StoreOpenError
 from store.writer import READER_CHECK_INTERVAL_S, AnyJob, GroupCommitWriter
-from tests.store.conftest import FakeClock
+from tests.store.conftest import FakeClock, start_child
 
 _subject = st.text(
     alphabet=st.characters(blacklist_characters="\x00\r\n", blacklist_categories=["Cs"]),
@@ -529,18 +529,10 @@ ro.close()
 def test_read_only_reader_in_another_process_follows_map_growth(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    root = Path(__file__).resolve().parents[2]
     with Store.open(tmp_path / "db", clock=clock, map_size=1 << 16) as s:
         s.create_stream({"name": "S", "subjects": ["s.>"]})
         s.publish("s.0", b"x")
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _READER, str(tmp_path / "db")],
-            cwd=root,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(root)},
-        )
+        proc = start_child("-c", _READER, str(tmp_path / "db"), stdin=True, stderr=False)
         assert proc.stdin is not None
         assert proc.stdout is not None
         try:
