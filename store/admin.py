@@ -36,6 +36,7 @@ from store.ops import (
     PurgePlan,
     PurgeResult,
     PurgeStream,
+    Reevaluate,
     SweepStream,
 )
 from store.streams import StreamRt
@@ -421,9 +422,34 @@ def delete_consumer(
     ctx.txn.delete(keys.consumer_key(st.sid, name), db=ctx.db(keys.DB_CONSUMERS))
     del st.consumers[name]
     ctx.dirty_consumers.discard(c)
+    ctx.touched.add(st)
     if reevaluate and st.config.retention != "limits":
-        for seq, _ in list(st.seqs_from(ctx, st.first_seq)):
+        return _reevaluate(eng, ctx, st, st.first_seq)
+    return True
+
+
+def reevaluate_more(eng: Engine, ctx: Ctx, op: Reevaluate) -> OpResult:
+    st = eng.streams.get(op.stream)
+    if st is None or st.sid != op.sid:  # deleted meanwhile: nothing left to check
+        return True
+    return _reevaluate(eng, ctx, st, op.start)
+
+
+def _reevaluate(eng: Engine, ctx: Ctx, st: StreamRt, start: int) -> OpResult:
+    """Queue a slice of an interest/workqueue stream's messages for the retention check
+    (the engine removes those no consumer needs); True when the last slice is queued."""
+    limit = eng.remove_slice if ctx.may_continue else MAX_U64
+    n = 0
+    found = st.seqs_from(ctx, start)
+    try:
+        for seq, _ in found:
+            if n == limit:
+                ctx.go_on(Reevaluate(st.name, st.sid, seq))
+                return None  # the job is continued, not completed: this result is dropped
             ctx.retention_check.append((st, seq))
+            n += 1
+    finally:
+        found.close()  # its cursor: the removals come after, in the same transaction
     ctx.touched.add(st)
     return True
 

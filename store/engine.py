@@ -48,6 +48,7 @@ from store.ops import (
     PullStatus,
     PurgeMore,
     PurgeStream,
+    Reevaluate,
     SetPushInterest,
     SweepStream,
     Tick,
@@ -267,6 +268,8 @@ class Engine:
                 return admin.purge_more(self, ctx, op)
             case SweepStream():
                 return admin.sweep(self, ctx, op.sid)
+            case Reevaluate():
+                return admin.reevaluate_more(self, ctx, op)
         raise TypeError(f"unknown operation {op!r}")
 
     def _find(self, key: tuple[str, str]) -> ConsumerRt | None:

@@ -184,6 +184,16 @@ class PurgeMore:
 
 
 @dataclass(frozen=True, slots=True)
+class Reevaluate:
+    """Go on checking an interest/workqueue stream's messages from ``start`` after a
+    consumer was deleted: the ones no remaining consumer needs are removed."""
+
+    stream: str
+    sid: int
+    start: int
+
+
+@dataclass(frozen=True, slots=True)
 class SweepStream:
     """Delete the data left under a deleted stream's ``sid`` (``meta`` sweep record)."""
 
@@ -205,6 +215,7 @@ Op = (
     | GetStreamInfo
     | GetConsumerInfo
     | PurgeMore
+    | Reevaluate
     | SweepStream
 )
 

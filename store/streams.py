@@ -107,7 +107,7 @@ class StreamRt(SubjectRecords):
         raw = ctx.txn.get(keys.msg_key(self.sid, seq), db=ctx.db(keys.DB_MSGS))
         return bytes(raw) if raw is not None else None
 
-    def seqs_from(self, ctx: Ctx, start: int) -> Iterator[tuple[int, bytes]]:
+    def seqs_from(self, ctx: Ctx, start: int) -> Generator[tuple[int, bytes], None, None]:
         """``(seq, record)`` of stored messages with seq >= start, ascending."""
         cur = ctx.txn.cursor(db=ctx.db(keys.DB_MSGS))
         if not cur.set_range(keys.msg_key(self.sid, start)):

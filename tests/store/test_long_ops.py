@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from store import (
+    DeleteConsumer,
     DeleteStream,
     Op,
     OpResult,
@@ -32,6 +33,7 @@ from store.env import Env
 from tests.store.conftest import SEC, FakeClock, start_child
 
 SLICE = 100
+EXPLICIT = {"ack_policy": "explicit"}
 N = 2_000
 
 
@@ -183,6 +185,42 @@ def test_purge_keeping_the_newest_walks_to_its_bound(tmp_path: Path, keep: int) 
         assert s.purge_stream("S", keep=keep) == max(0, N - 2 - keep)
         assert [m.seq for m in s.iter_msgs("S")] == kept
         assert s.stream_state("T").messages == N
+
+
+@pytest.mark.parametrize("retention", ["interest", "workqueue"])
+def test_deleting_a_consumer_drops_what_no_one_needs_in_slices(
+    tmp_path: Path, retention: str
+) -> None:
+    """Messages only the deleted consumer wanted go, over several slices; the ones another
+    consumer still needs stay; the same as in one transaction."""
+    states = []
+    for sliced in (True, False):
+        with Store.open(
+            tmp_path / f"d{sliced}", sync="batch", clock=FakeClock(), remove_slice=SLICE
+        ) as s:
+            s.create_stream({"name": "S", "subjects": ["s.>"], "retention": retention})
+            s.create_consumer("S", {"durable_name": "a", "filter_subject": "s.a", **EXPLICIT})
+            s.create_consumer("S", {"durable_name": "b", "filter_subject": "s.b", **EXPLICIT})
+            _fill(s, N)
+            assert s.stream_state("S").messages == N
+            commits = s.metrics()["commits"]
+            order = Order()
+            ops: list[Op] = [DeleteConsumer("S", "b")]
+            if not sliced:
+                ops.append(Publish("x.none"))
+            deletion = s.submit(ops)
+            deletion.add_done_callback(order.mark("delete"))
+            publish = s.submit([Publish("s.a", b"new")])
+            publish.add_done_callback(order.mark("publish"))
+            assert deletion.result(timeout=60)[0] is True
+            assert publish.result(timeout=30)[0] == PubAck("S", N + 1)
+            assert (s.metrics()["commits"] - commits > 2) == sliced
+            if sliced:
+                assert order.done == ["publish", "delete"]
+            state = s.stream_state("S")
+            assert state.messages == N // 2 + 1  # every s.a, and the new one
+            states.append([(m.seq, m.subject) for m in s.iter_msgs("S")])
+    assert states[0] == states[1]
 
 
 def test_a_stream_deleted_in_slices_is_gone_at_once(tmp_path: Path) -> None:
