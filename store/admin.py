@@ -190,6 +190,9 @@ def sweep(eng: Engine, ctx: Ctx, sid: int) -> OpResult:
     for dbname in _STREAM_DATA_DBS:
         budget -= _delete_prefix(ctx, dbname, prefix, budget)
         if budget <= 0:
+            if eng.closing:
+                # The store is closing: the sweep record stays, the next open goes on.
+                return True
             ctx.go_on(SweepStream(sid))  # perhaps nothing is left: the next slice says so
             return None
     ctx.txn.delete(keys.sweep_key(sid), db=ctx.db(keys.DB_META))

@@ -159,10 +159,14 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        """Finish queued batches, stop the writer, close LMDB. Idempotent."""
+        """Finish queued batches, stop the writer, close LMDB. Idempotent.
+
+        Long operations in progress finish first, except the removal of a deleted stream's
+        data, which the next open completes (its caller's result is already True)."""
         if self._closed:
             return
         self._closed = True
+        self._engine.closing = True
         self._writer.close()
         self.env.close()
 

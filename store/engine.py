@@ -84,6 +84,9 @@ class Engine:
         self._waiting_snapshot: dict[tuple[str, str], list[PullRequest]] = {}
         self._unfinished: list[tuple[AnyJob, Op]] = []
         self.sweeps: list[int] = []  # sids of deleted streams with data left (at load)
+        # Set by Store.close (another thread; read here between slices): a sweep stops at
+        # its next slice and is finished by the next open, so closing does not wait for it.
+        self.closing = False
         with env.read() as txn:
             self._load_all(txn)
 

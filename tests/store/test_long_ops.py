@@ -262,6 +262,36 @@ def test_expiry_runs_in_slices(tmp_path: Path) -> None:
         assert (state.messages, state.first_seq) == (1, N + 1)
 
 
+def test_closing_leaves_a_deleted_streams_data_to_the_next_open(tmp_path: Path) -> None:
+    """Close does not wait for the sweep of a deleted stream; the next open finishes it."""
+    path = tmp_path / "d"
+    s = Store.open(path, sync="batch", remove_slice=10)
+    try:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        _fill(s, N)
+        sid = _sid(s, "S")
+        deletion = s.submit([DeleteStream("S")])
+        while not deletion.done():  # until the stream is gone (its first transaction)
+            if s.stream_names() == []:
+                break
+            time.sleep(0.0005)
+    finally:
+        s.close()
+    assert deletion.result(timeout=1) == [True]
+    env = Env(path, sync=True, readonly=True)
+    try:
+        assert _keys_under(env, sid) > 0  # 40 keys per slice of ≈4,000: far from done
+        with env.read() as txn:
+            assert txn.get(keys.sweep_key(sid), db=env.dbs[keys.DB_META]) is not None
+    finally:
+        env.close()
+    with Store.open(path) as s:
+        deadline = time.monotonic() + 30
+        while _keys_under(s.env, sid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the sweep runs on the writer thread, started by open
+        assert _keys_under(s.env, sid) == 0
+
+
 @pytest.mark.timeout(120)
 def test_a_deletion_cut_short_by_a_crash_is_finished_at_the_next_open(tmp_path: Path) -> None:
     path = tmp_path / "d"
