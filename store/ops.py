@@ -169,7 +169,7 @@ class PurgePlan(NamedTuple):
     below: int  # purge seqs below this one
     victims: tuple[int, ...] | None  # precomputed seqs (keep with a filter), in order
     at: int  # victims[at:] are still to do
-    compact_to: int  # at the end, move the stream to this seq (a purge past the last; 0: no)
+    compact_to: int  # whole stream: if empty at the end, first_seq = max(this, last_seq + 1)
     floor: bool  # consumers behind the purged range move past it
 
 

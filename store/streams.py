@@ -123,7 +123,8 @@ class StreamRt(SubjectRecords):
     def publish(
         self, ctx: Ctx, subject: str, payload: bytes, headers: Headers, has_interest: bool
     ) -> PubAck | JetStreamError:
-        """Spec §1.8 in its order of checks. Nothing is written unless every check passes."""
+        """Spec §1.8's checks, in nats-server's order. Nothing is written unless every
+        check passes."""
         cfg = self.config
         if cfg.sealed:
             return js_error("stream_sealed")
@@ -134,6 +135,12 @@ class StreamRt(SubjectRecords):
                 return js_error("bad_header", err=f"invalid subject {subject[:64]!r}")
             packers = keys.subject_packers(self.sid_b, subject.encode())
             cache_packers = True  # once the subject is seen to repeat (below)
+        block = keys.encode_headers(headers) if headers else b""
+        # Size before the header checks: nats-server 2.15.1 answers an oversized message
+        # with 10054 whatever its expected-* or dedupe headers say (measured against it;
+        # spec §1.8 lists the size check after them).
+        if cfg.max_msg_size >= 0 and len(block) + len(payload) > cfg.max_msg_size:
+            return js_error("message_exceeds_maximum")
         msg_id: str | None = None
         rollup: str | None = None
         if headers:
@@ -141,10 +148,6 @@ class StreamRt(SubjectRecords):
             if isinstance(checked, PubAck | JetStreamError):
                 return checked
             msg_id, rollup = checked
-        block = keys.encode_headers(headers) if headers else b""
-        size = len(block) + len(payload)
-        if cfg.max_msg_size >= 0 and size > cfg.max_msg_size:
-            return js_error("message_exceeds_maximum")
         subj_b = packers.utf8
         subj_len = len(subj_b)
         nbytes = keys.msg_bytes(subj_len, len(block), len(payload))
@@ -157,14 +160,26 @@ class StreamRt(SubjectRecords):
             if msg_id:
                 self.dedupe_record(ctx, msg_id, seq)
             return _new_tuple(PubAck, (self.name, seq, False))
-        if cfg.discard == "new":
-            if cfg.max_msgs > 0 and self.messages + 1 > cfg.max_msgs:
-                return js_error("store_failed", err="maximum messages exceeded")
-            if cfg.max_bytes > 0 and self.bytes + nbytes > cfg.max_bytes:
-                return js_error("store_failed", err="maximum bytes exceeded")
         mmps = cfg.max_msgs_per_subject
-        if mmps > 0 and cfg.discard_new_per_subject and self.subject_count(ctx, subject) >= mmps:
-            return js_error("store_failed", err="maximum messages per subject exceeded")
+        if cfg.discard == "new":
+            # As nats-server's file store (measured against 2.15.1): a subject at its
+            # per-subject limit refuses with discard_new_per_subject, unless the message is
+            # a rollup (which makes room); otherwise the message replaces the subject's
+            # oldest, so the stream does not grow: max_msgs does not refuse it, and
+            # max_bytes only when it is larger than the message it replaces.
+            replaces = False
+            if mmps > 0 and self.subject_count(ctx, subject) >= mmps:
+                if cfg.discard_new_per_subject and rollup is None:
+                    return js_error("store_failed", err="maximum messages per subject exceeded")
+                replaces = True
+            if cfg.max_msgs > 0 and self.messages >= cfg.max_msgs and not replaces:
+                return js_error("store_failed", err="maximum messages exceeded")
+            if (
+                cfg.max_bytes > 0
+                and self.bytes + nbytes > cfg.max_bytes
+                and (not replaces or self._oldest_size(ctx, subject) < nbytes)
+            ):
+                return js_error("store_failed", err="maximum bytes exceeded")
         # -- every check passed: write ------------------------------------------------
         now = ctx.now
         head = packers.record_head(MSG_RECORD_VERSION, now, subj_len, subj_b, len(block))
@@ -206,6 +221,14 @@ class StreamRt(SubjectRecords):
                 self.remove(ctx, old)
         # The state record is written once per batch by the engine (every stream it touched).
         return _new_tuple(PubAck, (self.name, seq, False))  # PubAck(name, seq), minus a call
+
+    def _oldest_size(self, ctx: Ctx, subject: str) -> int:
+        """The stored size (``keys.msg_bytes``) of the oldest message on ``subject``."""
+        for q in self.subject_seqs(ctx, subject):
+            rec = self.get_record(ctx, q)
+            if rec is not None:
+                return keys.msg_subject_and_size(rec)[1]
+        return 0
 
     def _check_headers(
         self, ctx: Ctx, subject: str, headers: Headers
@@ -361,6 +384,14 @@ class StreamRt(SubjectRecords):
         walking the stream (with a wildcard filter, matching each record's subject) or a
         literal subject's index. Only ``keep`` with a filter lists the matching seqs once,
         here; ``keep`` alone walks from the nearer end of the stream to its bound."""
+        # As nats-server: filter ">" is every subject, seq 0 no bound, keep 0 without a
+        # filter all of it (each a purge of the whole stream).
+        if filter_ == ">":
+            filter_ = None
+        if below == 0:
+            below = None
+        if keep == 0 and not filter_:
+            keep = None
         bound = self.last_seq + 1 if below is None else min(below, self.last_seq + 1)
         victims: tuple[int, ...] | None = None
         literal = filter_ if filter_ and is_literal(filter_) else None
@@ -382,7 +413,13 @@ class StreamRt(SubjectRecords):
             below=bound,
             victims=victims,
             at=0,
-            compact_to=below if not filter_ and keep is None and below and below > bound else 0,
+            # A whole-stream purge leaves first_seq at last_seq + 1, even on a new stream;
+            # one past the end also moves last_seq (nats-server's "compact").
+            compact_to=(
+                max(bound, below or 0)
+                if not filter_ and keep is None and (below is None or below > 1)
+                else 0
+            ),
             floor=not filter_ and keep is None,
         )
 
@@ -471,10 +508,9 @@ class StreamRt(SubjectRecords):
         for q in batch:
             if self.remove(ctx, q):
                 removed += 1
-        if rest is None and plan.compact_to > self.last_seq + 1 and not self.messages:
-            # Purging past the end moves the stream forward (nats-server's "compact").
-            self.last_seq = plan.compact_to - 1
-            self.first_seq = plan.compact_to
+        if rest is None and plan.compact_to > self.last_seq and not self.messages:
+            self.last_seq = max(self.last_seq, plan.compact_to - 1)
+            self.first_seq = self.last_seq + 1
         ctx.touched.add(self)  # the engine writes the state record once per batch
         return removed, rest
 

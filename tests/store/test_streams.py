@@ -400,9 +400,15 @@ def test_delete_msg_and_num_deleted(store: Store) -> None:
     store.delete_msg("S", 3)
     st = store.stream_info("S", deleted_details=True).state
     assert (st.messages, st.first_seq, st.num_deleted, st.deleted) == (2, 1, 2, [2, 3])
+    # As a single nats-server 2.15.1 answers (measured): a gap inside the stream is 10043,
+    # past either end its file store's error as 500/10057.
     e = _err(store.delete_msg, "S", 2)
-    assert (e.err_code, e.description) == (10043, "sequence 2 not found")
+    assert (e.code, e.err_code, e.description) == (400, 10043, "sequence 2 not found")
+    e = _err(store.delete_msg, "S", 99)
+    assert (e.code, e.err_code, e.description) == (500, 10057, "stream store EOF")
     store.delete_msg("S", 1)
+    e = _err(store.delete_msg, "S", 1)
+    assert (e.code, e.err_code, e.description) == (500, 10057, "no message found")
     assert store.stream_state("S").first_seq == 4
 
 
@@ -497,3 +503,21 @@ def test_literal_prefix() -> None:
     assert literal_prefix("a.>") == "a."
     assert literal_prefix("*.a") == ""
     assert literal_prefix("a.b") == "a.b"
+
+
+def test_an_oversized_message_is_refused_before_its_headers_are_checked(store: Store) -> None:
+    """nats-server 2.15.1's order (measured): sealed, then max_msg_size, then the
+    expected-* and dedupe headers."""
+    _stream(store, max_msg_size=100)
+    _pub(store, "s.a", b"x", **{"Nats-Msg-Id": "m1"})
+    big = b"y" * 101
+    for hdrs in (
+        (("Nats-Expected-Stream", "other"),),
+        (("Nats-Expected-Last-Sequence", "9"),),
+        (("Nats-Expected-Last-Subject-Sequence", "9"),),
+        (("Nats-Msg-Id", "m1"),),  # a duplicate, were it not too big
+        (("Nats-Rollup", "bad"),),
+    ):
+        assert _err(store.publish, "s.a", big, hdrs).err_code == 10054
+    store.update_stream({"name": "S", "subjects": ["s.>"], "max_msg_size": 100, "sealed": True})
+    assert _err(store.publish, "s.a", big).err_code == 10109
