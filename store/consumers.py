@@ -413,12 +413,26 @@ class ConsumerRt:
         released: list[int] = []
         if self.config.ack_policy == "none":
             return released
-        if self.config.ack_policy == "all" and not term:
+        if self.config.ack_policy == "all":
+            # Everything up to seq, a +TERM too (as nats-server 2.15.1 does, measured).
+            term_entry = self.pending.get(seq) if term else None
             for s in list(self.pending):
                 if s > seq:
                     break
                 self._drop_pending(ctx, s)
                 released.append(s)
+            if term_entry is not None:
+                ctx.events.append(
+                    Advisory(
+                        "terminated",
+                        self.stream.name,
+                        self.name,
+                        seq,
+                        term_entry.count,
+                        reason,
+                        ctx.now,
+                    )
+                )
         else:
             e = self._drop_pending(ctx, seq)
             if e is not None:

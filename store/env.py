@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import lmdb
 
-from store import keys
+from store import keys, lmdbfile
 
 DEFAULT_MAP_SIZE: Final = 1 << 30
 MAX_READERS: Final = 512  # broker threads + external read-only readers (Spark, diagnostics)
@@ -206,16 +206,28 @@ class Env:
                 self._migrate(version)
 
     def _check_length(self) -> None:
-        """Refuse a data file shorter than its last committed page (cut short by a copy or a
-        full disk): LMDB would read the missing pages through the map, and the process
-        would die of SIGBUS on the first of them. Only the meta pages are read here."""
-        last_end = (self._env.info()["last_pgno"] + 1) * self._env.stat()["psize"]
+        """Refuse a data file cut short (a bad copy): LMDB would read the missing pages
+        through its map and the process would die of SIGBUS on the first of them.
+
+        The file may legitimately end before its last allocated page (pages allocated and
+        freed again within one transaction are never written), so that alone proves
+        nothing; a tree root of the committed state past the end does (store.lmdbfile reads
+        the meta pages and the main tree's root, a few pages)."""
+        page_size = self._env.stat()["psize"]
         data = os.path.join(self.path, "data.mdb")
         size = os.stat(data).st_size
-        if size < last_end:
+        if size >= (self._env.info()["last_pgno"] + 1) * page_size:
+            return
+        try:
+            roots, _ = lmdbfile.committed_roots(data, page_size)
+        except (OSError, ValueError) as exc:
+            raise StoreOpenError(f"the store in {self.path} is damaged: {exc}") from exc
+        past = [r for r in roots if (r + 1) * page_size > size]
+        if past:
             raise StoreOpenError(
                 f"the store in {self.path} is damaged: {data} has {size} bytes but its"
-                f" last committed page ends at byte {last_end} (restore it from a backup)"
+                f" committed tree has page {max(past)}, which ends at byte"
+                f" {(max(past) + 1) * page_size} (restore it from a backup)"
             )
 
     # -- schema ---------------------------------------------------------------------------
