@@ -694,3 +694,20 @@ def test_nak_of_a_queued_redelivery_sends_it_once(
     store.ack("S", "c", 1, AckKind.NAK)
     evs = _pull(store, events, batch=2, no_wait=True)
     assert [(e.msg.seq, e.delivered_count) for e in evs if isinstance(e, Delivery)] == [(1, 2)]
+
+
+def test_term_under_ack_all_acks_everything_up_to_it(store: Store, events: Events) -> None:
+    """As nats-server 2.15.1 (measured): with ack_policy all, +TERM n is an ack of every
+    message up to n (and the terminated advisory for n); the next pull gets n + 1 on."""
+    _stream(store)
+    _fill(store, *(["s.a"] * 6))
+    _consumer(store, ack_policy="all")
+    assert _seqs(_pull(store, events, batch=5)) == [1, 2, 3, 4, 5]
+    store.ack("S", "c", 3, AckKind.TERM)
+    evs = events.take()
+    info = store.consumer_info("S", "c")
+    assert (info.num_ack_pending, info.ack_floor.stream_seq) == (2, 3)
+    assert [e.kind for e in evs if isinstance(e, Advisory)] == ["terminated"]
+    store.ack("S", "c", 5)
+    assert store.consumer_info("S", "c").num_ack_pending == 0
+    assert _seqs(_pull(store, events, batch=5)) == [6]
