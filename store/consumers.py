@@ -452,6 +452,11 @@ class ConsumerRt:
         e = self.pending.get(seq)
         if e is None or e.exhausted:
             return
+        md = self.config.max_deliver
+        if md > 0 and e.count >= md:
+            # Delivered max_deliver times: never again. As nats-server (measured), it stays
+            # ack-pending until its ack wait runs out; expire_acks then flags it exhausted.
+            return
         if delay_ns > 0:
             e.deadline = ctx.now + delay_ns
             heapq.heappush(self.deadlines, (e.deadline, seq))
@@ -483,17 +488,22 @@ class ConsumerRt:
                 continue
             changed = True
             if md > 0 and e.count >= md:
-                e.exhausted = True
-                e.deadline = NEVER
-                self.num_ack_pending -= 1
-                self._put_pending(ctx, seq, e)
-                ctx.events.append(
-                    Advisory("max_deliver", self.stream.name, self.name, seq, e.count, "", ctx.now)
-                )
+                self._exhaust(ctx, seq, e)
                 continue
             e.deadline = NEVER
             heapq.heappush(self.redeliver, seq)
         return changed
+
+    def _exhaust(self, ctx: Ctx, seq: int, e: PendingEntry) -> None:
+        """``seq`` was delivered ``max_deliver`` times: it stays pending, flagged, never
+        redelivered, with the max-deliveries advisory."""
+        e.exhausted = True
+        e.deadline = NEVER
+        self.num_ack_pending -= 1
+        self._put_pending(ctx, seq, e)
+        ctx.events.append(
+            Advisory("max_deliver", self.stream.name, self.name, seq, e.count, "", ctx.now)
+        )
 
     def expire_requests(self, ctx: Ctx) -> None:
         keep: deque[PullRequest] = deque()

@@ -711,3 +711,28 @@ def test_term_under_ack_all_acks_everything_up_to_it(store: Store, events: Event
     store.ack("S", "c", 5)
     assert store.consumer_info("S", "c").num_ack_pending == 0
     assert _seqs(_pull(store, events, batch=5)) == [6]
+
+
+def test_nak_after_max_deliver_deliveries_is_not_redelivered(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    """A -NAK of a message already delivered max_deliver times does not send it again (it
+    was, a third time with max_deliver 2: found against nats-server). As there, it stays
+    ack-pending until its ack wait runs out, then it is exhausted with the advisory."""
+    _stream(store)
+    _fill(store, "s.a", "s.b")
+    _consumer(store, max_deliver=2, ack_wait=30 * SEC)
+    assert _seqs(_pull(store, events)) == [1]
+    store.ack("S", "c", 1, AckKind.NAK)
+    assert _seqs(_pull(store, events)) == [1]  # the second delivery
+    store.ack("S", "c", 1, AckKind.NAK)
+    assert _seqs(_pull(store, events, batch=2)) == [2]
+    info = store.consumer_info("S", "c")
+    assert (info.num_ack_pending, info.num_redelivered) == (2, 1)
+    store.tick(clock.advance(31 * SEC)).result(timeout=30)
+    evs = events.take()
+    assert [(a.kind, a.stream_seq, a.deliveries) for a in evs if isinstance(a, Advisory)] == [
+        ("max_deliver", 1, 2)
+    ]
+    assert _seqs(evs) == [2]  # message 2's ack wait ran out too: redelivered
+    assert store.consumer_info("S", "c").num_ack_pending == 1
