@@ -272,7 +272,8 @@ def stream_info(
         num_deleted = st.last_seq - st.first_seq + 1 - st.messages
     subjects: dict[str, int] | None = None
     if subjects_filter:
-        subjects = {subj: n for subj, n, _, _ in st.subject_records(ctx, subjects_filter)}
+        # None when nothing matches: the server leaves the map out of the JSON then.
+        subjects = {subj: n for subj, n, _, _ in st.subject_records(ctx, subjects_filter)} or None
     deleted: list[int] | None = None
     if deleted_details and num_deleted:
         deleted = []
@@ -280,6 +281,7 @@ def stream_info(
         for seq, _ in st.seqs_from(ctx, st.first_seq):
             deleted.extend(range(expect, seq))
             expect = seq + 1
+        deleted.extend(range(expect, st.last_seq + 1))  # removed after the last stored one
     state = StreamState(
         messages=st.messages,
         bytes=st.bytes,

@@ -37,6 +37,7 @@ from store import AckKind, Delivery, JetStreamError, PubAck, Store
 
 SUBJECTS = ("a", "b", "c.d", "c.e")
 SCENARIOS = 300
+SERVER_INCONSISTENT = "server inconsistent:"
 STEPS = 40
 Json = dict[str, Any]
 
@@ -229,9 +230,41 @@ async def _scenario(nc: Client, store: Store, seed: int) -> list[str]:
                 b = _ours_get(store, name, body)
                 what = f"get {body}"
             else:
-                a = _state((await _req(nc, f"$JS.API.STREAM.INFO.{name}", b""))["state"])
-                b = _state(store.stream_state(name).model_dump(mode="json"))
-                what = "info"
+                req: Json = {}
+                if rng.random() < 0.5:
+                    req["subjects_filter"] = f"{prefix}." + rng.choice([*SUBJECTS, "c.*", ">"])
+                if rng.random() < 0.5:
+                    req["deleted_details"] = True
+                theirs = (await _req(nc, f"$JS.API.STREAM.INFO.{name}", req))["state"]
+                info = store.stream_info(
+                    name,
+                    subjects_filter=req.get("subjects_filter"),
+                    deleted_details=bool(req.get("deleted_details")),
+                )
+                mine = info.state.model_dump(mode="json")
+                if theirs["messages"] and "error" in await _req(
+                    nc, f"$JS.API.STREAM.MSG.GET.{name}", {"seq": theirs["first_seq"]}
+                ):
+                    # The server's first_seq names no message (seen in 1 of 300 scenarios,
+                    # after filtered purges: first_seq 15, the first message 16; its later
+                    # purges then count the phantom): nothing after this is comparable.
+                    return [f"{SERVER_INCONSISTENT} seed {seed}: {theirs}"]
+                if not theirs["last_seq"]:
+                    # A new stream: the server counts and lists seq 0 as deleted when asked
+                    # for details (its arithmetic on an empty stream), not otherwise.
+                    theirs.pop("deleted", None)
+                    theirs.pop("num_deleted", None)
+                a = {
+                    **_state(theirs),
+                    "subjects": theirs.get("subjects"),
+                    "deleted": theirs.get("deleted"),
+                }
+                b = {
+                    **_state(mine),
+                    "subjects": mine.get("subjects"),
+                    "deleted": mine.get("deleted"),
+                }
+                what = f"info {req}"
             done.append(what)
             if a != b:
                 return [
@@ -274,7 +307,10 @@ def _differences(tmp_path: Path, scenario: Scenario, count: int, **store_kw: Any
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_streams_answer_as_nats_server_does(tmp_path: Path) -> None:
-    assert _differences(tmp_path, _scenario, SCENARIOS, remove_slice=2) == []
+    found = _differences(tmp_path, _scenario, SCENARIOS, remove_slice=2)
+    quirks = [f for f in found if f.startswith(SERVER_INCONSISTENT)]
+    assert len(quirks) <= SCENARIOS // 100, quirks  # scenarios cut short by the server
+    assert [f for f in found if f not in quirks] == []
 
 
 # -- consumers ---------------------------------------------------------------------------

@@ -492,7 +492,7 @@ def test_wildcard_purge_and_subject_prefix_scan(store: Store) -> None:
         _pub(store, s)
     assert store.purge_stream("S", filter="s.q.c1.*") == 2
     st = store.stream_info("S", subjects_filter="s.*.c1*.>").state
-    assert st.subjects == {}
+    assert st.subjects is None  # nothing matches: left out, as nats-server does
     st = store.stream_info("S", subjects_filter="s.*.*.1").state
     assert st.subjects == {"s.q.c2.1": 1, "s.q.c10.1": 1, "s.r.c1.1": 1}
     assert store.last_by_subject("S", "s.q.>").subject == "s.q.c10.1"
@@ -521,3 +521,17 @@ def test_an_oversized_message_is_refused_before_its_headers_are_checked(store: S
         assert _err(store.publish, "s.a", big, hdrs).err_code == 10054
     store.update_stream({"name": "S", "subjects": ["s.>"], "max_msg_size": 100, "sealed": True})
     assert _err(store.publish, "s.a", big).err_code == 10109
+
+
+def test_deleted_details_and_subjects_as_the_server_lists_them(store: Store) -> None:
+    """Found against nats-server: a message removed after the last stored one is listed as
+    deleted too; a subjects filter matching nothing leaves the map out (None)."""
+    _stream(store)
+    for _ in range(4):
+        _pub(store, "s.a")
+    store.delete_msg("S", 2)
+    store.delete_msg("S", 4)  # the last: last_seq stays 4
+    st = store.stream_info("S", deleted_details=True, subjects_filter="s.zzz").state
+    assert (st.first_seq, st.last_seq, st.num_deleted, st.deleted) == (1, 4, 2, [2, 4])
+    assert st.subjects is None
+    assert store.stream_info("S", subjects_filter="s.*").state.subjects == {"s.a": 2}
