@@ -442,6 +442,7 @@ def delete_consumer(
 def reevaluate_more(eng: Engine, ctx: Ctx, op: Reevaluate) -> OpResult:
     st = eng.streams.get(op.stream)
     if st is None or st.sid != op.sid:  # deleted meanwhile: nothing left to check
+        ctx.txn.delete(keys.recheck_key(op.sid), db=ctx.db(keys.DB_META))
         return True
     return _reevaluate(eng, ctx, st, op.start)
 
@@ -455,12 +456,15 @@ def _reevaluate(eng: Engine, ctx: Ctx, st: StreamRt, start: int) -> OpResult:
     try:
         for seq, _ in found:
             if n == limit:
+                # Recorded, so that a restart goes on from here (Store.open).
+                ctx.txn.put(keys.recheck_key(st.sid), keys.u64(seq), db=ctx.db(keys.DB_META))
                 ctx.go_on(Reevaluate(st.name, st.sid, seq))
                 return None  # the job is continued, not completed: this result is dropped
             ctx.retention_check.append((st, seq))
             n += 1
     finally:
         found.close()  # its cursor: the removals come after, in the same transaction
+    ctx.txn.delete(keys.recheck_key(st.sid), db=ctx.db(keys.DB_META))
     ctx.touched.add(st)
     return True
 

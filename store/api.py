@@ -66,8 +66,9 @@ EventHook = Callable[[Sequence[Event]], None]
 
 
 def _sweep_done(res: list[OpResult] | BaseException) -> None:
+    """Completion of the work a crash cut short, resumed at open (sweeps, rechecks)."""
     if isinstance(res, BaseException):
-        log.error("removing a deleted stream's data failed: %s (retried at the next start)", res)
+        log.error("resuming interrupted store work failed: %s (retried at the next start)", res)
 
 
 class Store:
@@ -101,6 +102,8 @@ class Store:
         self._closed = False
         for sid in self._engine.sweeps:
             self._writer.submit_then([SweepStream(sid)], _sweep_done)
+        for recheck in self._engine.rechecks:
+            self._writer.submit_then([recheck], _sweep_done)
 
     @classmethod
     def open(

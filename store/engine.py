@@ -84,6 +84,7 @@ class Engine:
         self._waiting_snapshot: dict[tuple[str, str], list[PullRequest]] = {}
         self._unfinished: list[tuple[AnyJob, Op]] = []
         self.sweeps: list[int] = []  # sids of deleted streams with data left (at load)
+        self.rechecks: list[Reevaluate] = []  # consumer-deletion checks to go on with
         # Set by Store.close (another thread; read here between slices): a sweep stops at
         # its next slice and is finished by the next open, so closing does not wait for it.
         self.closing = False
@@ -144,6 +145,15 @@ class Engine:
                 if gone is None:
                     break
                 self.sweeps.append(gone)
+        # Interest/workqueue checks after a consumer deletion that a crash cut short.
+        self.rechecks = []
+        if mcur.set_range(keys.META_RECHECK_PREFIX):
+            by_sid = {st.sid: st.name for st in self.streams.values()}
+            for k, v in mcur.iternext():
+                cut = keys.read_recheck_key(bytes(k))
+                if cut is None:
+                    break
+                self.rechecks.append(Reevaluate(by_sid.get(cut, ""), cut, keys.read_u64(bytes(v))))
 
     def reset(self) -> None:
         """After an aborted batch: drop every cached object and reload what is committed.

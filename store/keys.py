@@ -16,6 +16,10 @@ a consumer id from the same counter. Times are Unix nanoseconds (u64), 0 = no ti
 |               | ``b"sweep/"``, u64 sid               | empty: a deleted stream whose data under   |
 |               |                                      | this sid is still being removed (in        |
 |               |                                      | slices; resumed when the store opens)      |
+|               | ``b"recheck/"``, u64 sid             | u64 seq: an interest/workqueue stream      |
+|               |                                      | whose messages from seq on are still to be |
+|               |                                      | checked after a consumer was deleted (in   |
+|               |                                      | slices; resumed when the store opens)      |
 +---------------+--------------------------------------+--------------------------------------------+
 | ``streams``   | stream name (UTF-8)                  | stream record: u8 version (1), u64 sid,    |
 |               |                                      | u64 created time, then the StreamConfig    |
@@ -119,6 +123,7 @@ ALL_DBS: Final = (
 META_SCHEMA: Final = b"schema"
 META_NEXT_ID: Final = b"next_id"
 META_SWEEP_PREFIX: Final = b"sweep/"
+META_RECHECK_PREFIX: Final = b"recheck/"
 
 MSG_RECORD_VERSION: Final = 1
 STREAM_RECORD_VERSION: Final = 1
@@ -185,9 +190,22 @@ def sweep_key(sid: int) -> bytes:
 
 def read_sweep_key(key: bytes) -> int | None:
     """The sid of a ``meta`` sweep record's key, or None for any other ``meta`` key."""
-    if len(key) != len(META_SWEEP_PREFIX) + 8 or not key.startswith(META_SWEEP_PREFIX):
+    return _read_sid_key(key, META_SWEEP_PREFIX)
+
+
+def recheck_key(sid: int) -> bytes:
+    return META_RECHECK_PREFIX + _U64.pack(sid)
+
+
+def read_recheck_key(key: bytes) -> int | None:
+    """The sid of a ``meta`` recheck record's key, or None for any other ``meta`` key."""
+    return _read_sid_key(key, META_RECHECK_PREFIX)
+
+
+def _read_sid_key(key: bytes, prefix: bytes) -> int | None:
+    if len(key) != len(prefix) + 8 or not key.startswith(prefix):
         return None
-    return int(_U64.unpack_from(key, len(META_SWEEP_PREFIX))[0])
+    return int(_U64.unpack_from(key, len(prefix))[0])
 
 
 def epoch_of(seq: int) -> int:

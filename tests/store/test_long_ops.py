@@ -293,6 +293,44 @@ def test_closing_leaves_a_deleted_streams_data_to_the_next_open(tmp_path: Path) 
 
 
 @pytest.mark.timeout(120)
+def test_a_consumer_deletion_check_cut_short_by_a_crash_goes_on_at_the_next_open(
+    tmp_path: Path,
+) -> None:
+    """Interest retention: after consumer b (on d.b) is deleted, its d.b messages go, in
+    slices; killed between two, the next open goes on from the recorded seq."""
+    path = tmp_path / "d"
+    proc = start_child("-m", "tests.store.sweep_child", str(path), "consumer")
+    assert proc.stdout is not None
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("SID "), line + (proc.stderr.read() if proc.stderr else "")
+        sid = int(line.split()[1])
+        line = proc.stdout.readline()
+        assert line.strip() == "SWEEPING", line
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    env = Env(path, sync=True, readonly=True)
+    try:
+        with env.read() as txn:
+            assert txn.get(keys.recheck_key(sid), db=env.dbs[keys.DB_META]) is not None
+    finally:
+        env.close()
+    with Store.open(path) as s:
+        assert s.consumer_names("D") == ["a"]
+        deadline = time.monotonic() + 60
+        while s.stream_state("D").messages > 10_000 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the check runs on the writer thread, resumed by open
+        assert s.stream_state("D").messages == 10_000  # every d.a, no d.b
+        assert {m.subject for m in s.iter_msgs("D")} == {"d.a"}
+        with s.env.read() as txn:
+            assert txn.get(keys.recheck_key(sid), db=s.env.dbs[keys.DB_META]) is None
+
+
+@pytest.mark.timeout(120)
 def test_a_deletion_cut_short_by_a_crash_is_finished_at_the_next_open(tmp_path: Path) -> None:
     path = tmp_path / "d"
     proc = start_child("-m", "tests.store.sweep_child", str(path))
