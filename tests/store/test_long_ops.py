@@ -292,14 +292,10 @@ def test_closing_leaves_a_deleted_streams_data_to_the_next_open(tmp_path: Path) 
         assert _keys_under(s.env, sid) == 0
 
 
-@pytest.mark.timeout(120)
-def test_a_consumer_deletion_check_cut_short_by_a_crash_goes_on_at_the_next_open(
-    tmp_path: Path,
-) -> None:
-    """Interest retention: after consumer b (on d.b) is deleted, its d.b messages go, in
-    slices; killed between two, the next open goes on from the recorded seq."""
-    path = tmp_path / "d"
-    proc = start_child("-m", "tests.store.sweep_child", str(path), "consumer")
+def _killed_between_slices(path: Path, mode: str) -> int:
+    """Run tests/store/sweep_child.py in ``mode`` and SIGKILL it once its first slice is
+    committed; the sid of its stream."""
+    proc = start_child("-m", "tests.store.sweep_child", str(path), mode)
     assert proc.stdout is not None
     try:
         line = proc.stdout.readline()
@@ -313,6 +309,17 @@ def test_a_consumer_deletion_check_cut_short_by_a_crash_goes_on_at_the_next_open
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+    return sid
+
+
+@pytest.mark.timeout(120)
+def test_a_consumer_deletion_check_cut_short_by_a_crash_goes_on_at_the_next_open(
+    tmp_path: Path,
+) -> None:
+    """Interest retention: after consumer b (on d.b) is deleted, its d.b messages go, in
+    slices; killed between two, the next open goes on from the recorded seq."""
+    path = tmp_path / "d"
+    sid = _killed_between_slices(path, "consumer")
     env = Env(path, sync=True, readonly=True)
     try:
         with env.read() as txn:
@@ -333,20 +340,7 @@ def test_a_consumer_deletion_check_cut_short_by_a_crash_goes_on_at_the_next_open
 @pytest.mark.timeout(120)
 def test_a_deletion_cut_short_by_a_crash_is_finished_at_the_next_open(tmp_path: Path) -> None:
     path = tmp_path / "d"
-    proc = start_child("-m", "tests.store.sweep_child", str(path))
-    assert proc.stdout is not None
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("SID "), line + (proc.stderr.read() if proc.stderr else "")
-        sid = int(line.split()[1])
-        line = proc.stdout.readline()
-        assert line.strip() == "SWEEPING", line
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+    sid = _killed_between_slices(path, "stream")
     env = Env(path, sync=True, readonly=True)
     try:
         left = _keys_under(env, sid)
