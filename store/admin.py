@@ -444,6 +444,11 @@ def reevaluate_more(eng: Engine, ctx: Ctx, op: Reevaluate) -> OpResult:
     if st is None or st.sid != op.sid:  # deleted meanwhile: nothing left to check
         ctx.txn.delete(keys.recheck_key(op.sid), db=ctx.db(keys.DB_META))
         return True
+    raw = ctx.txn.get(keys.recheck_key(st.sid), db=ctx.db(keys.DB_META))
+    if raw is None or keys.read_u64(bytes(raw)) != op.start:
+        # A later consumer deletion started a check from the stream's first message and
+        # took over the record: it covers everything this one had left.
+        return True
     return _reevaluate(eng, ctx, st, op.start)
 
 

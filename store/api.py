@@ -65,7 +65,7 @@ log = logging.getLogger("jetmq.store")
 EventHook = Callable[[Sequence[Event]], None]
 
 
-def _sweep_done(res: list[OpResult] | BaseException) -> None:
+def _resumed_done(res: list[OpResult] | BaseException) -> None:
     """Completion of the work a crash cut short, resumed at open (sweeps, rechecks)."""
     if isinstance(res, BaseException):
         log.error("resuming interrupted store work failed: %s (retried at the next start)", res)
@@ -101,9 +101,9 @@ class Store:
         )
         self._closed = False
         for sid in self._engine.sweeps:
-            self._writer.submit_then([SweepStream(sid)], _sweep_done)
+            self._writer.submit_then([SweepStream(sid)], _resumed_done)
         for recheck in self._engine.rechecks:
-            self._writer.submit_then([recheck], _sweep_done)
+            self._writer.submit_then([recheck], _resumed_done)
 
     @classmethod
     def open(

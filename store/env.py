@@ -219,7 +219,7 @@ class Env:
         if size >= (self._env.info()["last_pgno"] + 1) * page_size:
             return
         try:
-            roots, _ = lmdbfile.committed_roots(data, page_size)
+            roots = lmdbfile.committed_roots(data, page_size)
         except (OSError, ValueError) as exc:
             raise StoreOpenError(f"the store in {self.path} is damaged: {exc}") from exc
         past = [r for r in roots if (r + 1) * page_size > size]

@@ -34,25 +34,25 @@ _PAGE_LEAF: Final = 0x02
 _NODE_SUBDATA: Final = 0x02
 
 
-def committed_roots(path: str, page_size: int) -> tuple[list[int], int]:
+def committed_roots(path: str, page_size: int) -> list[int]:
     """The root pages of the committed state (the free-page tree, the main tree and each
-    named database listed in the main tree's root, when that root is a leaf) and its last
-    page number, read from data file ``path``."""
+    named database listed in the main tree's root, when that root is a leaf), read from
+    data file ``path``."""
     with open(path, "rb") as f:
         metas = [_meta(f.read(page_size)), _meta(f.read(page_size))]
         valid = [m for m in metas if m is not None]
         if not valid:
             raise ValueError("no valid LMDB meta page")
-        free_root, main_root, last_pg, _ = max(valid, key=lambda m: m[3])
+        free_root, main_root, _ = max(valid, key=lambda m: m[2])
         roots = [r for r in (free_root, main_root) if r != NO_PAGE]
         if main_root != NO_PAGE:
             f.seek(main_root * page_size)
             roots += _named_roots(f.read(page_size))
-    return roots, last_pg
+    return roots
 
 
-def _meta(page: bytes) -> tuple[int, int, int, int] | None:
-    """(free root, main root, last page, txn id) of a meta page, or None if it is not one."""
+def _meta(page: bytes) -> tuple[int, int, int] | None:
+    """(free root, main root, txn id) of a meta page, or None if it is not one."""
     off = _HEADER.size
     if len(page) < off + _META.size + 2 * _DB.size + _TAIL.size:
         return None
@@ -62,8 +62,8 @@ def _meta(page: bytes) -> tuple[int, int, int, int] | None:
     off += _META.size
     free_root = _DB.unpack_from(page, off)[-1]
     main_root = _DB.unpack_from(page, off + _DB.size)[-1]
-    last_pg, txnid = _TAIL.unpack_from(page, off + 2 * _DB.size)
-    return free_root, main_root, last_pg, txnid
+    txnid = _TAIL.unpack_from(page, off + 2 * _DB.size)[1]  # (last page, txn id)
+    return free_root, main_root, txnid
 
 
 def _named_roots(page: bytes) -> list[int]:

@@ -129,7 +129,7 @@ class GroupCommitWriter:
         self._on_abort = on_abort
         self._after_commit = after_commit
         self._unfinished = unfinished
-        self._carried: list[AnyJob] = []  # unfinished jobs: first in the next batch
+        self._carried: list[AnyJob] = []  # unfinished jobs: their next slice, a batch of its own
         self._sync_always = sync_always
         # None is the stop mark, queued by close() after every job (both under _lock).
         self._queue: queue.SimpleQueue[AnyJob | None] = queue.SimpleQueue()

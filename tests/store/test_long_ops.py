@@ -223,6 +223,25 @@ def test_deleting_a_consumer_drops_what_no_one_needs_in_slices(
     assert states[0] == states[1]
 
 
+def test_two_consumer_deletions_in_flight_check_every_message(tmp_path: Path) -> None:
+    """The second deletion's check (from the first message) takes over the stream's recheck
+    record; the first one's continuation then stops: every message only the two deleted
+    consumers wanted goes, the others stay, and no record is left."""
+    with Store.open(tmp_path / "d", sync="batch", remove_slice=SLICE) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"], "retention": "interest"})
+        for c in ("a", "b", "c"):
+            s.create_consumer("S", {"durable_name": c, "filter_subject": f"s.{c}", **EXPLICIT})
+        _fill(s, 3 * N, ("s.a", "s.b", "s.c"))
+        first = s.submit([DeleteConsumer("S", "b")])
+        second = s.submit([DeleteConsumer("S", "c")])
+        assert first.result(timeout=60) == [True]
+        assert second.result(timeout=60) == [True]
+        assert {m.subject for m in s.iter_msgs("S")} == {"s.a"}
+        assert s.stream_state("S").messages == N
+        with s.env.read() as txn:
+            assert txn.get(keys.recheck_key(_sid(s, "S")), db=s.env.dbs[keys.DB_META]) is None
+
+
 def test_a_stream_deleted_in_slices_is_gone_at_once(tmp_path: Path) -> None:
     with Store.open(tmp_path / "d", sync="batch", remove_slice=SLICE) as s:
         s.create_stream({"name": "S", "subjects": ["s.>"]})
