@@ -49,10 +49,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from store import (
     Ack,
+    CreateStream,
     DeleteMsg,
     DeleteStream,
     Delivery,
     Event,
+    Op,
     OpResult,
     PubAck,
     Publish,
@@ -60,6 +62,8 @@ from store import (
     PurgeResult,
     PurgeStream,
     Store,
+    StreamConfig,
+    StreamInfo,
 )
 from store import keys as keys_mod
 from store.engine import REMOVE_SLICE
@@ -431,9 +435,23 @@ class LongOp(NamedTuple):
     wait_max_ms: float  # the longest any append waited (submit to durable) meanwhile
 
 
+LONG_OPS: dict[str, Op] = {
+    "purge": PurgeStream("BIG"),
+    "purge keeping 1,000 of big.*": PurgeStream("BIG", filter="big.*", keep=1000),
+    "update to max_msgs 1,000": CreateStream(
+        StreamConfig.from_wire({"name": "BIG", "subjects": ["big.>"], "max_msgs": 1000}), True
+    ),
+    "update to max_msgs_per_subject 10": CreateStream(
+        StreamConfig.from_wire({"name": "BIG", "subjects": ["big.>"], "max_msgs_per_subject": 10}),
+        True,
+    ),
+    "delete": DeleteStream("BIG"),
+}
+
+
 def long_op_under_load(built: str, op: str, remove_slice: int) -> LongOp:
-    """A copy of ``built`` (:func:`build_big_stream`), then ``op`` ("purge" or "delete")
-    of stream BIG while 8 callback submitters append to another stream (``sync=always``):
+    """A copy of ``built`` (:func:`build_big_stream`), then ``op`` (a key of LONG_OPS) on
+    stream BIG while 8 callback submitters append to another stream (``sync=always``):
     how long the operation takes and how long each append waited meanwhile. A
     ``remove_slice`` beyond the stream's size is the operation in one transaction."""
     d = _fresh_dir()
@@ -471,16 +489,19 @@ def long_op_under_load(built: str, op: str, remove_slice: int) -> LongOp:
             time.sleep(0.3)
             commits = s.metrics()["commits"]
             t0 = time.perf_counter()
-            fut = s.submit([DeleteStream("BIG") if op == "delete" else PurgeStream("BIG")])
+            fut = s.submit([LONG_OPS[op]])
             res = fut.result(timeout=600)[0]
             t1 = time.perf_counter()
             op_commits = s.metrics()["commits"] - commits
             time.sleep(0.1)
             stop.set()
             all_stopped.wait(30)
-            if op == "purge":
+            if op.startswith("purge"):
                 assert type(res) is PurgeResult, res
                 assert res.purged > 0, res
+            elif op.startswith("update"):
+                assert type(res) is StreamInfo, res
+                assert res.state.messages in (1000, 1002), res  # 10 of 100 subjects, big.sparse 2
             else:
                 assert res is True, res
             # Appends in flight at any moment while it ran (completed after it began).
@@ -746,7 +767,7 @@ def main(argv: list[str] | None = None) -> int:
             f" {last_ms:.3f} ms, next-by-subject from seq 2 {next_ms:.1f} ms"
         )
         print(f"  disk per stored 100-byte message: {disk_bytes_per_msg(d, rec_n):8.1f} bytes")
-        for op in ("purge", "delete"):
+        for op in LONG_OPS:
             for slice_ in (REMOVE_SLICE, rec_n * 10):
                 lo = long_op_under_load(d, op, slice_)
                 how = f"slices of {slice_:,}" if slice_ < rec_n else "one transaction"

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import secrets
 import string
-from itertools import islice
 from typing import TYPE_CHECKING
 
-from store import keys
+from store import keys, slices
 from store.consumers import ConsumerRt
 from store.ctx import Ctx
 from store.errors import JetStreamError, js_error
@@ -30,14 +29,10 @@ from store.ops import (
     CreateConsumer,
     CreateStream,
     DeleteMsg,
+    EnforceLimits,
     OpResult,
     PullStatus,
-    PurgeMore,
-    PurgePlan,
-    PurgeResult,
     PurgeStream,
-    Reevaluate,
-    SweepStream,
 )
 from store.streams import StreamRt
 from store.subjects import is_valid_subject, subject_matches, subjects_overlap
@@ -46,11 +41,6 @@ if TYPE_CHECKING:
     from store.engine import Engine
 
 _NAME_ALPHABET = string.ascii_letters + string.digits
-MAX_U64 = keys.MAX_U64
-# A deleted stream's data is swept in slices of this many keys per message of a purge
-# slice (a key deletion costs about a fifth of removing a message with its bookkeeping).
-SWEEP_KEYS_PER_MSG = 4
-
 # Consumer fields an update may not change (spec §1.6), with nats-server's wording.
 _FIXED_CONSUMER_FIELDS = {
     "deliver_policy": "deliver policy can not be updated",
@@ -115,24 +105,23 @@ def create_stream(eng: Engine, ctx: Ctx, op: CreateStream) -> OpResult:
     existing.config = cfg
     write_stream_record(eng, ctx, existing)
     eng._capture.clear()
-    # Apply tighter limits now.
-    if cfg.max_msgs_per_subject > 0:
-        over = [
-            (subj, n - cfg.max_msgs_per_subject)
-            for subj, n, _, _ in existing.subject_records(ctx)
-            if n > cfg.max_msgs_per_subject
-        ]
-        for subj, extra in over:
-            for s in list(islice(existing.subject_seqs(ctx, subj), extra)):
-                existing.remove(ctx, s)
-    while cfg.max_msgs > 0 and existing.messages > cfg.max_msgs:
-        existing.remove(ctx, existing.first_seq)
-    while cfg.max_bytes > 0 and existing.bytes > cfg.max_bytes:
-        existing.remove(ctx, existing.first_seq)
-    existing.expire(ctx, MAX_U64)
-    existing.save_state(ctx)
-    ctx.touched.add(existing)
+    # Tighter limits: the excess goes now, in slices; the reply comes with the last one.
+    # (A lower per-subject limit walks the stream; the others remove from its head.)
+    mmps, was = cfg.max_msgs_per_subject, old.max_msgs_per_subject
+    walk = existing.first_seq if mmps > 0 and (was <= 0 or mmps < was) else 0
+    if not slices.enforce(eng, ctx, existing, walk, True, continued=False):
+        return None  # the job is continued, not completed: this result is dropped
     return stream_info(eng, ctx, existing)
+
+
+def enforce_more(eng: Engine, ctx: Ctx, op: EnforceLimits) -> OpResult:
+    """The next slice of the excess a stream update's lower limits left."""
+    st = eng.streams.get(op.stream)
+    if st is None or st.sid != op.sid:  # deleted meanwhile (its record with it)
+        return js_error("stream_not_found") if op.info else True
+    if not slices.enforce(eng, ctx, st, op.start, op.info, continued=True):
+        return None
+    return stream_info(eng, ctx, st) if op.info else True
 
 
 def check_overlap(eng: Engine, cfg: StreamConfig, me: StreamRt | None) -> None:
@@ -164,39 +153,11 @@ def delete_stream(eng: Engine, ctx: Ctx, name: str) -> OpResult:
         delete_consumer(eng, ctx, st, cname, reevaluate=False)
     ctx.txn.delete(keys.u64(st.sid), db=ctx.db(keys.DB_SSTATE))
     ctx.txn.delete(name.encode(), db=ctx.db(keys.DB_STREAMS))
-    ctx.txn.put(keys.sweep_key(st.sid), b"", db=ctx.db(keys.DB_META))
     del eng.streams[name]
     eng.deadlines.pop(name, None)
     eng._capture.clear()
     ctx.touched.discard(st)
-    return sweep(eng, ctx, st.sid)
-
-
-# The databases holding a stream's data under keys that start with its sid.
-_STREAM_DATA_DBS = (
-    keys.DB_MSGS,
-    keys.DB_SUBJECTS,
-    keys.DB_SUBJCOUNT,
-    keys.DB_DEDUPE,
-    keys.DB_DEDUPESEQ,
-)
-
-
-def sweep(eng: Engine, ctx: Ctx, sid: int) -> OpResult:
-    """Remove a slice of a deleted stream's data (all of it when the job holds other
-    operations too); True once nothing is left."""
-    budget = SWEEP_KEYS_PER_MSG * eng.remove_slice if ctx.may_continue else MAX_U64
-    prefix = keys.sid_prefix(sid)
-    for dbname in _STREAM_DATA_DBS:
-        budget -= _delete_prefix(ctx, dbname, prefix, budget)
-        if budget <= 0:
-            if eng.closing:
-                # The store is closing: the sweep record stays, the next open goes on.
-                return True
-            ctx.go_on(SweepStream(sid))  # perhaps nothing is left: the next slice says so
-            return None
-    ctx.txn.delete(keys.sweep_key(sid), db=ctx.db(keys.DB_META))
-    return True
+    return slices.begin_sweep(eng, ctx, st.sid)
 
 
 def purge(eng: Engine, ctx: Ctx, op: PurgeStream) -> OpResult:
@@ -209,37 +170,7 @@ def purge(eng: Engine, ctx: Ctx, op: PurgeStream) -> OpResult:
         raise js_error("bad_request")
     if op.filter is not None and not _valid_filter(op.filter):
         raise js_error("bad_request")
-    return _purge_slice(eng, ctx, st, st.purge_plan(ctx, op.filter, op.seq, op.keep), 0)
-
-
-def purge_more(eng: Engine, ctx: Ctx, op: PurgeMore) -> OpResult:
-    st = eng.streams.get(op.stream)
-    if st is None or st.sid != op.sid:  # deleted meanwhile: nothing left to purge
-        return PurgeResult(op.purged)
-    return _purge_slice(eng, ctx, st, op.plan, op.purged)
-
-
-def _purge_slice(eng: Engine, ctx: Ctx, st: StreamRt, plan: PurgePlan, before: int) -> OpResult:
-    """One slice of a purge (all of it when the job holds other operations too)."""
-    limit = eng.remove_slice if ctx.may_continue else MAX_U64
-    n, rest = st.purge_step(ctx, plan, limit)
-    if plan.floor:
-        # Consumers that had not reached the purge point move past it.
-        floor = st.first_seq - 1
-        for c in st.consumers.values():
-            if c.delivered_sseq < floor:
-                c.delivered_sseq = floor
-                c.num_pending_cache = None
-                if not c.pending:
-                    c.update_ack_floor()
-                ctx.dirty_consumers.add(c)
-    for c in st.consumers.values():
-        c.num_pending_cache = None
-    ctx.touched.add(st)
-    if rest is None:
-        return PurgeResult(before + n)
-    ctx.go_on(PurgeMore(st.name, st.sid, rest, before + n))
-    return None  # the job is continued, not completed: this result is dropped
+    return slices.purge(eng, ctx, st, st.purge_plan(ctx, op.filter, op.seq, op.keep))
 
 
 def delete_msg(eng: Engine, ctx: Ctx, op: DeleteMsg) -> OpResult:
@@ -428,49 +359,14 @@ def delete_consumer(
     for req in c.waiting:
         ctx.events.append(PullStatus(st.name, name, req.reply, 409, "Consumer Deleted"))
     c.waiting.clear()
-    _delete_prefix(ctx, keys.DB_PENDING, keys.u64(c.cid))
+    slices.delete_prefix(ctx, keys.DB_PENDING, keys.u64(c.cid))
     ctx.txn.delete(keys.u64(c.cid), db=ctx.db(keys.DB_CSTATE))
     ctx.txn.delete(keys.consumer_key(st.sid, name), db=ctx.db(keys.DB_CONSUMERS))
     del st.consumers[name]
     ctx.dirty_consumers.discard(c)
     ctx.touched.add(st)
     if reevaluate and st.config.retention != "limits":
-        return _reevaluate(eng, ctx, st, st.first_seq)
-    return True
-
-
-def reevaluate_more(eng: Engine, ctx: Ctx, op: Reevaluate) -> OpResult:
-    st = eng.streams.get(op.stream)
-    if st is None or st.sid != op.sid:  # deleted meanwhile: nothing left to check
-        ctx.txn.delete(keys.recheck_key(op.sid), db=ctx.db(keys.DB_META))
-        return True
-    raw = ctx.txn.get(keys.recheck_key(st.sid), db=ctx.db(keys.DB_META))
-    if raw is None or keys.read_u64(bytes(raw)) != op.start:
-        # A later consumer deletion started a check from the stream's first message and
-        # took over the record: it covers everything this one had left.
-        return True
-    return _reevaluate(eng, ctx, st, op.start)
-
-
-def _reevaluate(eng: Engine, ctx: Ctx, st: StreamRt, start: int) -> OpResult:
-    """Queue a slice of an interest/workqueue stream's messages for the retention check
-    (the engine removes those no consumer needs); True when the last slice is queued."""
-    limit = eng.remove_slice if ctx.may_continue else MAX_U64
-    n = 0
-    found = st.seqs_from(ctx, start)
-    try:
-        for seq, _ in found:
-            if n == limit:
-                # Recorded, so that a restart goes on from here (Store.open).
-                ctx.txn.put(keys.recheck_key(st.sid), keys.u64(seq), db=ctx.db(keys.DB_META))
-                ctx.go_on(Reevaluate(st.name, st.sid, seq))
-                return None  # the job is continued, not completed: this result is dropped
-            ctx.retention_check.append((st, seq))
-            n += 1
-    finally:
-        found.close()  # its cursor: the removals come after, in the same transaction
-    ctx.txn.delete(keys.recheck_key(st.sid), db=ctx.db(keys.DB_META))
-    ctx.touched.add(st)
+        return slices.reevaluate(eng, ctx, st, st.first_seq)
     return True
 
 
@@ -497,19 +393,6 @@ def consumer_info(eng: Engine, ctx: Ctx, c: ConsumerRt) -> ConsumerInfo:
         push_bound=True if c.config.is_push and c.push_bound else None,
         ts=format_time(eng.clock()),
     )
-
-
-def _delete_prefix(ctx: Ctx, dbname: bytes, prefix: bytes, limit: int = MAX_U64) -> int:
-    """Delete up to ``limit`` keys starting with ``prefix``; how many were deleted."""
-    cur = ctx.txn.cursor(db=ctx.db(dbname))
-    if not cur.set_range(prefix):
-        return 0
-    n = 0
-    while n < limit and cur.key().startswith(prefix):
-        n += 1
-        if not cur.delete():
-            break
-    return n
 
 
 def _valid_filter(f: str) -> bool:

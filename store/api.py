@@ -65,10 +65,13 @@ log = logging.getLogger("jetmq.store")
 EventHook = Callable[[Sequence[Event]], None]
 
 
-def _resumed_done(res: list[OpResult] | BaseException) -> None:
-    """Completion of the work a crash cut short, resumed at open (sweeps, rechecks)."""
-    if isinstance(res, BaseException):
-        log.error("resuming interrupted store work failed: %s (retried at the next start)", res)
+def _resumed_done(fut: Future[list[OpResult]]) -> None:
+    """Completion of the work a crash cut short, resumed at open (store.slices)."""
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error(
+            "resuming interrupted store work failed: %s (retried at the next start)",
+            fut.exception(),
+        )
 
 
 class Store:
@@ -100,10 +103,14 @@ class Store:
             max_batch_jobs=max_batch_jobs,
         )
         self._closed = False
-        for sid in self._engine.sweeps:
-            self._writer.submit_then([SweepStream(sid)], _resumed_done)
-        for recheck in self._engine.rechecks:
-            self._writer.submit_then([recheck], _resumed_done)
+        # Long operations a crash or a close cut short (store.slices), going on now: before
+        # anything submitted after open, each a job of its own (so in slices).
+        eng = self._engine
+        self.resumed: list[Future[list[OpResult]]] = []
+        for op in (*map(SweepStream, eng.sweeps), *eng.rechecks, *eng.purges, *eng.trims):
+            fut = self._writer.submit([op])
+            fut.add_done_callback(_resumed_done)
+            self.resumed.append(fut)
 
     @classmethod
     def open(
@@ -164,8 +171,9 @@ class Store:
     def close(self) -> None:
         """Finish queued batches, stop the writer, close LMDB. Idempotent.
 
-        Long operations in progress finish first, except the removal of a deleted stream's
-        data, which the next open completes (its caller's result is already True)."""
+        Long operations in progress (store.slices) stop after their current slice and the
+        next open goes on with them: a stream deletion's caller already has its answer,
+        a purge's gets the number purged so far, a stream update's its stream info."""
         if self._closed:
             return
         self._closed = True

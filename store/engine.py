@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from store import admin, keys
+from store import admin, keys, slices
 from store.consumers import ConsumerRt, PullRequest
 from store.ctx import Ctx
 from store.env import Env
@@ -38,6 +38,7 @@ from store.ops import (
     DeleteConsumer,
     DeleteMsg,
     DeleteStream,
+    EnforceLimits,
     GetConsumerInfo,
     GetStreamInfo,
     Op,
@@ -85,6 +86,8 @@ class Engine:
         self._unfinished: list[tuple[AnyJob, Op]] = []
         self.sweeps: list[int] = []  # sids of deleted streams with data left (at load)
         self.rechecks: list[Reevaluate] = []  # consumer-deletion checks to go on with
+        self.purges: list[PurgeMore] = []  # purges to go on with
+        self.trims: list[EnforceLimits] = []  # excess over lowered limits to go on removing
         # Set by Store.close (another thread; read here between slices): a sweep stops at
         # its next slice and is finished by the next open, so closing does not wait for it.
         self.closing = False
@@ -154,6 +157,30 @@ class Engine:
                 if cut is None:
                     break
                 self.rechecks.append(Reevaluate(by_sid.get(cut, ""), cut, keys.read_u64(bytes(v))))
+        # Purges and the removal of excess after a stream update that a crash cut short.
+        by_sid_rt = {st.sid: st for st in self.streams.values()}
+        self.purges = []
+        if mcur.set_range(keys.META_PURGE_PREFIX):
+            for k, v in mcur.iternext():
+                found = keys.read_purge_key(bytes(k))
+                if found is None:
+                    break
+                sid, rid = found
+                owner = by_sid_rt.get(sid)
+                name = owner.name if owner is not None else ""
+                self.purges.append(PurgeMore(name, sid, slices.plan_of(bytes(v)), 0, rid))
+        self.trims = []
+        if mcur.set_range(keys.META_TRIM_PREFIX):
+            for k, v in mcur.iternext():
+                trimmed = keys.read_trim_key(bytes(k))
+                if trimmed is None:
+                    break
+                owner = by_sid_rt.get(trimmed)
+                if owner is None:
+                    continue  # a deleted stream's: its sweep drops it
+                owner.trimming = 1
+                walk = keys.read_u64(bytes(v))
+                self.trims.append(EnforceLimits(owner.name, trimmed, walk, info=False))
 
     def reset(self) -> None:
         """After an aborted batch: drop every cached object and reload what is committed.
@@ -278,11 +305,13 @@ class Engine:
             case GetConsumerInfo():
                 return admin.consumer_info(self, ctx, self._consumer(op.stream, op.consumer))
             case PurgeMore():
-                return admin.purge_more(self, ctx, op)
+                return slices.purge_more(self, ctx, op)
+            case EnforceLimits():
+                return admin.enforce_more(self, ctx, op)
             case SweepStream():
-                return admin.sweep(self, ctx, op.sid)
+                return slices.sweep(self, ctx, op.sid)
             case Reevaluate():
-                return admin.reevaluate_more(self, ctx, op)
+                return slices.reevaluate_more(self, ctx, op)
         raise TypeError(f"unknown operation {op!r}")
 
     def _find(self, key: tuple[str, str]) -> ConsumerRt | None:

@@ -20,6 +20,18 @@ a consumer id from the same counter. Times are Unix nanoseconds (u64), 0 = no ti
 |               |                                      | whose messages from seq on are still to be |
 |               |                                      | checked after a consumer was deleted (in   |
 |               |                                      | slices; resumed when the store opens)      |
+|               | ``b"purge/"``, u64 sid, u64 purge id | a purge still going on, in slices (resumed |
+|               |                                      | when the store opens): u8 version (1), u8  |
+|               |                                      | filter kind (0 none, 1 literal subject, 2  |
+|               |                                      | wildcard), u8 consumers move past it (0/1),|
+|               |                                      | u64 next seq to look at, u64 bound (seqs   |
+|               |                                      | below it), u64 compact-to seq (0 = none),  |
+|               |                                      | then the filter (UTF-8) to the end         |
+|               | ``b"trim/"``, u64 sid                | u64 seq: a stream update lowered limits    |
+|               |                                      | and the excess is still being removed (in  |
+|               |                                      | slices; resumed when the store opens); the |
+|               |                                      | walk for the per-subject limit goes on     |
+|               |                                      | from seq (0: that part is done)            |
 +---------------+--------------------------------------+--------------------------------------------+
 | ``streams``   | stream name (UTF-8)                  | stream record: u8 version (1), u64 sid,    |
 |               |                                      | u64 created time, then the StreamConfig    |
@@ -124,6 +136,9 @@ META_SCHEMA: Final = b"schema"
 META_NEXT_ID: Final = b"next_id"
 META_SWEEP_PREFIX: Final = b"sweep/"
 META_RECHECK_PREFIX: Final = b"recheck/"
+META_PURGE_PREFIX: Final = b"purge/"
+META_TRIM_PREFIX: Final = b"trim/"
+PURGE_RECORD_VERSION: Final = 1
 
 MSG_RECORD_VERSION: Final = 1
 STREAM_RECORD_VERSION: Final = 1
@@ -139,6 +154,7 @@ _REC_HEAD = struct.Struct(">BQQ")  # version, id, created
 _SSTATE = struct.Struct(">B7Q")
 _CSTATE = struct.Struct(">B7Q")
 _PENDING = struct.Struct(">QIQB")
+_PURGE = struct.Struct(">BBBQQQ")  # version, filter kind, floor, start, below, compact-to
 
 MAX_U64: Final = (1 << 64) - 1
 
@@ -200,6 +216,52 @@ def recheck_key(sid: int) -> bytes:
 def read_recheck_key(key: bytes) -> int | None:
     """The sid of a ``meta`` recheck record's key, or None for any other ``meta`` key."""
     return _read_sid_key(key, META_RECHECK_PREFIX)
+
+
+def purge_key(sid: int, rid: int) -> bytes:
+    return META_PURGE_PREFIX + _U64X2.pack(sid, rid)
+
+
+def read_purge_key(key: bytes) -> tuple[int, int] | None:
+    """``(sid, purge id)`` of a ``meta`` purge record's key, or None for any other key."""
+    if len(key) != len(META_PURGE_PREFIX) + 16 or not key.startswith(META_PURGE_PREFIX):
+        return None
+    sid, rid = _U64X2.unpack_from(key, len(META_PURGE_PREFIX))
+    return int(sid), int(rid)
+
+
+def pack_purge_record(
+    subject: str | None, wildcard: bool, floor: bool, start: int, below: int, compact_to: int
+) -> bytes:
+    """A purge as it stands between slices (``store.ops.PurgePlan``)."""
+    kind = 0 if subject is None else 2 if wildcard else 1
+    head = _PURGE.pack(PURGE_RECORD_VERSION, kind, floor, start, below, compact_to)
+    return head + subject.encode() if subject is not None else head
+
+
+def unpack_purge_record(rec: bytes) -> tuple[str | None, bool, bool, int, int, int]:
+    """``(subject, wildcard, floor, start, below, compact_to)`` of a purge record."""
+    if len(rec) < _PURGE.size or rec[0] != PURGE_RECORD_VERSION:
+        raise RecordError("unknown purge record version")
+    _, kind, floor, start, below, compact = _PURGE.unpack_from(rec)
+    if kind > 2:
+        raise RecordError("damaged purge record")
+    subject = bytes(rec[_PURGE.size :]).decode() if kind else None
+    return subject, kind == 2, bool(floor), int(start), int(below), int(compact)
+
+
+def purge_prefix(sid: int) -> bytes:
+    """The start of every ``meta`` purge record of stream ``sid``."""
+    return META_PURGE_PREFIX + _U64.pack(sid)
+
+
+def trim_key(sid: int) -> bytes:
+    return META_TRIM_PREFIX + _U64.pack(sid)
+
+
+def read_trim_key(key: bytes) -> int | None:
+    """The sid of a ``meta`` trim record's key, or None for any other ``meta`` key."""
+    return _read_sid_key(key, META_TRIM_PREFIX)
 
 
 def _read_sid_key(key: bytes, prefix: bytes) -> int | None:

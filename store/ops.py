@@ -164,23 +164,38 @@ class PurgePlan(NamedTuple):
     messages stored while it runs are not purged."""
 
     filter: str | None  # a literal subject (the steps walk its index) or None
-    pattern: str | None  # a wildcard filter without keep: the steps walk the stream
+    pattern: str | None  # a wildcard filter: the steps walk the stream
     start: int  # the next seq to look at
     below: int  # purge seqs below this one
-    victims: tuple[int, ...] | None  # precomputed seqs (keep with a filter), in order
-    at: int  # victims[at:] are still to do
     compact_to: int  # whole stream: if empty at the end, first_seq = max(this, last_seq + 1)
     floor: bool  # consumers behind the purged range move past it
 
 
 @dataclass(frozen=True, slots=True)
 class PurgeMore:
-    """Go on with a purge of stream ``sid`` (gone, or re-created under another sid: done)."""
+    """Go on with a purge of stream ``sid`` (gone, or re-created under another sid: done).
+    ``rid`` numbers its ``meta`` purge record (the plan as it stands, so that a restart goes
+    on with it)."""
 
     stream: str
     sid: int
     plan: PurgePlan
     purged: int  # removed by the earlier slices
+    rid: int
+
+
+@dataclass(frozen=True, slots=True)
+class EnforceLimits:
+    """Go on removing what a stream update's lower limits leave in excess: walking the
+    stream from seq ``start`` (0: that part is done), the oldest messages of subjects over
+    ``max_msgs_per_subject``; then the oldest over ``max_msgs`` / ``max_bytes`` /
+    ``max_age``. ``info``: the last slice answers with the stream's info (the update's
+    reply)."""
+
+    stream: str
+    sid: int
+    start: int
+    info: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +230,7 @@ Op = (
     | GetStreamInfo
     | GetConsumerInfo
     | PurgeMore
+    | EnforceLimits
     | Reevaluate
     | SweepStream
 )

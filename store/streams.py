@@ -12,12 +12,12 @@ are ``num_deleted = last_seq - first_seq + 1 - messages``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from functools import lru_cache
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from store import keys
+from store import keys, subjindex
 from store.ctx import Ctx
 from store.errors import JetStreamError, js_error
 from store.models import StreamConfig
@@ -61,6 +61,9 @@ class StreamRt(SubjectRecords):
         self.num_subjects = 0
         self.consumers: dict[str, ConsumerRt] = {}
         self.on_remove: Callable[[Ctx, StreamRt, int, str], None] | None = None
+        # Removals of the excess left by a stream update that lowered limits, in flight
+        # (store.slices.enforce): meanwhile an append removes at most one message per limit.
+        self.trimming = 0
 
     def accepts(self, subject: str) -> bool:
         """Does one of the stream's subjects match the literal ``subject``?"""
@@ -117,6 +120,21 @@ class StreamRt(SubjectRecords):
             if not k.startswith(prefix):
                 return
             yield keys.read_u64(k, 8), v
+
+    def seqs_back(self, ctx: Ctx, before: int) -> Iterator[tuple[int, bytes]]:
+        """``(seq, record)`` of stored messages with seq < before, descending."""
+        cur = ctx.txn.cursor(db=ctx.db(keys.DB_MSGS))
+        if cur.set_range(keys.msg_key(self.sid, before)):
+            ok = cur.prev()
+        else:
+            ok = cur.last()
+        prefix = keys.sid_prefix(self.sid)
+        while ok:
+            k = cur.key()
+            if not k.startswith(prefix):
+                return
+            yield keys.read_u64(k, 8), cur.value()
+            ok = cur.prev()
 
     # -- append --------------------------------------------------------------------------
 
@@ -202,14 +220,21 @@ class StreamRt(SubjectRecords):
         if msg_id:
             self.dedupe_record(ctx, msg_id, seq)
         # Limits that drop old messages.
+        # (While lowered limits are being enforced in slices, one removal per limit keeps
+        # the excess from growing; the slices remove the rest.)
         if mmps > 0 and count > mmps:
-            for old in list(islice(self.subject_seqs(ctx, subject), count - mmps)):
+            extra = 1 if self.trimming else count - mmps
+            for old in list(islice(self.subject_seqs(ctx, subject), extra)):
                 self.remove(ctx, old)
         if cfg.discard == "old":
             while cfg.max_msgs > 0 and self.messages > cfg.max_msgs:
                 self.remove(ctx, self.first_seq)
+                if self.trimming:
+                    break
             while cfg.max_bytes > 0 and self.bytes > cfg.max_bytes and self.messages > 1:
                 self.remove(ctx, self.first_seq)
+                if self.trimming:
+                    break
         if rollup == "sub":
             for old in list(self.subject_seqs(ctx, subject)):
                 if old < seq:
@@ -382,8 +407,8 @@ class StreamRt(SubjectRecords):
         The plan fixes what the purge removes (nothing stored after it begins); :meth:`
         purge_step` carries it out a slice at a time, each from where the last one stopped:
         walking the stream (with a wildcard filter, matching each record's subject) or a
-        literal subject's index. Only ``keep`` with a filter lists the matching seqs once,
-        here; ``keep`` alone walks from the nearer end of the stream to its bound."""
+        literal subject's index. ``keep`` sets the bound where the ``keep`` newest
+        matching messages begin (found by a walk from the nearer end)."""
         # As nats-server: filter ">" is every subject, seq 0 no bound, keep 0 without a
         # filter all of it (each a purge of the whole stream).
         if filter_ == ">":
@@ -392,27 +417,22 @@ class StreamRt(SubjectRecords):
             below = None
         if keep == 0 and not filter_:
             keep = None
+        if keep is not None and below is not None:
+            raise ValueError("a purge takes a seq or keep, not both")
         bound = self.last_seq + 1 if below is None else min(below, self.last_seq + 1)
-        victims: tuple[int, ...] | None = None
         literal = filter_ if filter_ and is_literal(filter_) else None
-        pattern = filter_ if filter_ and literal is None and keep is None else None
-        if keep is not None and not filter_ and below is None:
+        pattern = filter_ if filter_ and literal is None else None
+        if keep is not None and not filter_:
             bound = self._newest_from(ctx, keep)  # the steps walk the stream up to it
-        elif keep is not None and filter_:
-            seqs: list[int]
-            if literal is not None:
-                seqs = list(self.subject_seqs(ctx, literal))
-            else:
-                seqs = self.filtered_seqs(ctx, filter_)
-            seqs = [q for q in seqs if q < bound]
-            victims = tuple(seqs[: max(0, len(seqs) - keep)])
+        elif keep is not None and literal is not None:
+            bound = self._subject_newest_from(ctx, literal, keep)
+        elif keep is not None and pattern is not None:
+            bound = self._matching_newest_from(ctx, pattern, keep)
         return PurgePlan(
             filter=literal,
             pattern=pattern,
             start=self.first_seq,
             below=bound,
-            victims=victims,
-            at=0,
             # A whole-stream purge leaves first_seq at last_seq + 1, even on a new stream;
             # one past the end also moves last_seq (nats-server's "compact").
             compact_to=(
@@ -423,16 +443,17 @@ class StreamRt(SubjectRecords):
             floor=not filter_ and keep is None,
         )
 
-    def _pattern_slice(self, ctx: Ctx, plan: PurgePlan, limit: int) -> tuple[list[int], int]:
-        """Up to ``limit`` seqs from ``plan.start`` below ``plan.below`` whose subject
+    def _pattern_slice(
+        self, ctx: Ctx, plan: PurgePlan, take: int, walk: int
+    ) -> tuple[list[int], int]:
+        """Up to ``take`` seqs from ``plan.start`` below ``plan.below`` whose subject
         matches the wildcard ``plan.pattern``, walking the stream, and the seq to go on
-        from (``plan.below``: done). It also stops after ``WALK_PER_REMOVAL * limit``
-        records that do not match, so a sparse filter is walked over several slices."""
+        from (``plan.below``: done). It also stops after ``walk`` records that do not
+        match, so a sparse filter is walked over several slices."""
         pattern = plan.pattern
         assert pattern is not None
         matched: dict[bytes, bool] = {}
         taken: list[int] = []
-        budget = WALK_PER_REMOVAL * limit
         for q, rec in self.seqs_from(ctx, plan.start):
             if q >= plan.below:
                 break
@@ -441,12 +462,12 @@ class StreamRt(SubjectRecords):
             if hit is None:
                 hit = matched[subj] = subject_matches(pattern, subj.decode())
             if hit:
-                if len(taken) == limit:
+                if len(taken) == take:
                     return taken, q
                 taken.append(q)
             else:
-                budget -= 1
-                if not budget:
+                walk -= 1
+                if not walk:
                     return taken, q + 1
         return taken, plan.below
 
@@ -473,37 +494,75 @@ class StreamRt(SubjectRecords):
                 cur.next()
         return keys.split_msg_key(cur.key())[1]
 
+    def _subject_newest_from(self, ctx: Ctx, subject: str, keep: int) -> int:
+        """The seq of the oldest of the ``keep`` newest messages on the literal
+        ``subject`` (``first_seq`` if it has no more than ``keep``): a walk of its index
+        back from its last message or forward from its first, the shorter."""
+        n, first, last = self.subject_record(ctx, subject)
+        older = n - keep
+        if older <= 0:
+            return self.first_seq
+        if keep <= older:
+            cur = ctx.txn.cursor(db=ctx.subjects_db)
+            subj_b = subject.encode()
+            q = last + 1
+            for _ in range(keep):
+                q = subjindex.prev_seq(cur, self.sid_b, subj_b, q, first)
+            return q
+        return next(islice(self.subject_seqs(ctx, subject), older, None))
+
+    def _matching_newest_from(self, ctx: Ctx, pattern: str, keep: int) -> int:
+        """The seq of the oldest of the ``keep`` newest messages whose subject matches the
+        wildcard ``pattern`` (``first_seq`` if no more than ``keep`` match): their number
+        from the subject records, then a walk of the stream from the nearer end."""
+        if keep <= 0:
+            return self.last_seq + 1
+        n = sum(rec[1] for rec in self.subject_records(ctx, pattern))
+        older = n - keep
+        if older <= 0:
+            return self.first_seq
+        matched: dict[bytes, bool] = {}
+        walk: Iterator[tuple[int, bytes]]
+        if keep <= older:
+            walk, wanted = self.seqs_back(ctx, self.last_seq + 1), keep
+        else:
+            walk, wanted = self.seqs_from(ctx, self.first_seq), older + 1
+        for q, rec in walk:
+            subj = keys.msg_subject_bytes(rec)
+            hit = matched.get(subj)
+            if hit is None:
+                hit = matched[subj] = subject_matches(pattern, subj.decode())
+            if hit:
+                wanted -= 1
+                if not wanted:
+                    return q
+        raise AssertionError("subject records count messages the stream does not hold")
+
     def purge_step(self, ctx: Ctx, plan: PurgePlan, limit: int) -> tuple[int, PurgePlan | None]:
         """Remove at most ``limit`` messages of ``plan``: how many, and the plan that goes
         on (None: the purge is complete)."""
-        rest: PurgePlan | None
-        batch: Sequence[int]
-        if plan.victims is not None:
-            batch = plan.victims[plan.at : plan.at + limit]
-            end = plan.at + len(batch)
-            rest = plan._replace(at=end) if end < len(plan.victims) else None
+        taken: list[int] = []
+        if plan.pattern is not None:
+            walk = WALK_PER_REMOVAL * limit if limit < keys.MAX_U64 else keys.MAX_U64
+            taken, q = self._pattern_slice(ctx, plan, limit, walk)
         else:
-            taken: list[int] = []
-            if plan.pattern is not None:
-                taken, q = self._pattern_slice(ctx, plan, limit)
+            found: Iterator[int]
+            if plan.filter is not None:
+                found = self.subject_seqs(ctx, plan.filter, plan.start)
             else:
-                found: Iterator[int]
-                if plan.filter is not None:
-                    found = self.subject_seqs(ctx, plan.filter, plan.start)
-                else:
-                    found = (q for q, _ in self.seqs_from(ctx, plan.start))
-                for q in found:
-                    if q >= plan.below:
-                        break
-                    if len(taken) == limit:  # one more exists: go on from it
-                        break
-                    taken.append(q)
-                else:
-                    q = plan.below
-                if isinstance(found, Generator):
-                    found.close()  # its cursor: the removals below go through the same pages
-            batch = taken
-            rest = plan._replace(start=q) if q < plan.below else None
+                found = (q for q, _ in self.seqs_from(ctx, plan.start))
+            for q in found:
+                if q >= plan.below:
+                    break
+                if len(taken) == limit:  # one more exists: go on from it
+                    break
+                taken.append(q)
+            else:
+                q = plan.below
+            if isinstance(found, Generator):
+                found.close()  # its cursor: the removals below go through the same pages
+        rest = plan._replace(start=q) if q < plan.below else None
+        batch = taken
         removed = 0
         for q in batch:
             if self.remove(ctx, q):

@@ -1,12 +1,15 @@
 """Child process for the interrupted-deletion tests: long work in small slices, killed.
 
-Usage: ``python -m tests.store.sweep_child <dir> [stream|consumer]``. ``stream``: stores
-``N`` messages in stream ``D``, prints ``SID <sid>``, submits the stream's deletion with
-``remove_slice=5`` and prints ``SWEEPING`` once the first slice is committed (the stream is
-gone, its data is not). ``consumer``: stream ``D`` has interest retention and consumers
-``a`` (on ``d.a``) and ``b`` (on ``d.b``); the deletion of ``b`` is submitted and
-``SWEEPING`` printed once its first slice of checks is committed (its ``meta`` recheck
-record written). Then it waits; the parent kills it with SIGKILL on ``SWEEPING``.
+Usage: ``python -m tests.store.sweep_child <dir> [stream|consumer|purge|trim]``.
+``stream``: stores ``N`` messages in stream ``D`` on ``d.0`` … ``d.49``, prints
+``SID <sid>``, submits the stream's deletion with ``remove_slice=5`` and prints
+``SWEEPING`` once the first slice is committed (the stream is gone, its data is not).
+``consumer``: stream ``D`` has interest retention and consumers ``a`` (on ``d.a``) and
+``b`` (on ``d.b``); the deletion of ``b`` is submitted and ``SWEEPING`` printed once its
+first slice of checks is committed (its ``meta`` recheck record written). ``purge``: as
+``stream``, then a purge of ``d.*`` keeping the newest ``KEEP``. ``trim``: as ``stream``,
+then an update to ``max_msgs_per_subject`` 2 and ``max_msgs`` ``KEEP``. Then it waits;
+the parent kills it with SIGKILL on ``SWEEPING``.
 """
 
 from __future__ import annotations
@@ -14,9 +17,27 @@ from __future__ import annotations
 import sys
 import time
 
-from store import DeleteConsumer, DeleteStream, Publish, Store, keys
+from store import (
+    CreateStream,
+    DeleteConsumer,
+    DeleteStream,
+    Publish,
+    PurgeStream,
+    Store,
+    StreamConfig,
+    keys,
+)
+from store.env import Env
 
 N = 20_000
+KEEP = 50
+
+
+def _recorded(env: Env, prefix: bytes) -> bool:
+    """Is there a ``meta`` record whose key starts with ``prefix``?"""
+    with env.read() as txn:
+        cur = txn.cursor(db=env.dbs[keys.DB_META])
+        return cur.set_range(prefix) and bytes(cur.key()).startswith(prefix)
 
 
 def main(path: str, mode: str) -> None:
@@ -48,13 +69,18 @@ def main(path: str, mode: str) -> None:
     if mode == "consumer":
         done = store.submit([DeleteConsumer("D", "b")])
         marker = keys.recheck_key(sid)
+    elif mode == "purge":
+        done = store.submit([PurgeStream("D", filter="d.*", keep=KEEP)])
+        marker = keys.purge_prefix(sid)
+    elif mode == "trim":
+        cfg["max_msgs_per_subject"] = 2
+        cfg["max_msgs"] = KEEP
+        done = store.submit([CreateStream(StreamConfig.from_wire(cfg), update=True)])
+        marker = keys.trim_key(sid)
     else:
         done = store.submit([DeleteStream("D")])
         marker = keys.sweep_key(sid)
-    while True:
-        with env.read() as txn:
-            if txn.get(marker, db=env.dbs[keys.DB_META]) is not None:
-                break
+    while not _recorded(env, marker):
         if done.done():
             print("FINISHED TOO SOON", flush=True)
             return

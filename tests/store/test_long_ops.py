@@ -1,7 +1,8 @@
 """Long operations run in slices: a purge, a stream deletion and max_age expiry of many
 messages commit a slice per transaction (``remove_slice``) and other submissions commit
-between the slices instead of waiting behind the whole operation. A deletion interrupted
-by a crash is finished when the store opens again.
+between the slices instead of waiting behind the whole operation. Each one a crash or a
+close cuts short goes on when the store opens again (``Store.resumed``). (Lowered limits
+of a stream update: test_update_limits.py.)
 """
 
 from __future__ import annotations
@@ -77,10 +78,10 @@ def _keys_under(env: Env, sid: int) -> int:
     return n
 
 
-def _stored(s: Store, sid: int) -> int:
+def _stored(env: Env, sid: int) -> int:
     """Messages of stream ``sid`` as committed (its state record)."""
-    with s.env.read() as txn:
-        raw = txn.get(keys.u64(sid), db=s.env.dbs[keys.DB_SSTATE])
+    with env.read() as txn:
+        raw = txn.get(keys.u64(sid), db=env.dbs[keys.DB_SSTATE])
         return keys.unpack_stream_state(bytes(raw))[2]
 
 
@@ -121,13 +122,13 @@ def test_a_job_submitted_during_a_slice_waits_for_that_slice_only(tmp_path: Path
         _fill(s, n)
         sid = _sid(s, "S")
         purge = s.submit([PurgeStream("S")])
-        while _stored(s, sid) == n:  # the first slice is committed, the second runs
+        while _stored(s.env, sid) == n:  # the first slice is committed, the second runs
             time.sleep(0.0005)
         time.sleep(0.005)  # into the second slice (≈20 ms), not between two
-        at_submit = _stored(s, sid)
+        at_submit = _stored(s.env, sid)
         stored_then: list[int] = []
         done = s.submit([Publish("t.x", b"y")])
-        done.add_done_callback(lambda _: stored_then.append(_stored(s, sid)))
+        done.add_done_callback(lambda _: stored_then.append(_stored(s.env, sid)))
         assert done.result(timeout=30)[0] == PubAck("T", 1)
         assert purge.result(timeout=30) == [PurgeResult(n)]
         assert stored_then[0] >= at_submit - size
@@ -305,9 +306,7 @@ def test_closing_leaves_a_deleted_streams_data_to_the_next_open(tmp_path: Path) 
     finally:
         env.close()
     with Store.open(path) as s:
-        deadline = time.monotonic() + 30
-        while _keys_under(s.env, sid) and time.monotonic() < deadline:
-            time.sleep(0.05)  # the sweep runs on the writer thread, started by open
+        assert [f.result(timeout=60) for f in s.resumed] == [[True]]  # the sweep, resumed
         assert _keys_under(s.env, sid) == 0
 
 
@@ -347,9 +346,7 @@ def test_a_consumer_deletion_check_cut_short_by_a_crash_goes_on_at_the_next_open
         env.close()
     with Store.open(path) as s:
         assert s.consumer_names("D") == ["a"]
-        deadline = time.monotonic() + 60
-        while s.stream_state("D").messages > 10_000 and time.monotonic() < deadline:
-            time.sleep(0.05)  # the check runs on the writer thread, resumed by open
+        assert [f.result(timeout=60) for f in s.resumed] == [[True]]  # the check, resumed
         assert s.stream_state("D").messages == 10_000  # every d.a, no d.b
         assert {m.subject for m in s.iter_msgs("D")} == {"d.a"}
         with s.env.read() as txn:
@@ -370,12 +367,128 @@ def test_a_deletion_cut_short_by_a_crash_is_finished_at_the_next_open(tmp_path: 
     assert left > 0  # killed mid-sweep: data of the deleted stream is still there
     with Store.open(path) as s:
         assert s.stream_names() == []
-        deadline = time.monotonic() + 60
-        while _keys_under(s.env, sid) and time.monotonic() < deadline:
-            time.sleep(0.05)  # the sweep runs on the writer thread, started by open
+        assert [f.result(timeout=60) for f in s.resumed] == [[True]]  # the sweep, resumed
         assert _keys_under(s.env, sid) == 0
         s.create_stream({"name": "D", "subjects": ["d.>"]})
         assert s.publish("d.1") == PubAck("D", 1)
     with Store.open(path) as s, s.env.read() as txn:
         cur = txn.cursor(db=s.env.dbs[keys.DB_META])
         assert not any(keys.read_sweep_key(bytes(k)) for k in cur.iternext(values=False))
+
+
+def _meta_keys(env: Env, prefix: bytes) -> list[bytes]:
+    with env.read() as txn:
+        cur = txn.cursor(db=env.dbs[keys.DB_META])
+        out = []
+        if cur.set_range(prefix):
+            for k in cur.iternext(values=False):
+                if not bytes(k).startswith(prefix):
+                    break
+                out.append(bytes(k))
+        return out
+
+
+@pytest.mark.timeout(120)
+def test_a_purge_cut_short_by_a_crash_goes_on_at_the_next_open(tmp_path: Path) -> None:
+    """A purge of ``d.*`` keeping the newest 50 (its bound fixed where those begin), killed
+    between slices: its ``meta`` record holds the plan and the next open finishes it."""
+    path = tmp_path / "d"
+    sid = _killed_between_slices(path, "purge")
+    env = Env(path, sync=True, readonly=True)
+    try:
+        assert len(_meta_keys(env, keys.purge_prefix(sid))) == 1
+        assert _stored(env, sid) > 50  # killed mid-purge
+    finally:
+        env.close()
+    with Store.open(path) as s:
+        [(res,)] = [f.result(timeout=60) for f in s.resumed]
+        assert type(res) is PurgeResult  # the number the resumed slices removed
+        assert [m.seq for m in s.iter_msgs("D")] == list(range(20_000 - 49, 20_001))
+        state = s.stream_state("D")
+        assert (state.messages, state.first_seq, state.last_seq) == (50, 19_951, 20_000)
+        assert _meta_keys(s.env, keys.purge_prefix(sid)) == []
+        assert s.publish("d.1") == PubAck("D", 20_001)
+
+
+@pytest.mark.parametrize(
+    "purge",
+    [
+        PurgeStream("S"),
+        PurgeStream("S", filter="s.a"),
+        PurgeStream("S", filter="*.b", keep=9),
+        PurgeStream("S", filter="s.a", keep=11),
+        PurgeStream("S", keep=13),
+        PurgeStream("S", seq=N // 2),
+    ],
+)
+def test_a_purge_cut_short_by_close_goes_on_at_the_next_open(
+    tmp_path: Path, purge: PurgeStream
+) -> None:
+    """Close does not wait for a purge either: its caller gets the number purged so far,
+    the record stays, and the next open ends where one uninterrupted purge ends."""
+    whole = tmp_path / "whole"
+    with Store.open(whole, sync="batch", clock=FakeClock()) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        _fill(s, N)
+        s.create_consumer("S", {"durable_name": "c", "ack_policy": "explicit"})
+        [total] = s.submit([purge]).result(timeout=60)
+        assert type(total) is PurgeResult
+        assert total.purged > 100
+        expected = ([(m.seq, m.subject) for m in s.iter_msgs("S")], s.stream_state("S"))
+        expected_c = s.consumer_info("S", "c")
+    path = tmp_path / "d"
+    s = Store.open(path, sync="batch", clock=FakeClock(), remove_slice=10)
+    try:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        _fill(s, N)
+        s.create_consumer("S", {"durable_name": "c", "ack_policy": "explicit"})
+        sid = _sid(s, "S")
+        done = s.submit([purge])
+        while not _meta_keys(s.env, keys.purge_prefix(sid)):  # its first slice committed
+            assert not done.done()
+            time.sleep(0.0005)
+    finally:
+        s.close()
+    [part] = done.result(timeout=1)
+    assert type(part) is PurgeResult
+    assert 10 <= part.purged < total.purged
+    with Store.open(path, clock=FakeClock()) as s:
+        [(rest,)] = [f.result(timeout=60) for f in s.resumed]
+        assert type(rest) is PurgeResult
+        assert part.purged + rest.purged == total.purged
+        assert ([(m.seq, m.subject) for m in s.iter_msgs("S")], s.stream_state("S")) == expected
+        got_c = s.consumer_info("S", "c")
+        assert (got_c.num_pending, got_c.delivered, got_c.ack_floor) == (
+            expected_c.num_pending,
+            expected_c.delivered,
+            expected_c.ack_floor,
+        )
+        assert _meta_keys(s.env, keys.purge_prefix(sid)) == []
+
+
+def test_a_purge_of_a_stream_deleted_meanwhile_leaves_no_record(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "d", sync="batch", remove_slice=SLICE) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        _fill(s, N)
+        sid = _sid(s, "S")
+        purge = s.submit([PurgeStream("S")])
+        deletion = s.submit([DeleteStream("S")])
+        assert deletion.result(timeout=30) == [True]
+        [res] = purge.result(timeout=30)
+        assert type(res) is PurgeResult
+        assert res.purged < N
+        assert _meta_keys(s.env, keys.purge_prefix(sid)) == []
+
+
+@pytest.mark.parametrize("plan_filter", [None, "s.a", "s.*", "*.b.>"])
+def test_a_purge_record_holds_its_plan(plan_filter: str | None) -> None:
+    from store.ops import PurgePlan
+    from store.slices import plan_of, plan_record
+
+    literal = plan_filter if plan_filter and "*" not in plan_filter else None
+    pattern = plan_filter if plan_filter and literal is None else None
+    for floor, compact in ((True, 77), (False, 0)):
+        plan = PurgePlan(literal, pattern, 12, (1 << 64) - 1, compact, floor)
+        assert plan_of(plan_record(plan)) == plan
+    with pytest.raises(keys.RecordError):
+        plan_of(b"\x02" + plan_record(plan)[1:])
