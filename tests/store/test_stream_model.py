@@ -1,7 +1,8 @@
 """Stateful Hypothesis test: a stream against a plain in-memory model, with reopen steps.
 
 The store removes at most two messages per transaction (``remove_slice=2``), so purges,
-the deletion of the stream and their continuations across batches are part of every run.
+the deletion of the stream, updates that lower its limits and their continuations across
+batches are part of every run.
 
 Invariant after every step: the stored messages (seq, subject, payload), the state
 counters (messages, bytes, first/last seq, num_deleted, num_subjects) and
@@ -194,6 +195,26 @@ class StreamModel(RuleBasedStateMachine):
                 self._remove_oldest_of(subj, self.mmps)
             while self.max_msgs > 0 and len(self.msgs) > self.max_msgs:
                 del self.msgs[min(self.msgs)]
+
+    @rule(max_msgs=st.sampled_from([-1, 1, 3, 6]), mmps=st.sampled_from([-1, 1, 2, 4]))
+    def update_limits(self, max_msgs: int, mmps: int) -> None:
+        """A stream update: the excess goes (two messages per slice) before it answers."""
+        self.max_msgs, self.mmps = max_msgs, mmps
+        info = self.store.update_stream(
+            {
+                "name": "S",
+                "subjects": ["s.>"],
+                "max_msgs": max_msgs,
+                "max_msgs_per_subject": mmps,
+                "allow_rollup_hdrs": True,
+            }
+        )
+        if mmps > 0:
+            for subject in SUBJECTS:
+                self._remove_oldest_of(subject, mmps)
+        while max_msgs > 0 and len(self.msgs) > max_msgs:
+            del self.msgs[min(self.msgs)]
+        assert info.state.messages == len(self.msgs)
 
     @rule()
     def reopen(self) -> None:
