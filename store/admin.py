@@ -106,10 +106,12 @@ def create_stream(eng: Engine, ctx: Ctx, op: CreateStream) -> OpResult:
     write_stream_record(eng, ctx, existing)
     eng._capture.clear()
     # Tighter limits: the excess goes now, in slices; the reply comes with the last one.
-    # (A lower per-subject limit walks the stream; the others remove from its head.)
+    # A lower per-subject limit walks the stream (the others remove from its head); so
+    # does any while an earlier update's removal is in flight (this one supersedes it).
     mmps, was = cfg.max_msgs_per_subject, old.max_msgs_per_subject
-    walk = existing.first_seq if mmps > 0 and (was <= 0 or mmps < was) else 0
-    if not slices.enforce(eng, ctx, existing, walk, True, continued=False):
+    lower = was <= 0 or mmps < was or existing.trimming
+    walk = existing.first_seq if mmps > 0 and lower else 0
+    if not slices.enforce(eng, ctx, existing, walk, True):
         return None  # the job is continued, not completed: this result is dropped
     return stream_info(eng, ctx, existing)
 
@@ -119,7 +121,7 @@ def enforce_more(eng: Engine, ctx: Ctx, op: EnforceLimits) -> OpResult:
     st = eng.streams.get(op.stream)
     if st is None or st.sid != op.sid:  # deleted meanwhile (its record with it)
         return js_error("stream_not_found") if op.info else True
-    if not slices.enforce(eng, ctx, st, op.start, op.info, continued=True):
+    if not slices.enforce(eng, ctx, st, op.start, op.info, op.gen):
         return None
     return stream_info(eng, ctx, st) if op.info else True
 

@@ -178,9 +178,16 @@ class Engine:
                 owner = by_sid_rt.get(trimmed)
                 if owner is None:
                     continue  # a deleted stream's: its sweep drops it
-                owner.trimming = 1
+                # Kept across a reload after an aborted batch: the continuation in flight
+                # carries its number.
+                prev = old.get(owner.name)
+                gen = prev.trim_gen if prev is not None and prev.sid == trimmed else 1
+                owner.trimming = True
+                owner.trim_gen = max(gen, 1)
                 walk = keys.read_u64(bytes(v))
-                self.trims.append(EnforceLimits(owner.name, trimmed, walk, info=False))
+                self.trims.append(
+                    EnforceLimits(owner.name, trimmed, walk, owner.trim_gen, info=False)
+                )
 
     def reset(self) -> None:
         """After an aborted batch: drop every cached object and reload what is committed.

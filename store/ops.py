@@ -190,11 +190,12 @@ class EnforceLimits:
     stream from seq ``start`` (0: that part is done), the oldest messages of subjects over
     ``max_msgs_per_subject``; then the oldest over ``max_msgs`` / ``max_bytes`` /
     ``max_age``. ``info``: the last slice answers with the stream's info (the update's
-    reply)."""
+    reply). ``gen``: its number (``StreamRt.trim_gen``); a later one supersedes it."""
 
     stream: str
     sid: int
     start: int
+    gen: int
     info: bool = True
 
 

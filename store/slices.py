@@ -217,15 +217,16 @@ def reevaluate(eng: Engine, ctx: Ctx, st: StreamRt, start: int) -> OpResult:
 # -- limits lowered by a stream update -------------------------------------------------------
 
 
-def enforce(
-    eng: Engine, ctx: Ctx, st: StreamRt, start: int, info: bool, *, continued: bool
-) -> bool:
+def enforce(eng: Engine, ctx: Ctx, st: StreamRt, start: int, info: bool, gen: int = 0) -> bool:
     """Remove a slice of what the stream holds beyond its limits: walking the stream from
     seq ``start`` (0: that part is done), the oldest messages of subjects over
     ``max_msgs_per_subject``; then the oldest messages while over ``max_msgs`` /
     ``max_bytes``; then those past ``max_age``. True when nothing is left over (the caller
-    answers); False when the job goes on (``continued``: this is a continuation, not the
-    update itself)."""
+    answers); False when the job goes on. ``gen``: 0 for the update itself, else the
+    continuation's number; one superseded by a later update stops (True): the later one
+    enforces the limits as they are now, walking the whole stream."""
+    if gen and gen != st.trim_gen:
+        return True
     limit = _limit(eng, ctx)
     cfg = st.config
     n = 0
@@ -243,17 +244,18 @@ def enforce(
     ctx.touched.add(st)
     meta = ctx.db(keys.DB_META)
     if not start and n < limit and not st.expire(ctx, limit - n):
-        if continued:
-            st.trimming = max(0, st.trimming - 1)
-            if not st.trimming:
-                ctx.txn.delete(keys.trim_key(st.sid), db=meta)
+        if gen:
+            st.trimming = False
+            ctx.txn.delete(keys.trim_key(st.sid), db=meta)
         return True
-    if not continued:
-        st.trimming += 1
+    if not gen:
+        st.trim_gen += 1
+        gen = st.trim_gen
+        st.trimming = True
     ctx.txn.put(keys.trim_key(st.sid), keys.u64(start), db=meta)
     if eng.closing:  # the trim record stays: the next open goes on
         return True
-    ctx.go_on(EnforceLimits(st.name, st.sid, start, info))
+    ctx.go_on(EnforceLimits(st.name, st.sid, start, gen, info))
     return False
 
 

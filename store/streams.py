@@ -61,9 +61,11 @@ class StreamRt(SubjectRecords):
         self.num_subjects = 0
         self.consumers: dict[str, ConsumerRt] = {}
         self.on_remove: Callable[[Ctx, StreamRt, int, str], None] | None = None
-        # Removals of the excess left by a stream update that lowered limits, in flight
-        # (store.slices.enforce): meanwhile an append removes at most one message per limit.
-        self.trimming = 0
+        # The removal of the excess left by a stream update that lowered limits is in
+        # flight (store.slices.enforce): meanwhile an append removes at most one message
+        # per limit. ``trim_gen`` numbers the latest such removal (it supersedes others).
+        self.trimming = False
+        self.trim_gen = 0
 
     def accepts(self, subject: str) -> bool:
         """Does one of the stream's subjects match the literal ``subject``?"""

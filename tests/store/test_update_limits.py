@@ -218,3 +218,40 @@ def test_an_update_that_tightens_nothing_commits_once(
         assert s.metrics()["commits"] - commits == 1
         assert _contents(s) == before
         assert _meta_keys(s.env, keys.META_TRIM_PREFIX) == []
+
+
+@pytest.mark.parametrize("second", [3, 50])
+def test_a_second_update_while_the_first_ones_excess_goes(tmp_path: Path, second: int) -> None:
+    """10 subjects of 200 messages; an update to max_msgs_per_subject 10, and before its
+    excess is gone one to ``second``: the second supersedes the first (which answers as
+    it stands) and walks the whole stream, so every subject ends within ``second`` keeping
+    its newest — also those the first had not reached when the limit went up."""
+    subjects = [f"s.{i}" for i in range(10)]
+    with Store.open(tmp_path / "d", sync="batch", remove_slice=SLICE) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        for start in range(0, N, 500):
+            s.submit([Publish(subjects[i % 10], b"p") for i in range(start, start + 500)]).result(
+                timeout=30
+            )
+        first = s.submit([_update(max_msgs_per_subject=10)])
+        second_done = s.submit([_update(max_msgs_per_subject=second)])
+        [a] = first.result(timeout=60)
+        [b] = second_done.result(timeout=60)
+        assert type(a) is StreamInfo
+        assert type(b) is StreamInfo
+        assert b.config.max_msgs_per_subject == second
+        assert b.state == s.stream_state("S")
+        by_subject: dict[str, list[int]] = {}
+        for seq, subj in _contents(s):
+            by_subject.setdefault(subj, []).append(seq)
+        for subj, seqs in by_subject.items():
+            newest = [q for q in range(N - 10 + subjects.index(subj) + 1, 0, -10)]
+            assert len(seqs) <= second
+            assert seqs == sorted(newest[: len(seqs)])  # its newest, nothing in between
+        if second == 3:
+            assert b.state.messages == 30
+        assert _meta_keys(s.env, keys.META_TRIM_PREFIX) == []
+        # Nothing in flight any more: an append removes all of its subject's excess.
+        s.update_stream({"name": "S", "subjects": ["s.>"], "max_msgs_per_subject": 1})
+        assert s.publish("s.0") == PubAck("S", N + 1)
+        assert [q for q, subj in _contents(s) if subj == "s.0"] == [N + 1]
