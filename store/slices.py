@@ -16,9 +16,9 @@ every one it finds:
   for one no consumer needs any more: ``recheck`` record;
 - after a stream update lowers ``max_msgs_per_subject`` / ``max_msgs`` / ``max_bytes`` /
   ``max_age``, the removal of the excess: ``trim`` record (where the walk for the
-  per-subject limit stands). While it runs, an append to the
-  stream removes at most one message per limit (``StreamRt.trimming``), so it does not
-  remove the whole excess at once either.
+  per-subject limit stands). While it runs, an append to the stream removes at most one
+  message per limit (``StreamRt.trimming``), so it does not remove the whole excess at
+  once either; a later update supersedes it (``StreamRt.trim_gen``).
 
 The caller's result comes once, from the last slice.
 """

@@ -245,7 +245,7 @@ def test_a_second_update_while_the_first_ones_excess_goes(tmp_path: Path, second
         for seq, subj in _contents(s):
             by_subject.setdefault(subj, []).append(seq)
         for subj, seqs in by_subject.items():
-            newest = [q for q in range(N - 10 + subjects.index(subj) + 1, 0, -10)]
+            newest = list(range(N - 10 + subjects.index(subj) + 1, 0, -10))
             assert len(seqs) <= second
             assert seqs == sorted(newest[: len(seqs)])  # its newest, nothing in between
         if second == 3:
