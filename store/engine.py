@@ -16,9 +16,9 @@ advisories) are handed to the hook after the commit.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from store import admin, keys, slices
 from store.consumers import ConsumerRt, PullRequest
@@ -57,6 +57,8 @@ from store.ops import (
 from store.streams import StreamRt
 from store.subjects import subject_matches
 from store.writer import AnyJob
+
+_K = TypeVar("_K")
 
 # About 30 ms of the writer's time per slice of a whole-stream purge (≈170,000 removals/s
 # on the reference machine), about 115 ms when the messages are scattered (a subject's).
@@ -139,55 +141,34 @@ class Engine:
         for st in self.streams.values():
             self._refresh_deadline(st)
         self._publish_deadline()
-        # Deleted streams whose data a crash or shutdown left partly removed.
-        self.sweeps = []
-        mcur = txn.cursor(db=dbs[keys.DB_META])
-        if mcur.set_range(keys.META_SWEEP_PREFIX):
-            for k in mcur.iternext(values=False):
-                gone = keys.read_sweep_key(bytes(k))
-                if gone is None:
-                    break
-                self.sweeps.append(gone)
-        # Interest/workqueue checks after a consumer deletion that a crash cut short.
+        self._load_unfinished(txn.cursor(db=dbs[keys.DB_META]), old)
+
+    def _load_unfinished(self, mcur: Any, old: dict[str, StreamRt]) -> None:
+        """The long operations a crash or a close cut short (store.slices), from their
+        ``meta`` records: Store.open goes on with each."""
+        by_sid = {st.sid: st for st in self.streams.values()}
+        self.sweeps = [
+            sid for sid, _ in _meta_records(mcur, keys.META_SWEEP_PREFIX, keys.read_sweep_key)
+        ]
         self.rechecks = []
-        if mcur.set_range(keys.META_RECHECK_PREFIX):
-            by_sid = {st.sid: st.name for st in self.streams.values()}
-            for k, v in mcur.iternext():
-                cut = keys.read_recheck_key(bytes(k))
-                if cut is None:
-                    break
-                self.rechecks.append(Reevaluate(by_sid.get(cut, ""), cut, keys.read_u64(bytes(v))))
-        # Purges and the removal of excess after a stream update that a crash cut short.
-        by_sid_rt = {st.sid: st for st in self.streams.values()}
+        for sid, v in _meta_records(mcur, keys.META_RECHECK_PREFIX, keys.read_recheck_key):
+            st = by_sid.get(sid)
+            self.rechecks.append(Reevaluate(st.name if st else "", sid, keys.read_u64(v)))
         self.purges = []
-        if mcur.set_range(keys.META_PURGE_PREFIX):
-            for k, v in mcur.iternext():
-                found = keys.read_purge_key(bytes(k))
-                if found is None:
-                    break
-                sid, rid = found
-                owner = by_sid_rt.get(sid)
-                name = owner.name if owner is not None else ""
-                self.purges.append(PurgeMore(name, sid, slices.plan_of(bytes(v)), 0, rid))
+        for (sid, rid), v in _meta_records(mcur, keys.META_PURGE_PREFIX, keys.read_purge_key):
+            st = by_sid.get(sid)
+            self.purges.append(PurgeMore(st.name if st else "", sid, slices.plan_of(v), 0, rid))
         self.trims = []
-        if mcur.set_range(keys.META_TRIM_PREFIX):
-            for k, v in mcur.iternext():
-                trimmed = keys.read_trim_key(bytes(k))
-                if trimmed is None:
-                    break
-                owner = by_sid_rt.get(trimmed)
-                if owner is None:
-                    continue  # a deleted stream's: its sweep drops it
-                # Kept across a reload after an aborted batch: the continuation in flight
-                # carries its number.
-                prev = old.get(owner.name)
-                gen = prev.trim_gen if prev is not None and prev.sid == trimmed else 1
-                owner.trimming = True
-                owner.trim_gen = max(gen, 1)
-                walk = keys.read_u64(bytes(v))
-                self.trims.append(
-                    EnforceLimits(owner.name, trimmed, walk, owner.trim_gen, info=False)
-                )
+        for sid, v in _meta_records(mcur, keys.META_TRIM_PREFIX, keys.read_trim_key):
+            st = by_sid.get(sid)
+            if st is None:
+                continue  # a deleted stream's: its sweep drops it
+            # Kept across a reload after an aborted batch: the continuation in flight
+            # carries its number.
+            prev = old.get(st.name)
+            st.trim_gen = max(prev.trim_gen if prev is not None and prev.sid == sid else 1, 1)
+            st.trimming = True
+            self.trims.append(EnforceLimits(st.name, sid, keys.read_u64(v), st.trim_gen, False))
 
     def reset(self) -> None:
         """After an aborted batch: drop every cached object and reload what is committed.
@@ -497,3 +478,17 @@ class Engine:
             for c in st.consumers.values():
                 if c.deliver(ctx):
                     ctx.dirty_consumers.add(c)
+
+
+def _meta_records(
+    cur: Any, prefix: bytes, read_key: Callable[[bytes], _K | None]
+) -> Iterator[tuple[_K, bytes]]:
+    """``(parsed key, value)`` of the ``meta`` records whose keys start with ``prefix``,
+    ``read_key`` parsing each key (None: past them)."""
+    if not cur.set_range(prefix):
+        return
+    for k, v in cur.iternext():
+        found = read_key(bytes(k))
+        if found is None:
+            return
+        yield found, bytes(v)
