@@ -255,3 +255,27 @@ def test_a_second_update_while_the_first_ones_excess_goes(tmp_path: Path, second
         s.update_stream({"name": "S", "subjects": ["s.>"], "max_msgs_per_subject": 1})
         assert s.publish("s.0") == PubAck("S", N + 1)
         assert [q for q, subj in _contents(s) if subj == "s.0"] == [N + 1]
+
+
+def test_the_removal_goes_on_after_an_aborted_batch(tmp_path: Path) -> None:
+    """A batch aborted meanwhile (an append too big for the map: MapFull, the engine
+    reloads from LMDB, the map grows, the batch runs again) does not make the removal in
+    flight look superseded: it is the stream's second one, and its number survives the
+    reload."""
+    with Store.open(tmp_path / "d", sync="batch", remove_slice=5, map_size=1 << 21) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        _fill(s, N)
+        sid = _sid(s, "S")
+        s.update_stream({"name": "S", "subjects": ["s.>"], "max_msgs": N - 20})  # the first
+        update = s.submit([_update(max_msgs=100)])
+        while not _meta_keys(s.env, keys.trim_key(sid)):  # its first slice committed
+            assert not update.done()
+        size = s.env.map_size
+        [ack] = s.submit([Publish("s.big", bytes(4 << 20))]).result(timeout=30)
+        assert ack == PubAck("S", N + 1)
+        assert s.env.map_size > size
+        [info] = update.result(timeout=60)
+        assert type(info) is StreamInfo
+        assert info.state.messages == 100
+        assert _contents(s)[-1] == (N + 1, "s.big")
+        assert _meta_keys(s.env, keys.META_TRIM_PREFIX) == []
