@@ -220,8 +220,11 @@ def reevaluate(eng: Engine, ctx: Ctx, st: StreamRt, start: int) -> OpResult:
 def enforce(eng: Engine, ctx: Ctx, st: StreamRt, start: int, info: bool, gen: int = 0) -> bool:
     """Remove a slice of what the stream holds beyond its limits: walking the stream from
     seq ``start`` (0: that part is done), the oldest messages of subjects over
-    ``max_msgs_per_subject``; then the oldest messages while over ``max_msgs`` /
-    ``max_bytes``; then those past ``max_age``. True when nothing is left over (the caller
+    ``max_msgs_per_subject``; then (discard old) the oldest messages while over
+    ``max_msgs`` / ``max_bytes``; then those past ``max_age``. As nats-server 2.15.1
+    (measured): with discard new, an update lowering ``max_msgs`` or ``max_bytes`` removes
+    nothing (appends are refused until the stream is under them again), one lowering
+    ``max_msgs_per_subject`` does. True when nothing is left over (the caller
     answers); False when the job goes on. ``gen``: 0 for the update itself, else the
     continuation's number; one superseded by a later update stops (True): the later one
     enforces the limits as they are now, walking the whole stream."""
@@ -234,7 +237,7 @@ def enforce(eng: Engine, ctx: Ctx, st: StreamRt, start: int, info: bool, gen: in
         start, n = _per_subject_slice(st, ctx, start, cfg.max_msgs_per_subject, limit)
     else:
         start = 0
-    if not start:
+    if not start and cfg.discard == "old":  # discard new: these limits refuse appends
         while n < limit and cfg.max_msgs > 0 and st.messages > cfg.max_msgs:
             st.remove(ctx, st.first_seq)
             n += 1

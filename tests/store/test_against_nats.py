@@ -6,11 +6,12 @@ each scenario creates the same stream on both (random limits: max_msgs, max_byte
 max_msgs_per_subject, discard new / per subject, max_msg_size), then applies the same
 random publishes (with Nats-Msg-Id, expected-* and rollup headers), message deletions,
 purges (filter, keep, seq), message gets (by seq, last by subject, next by subject from a
-seq) and info requests, comparing every answer: the PubAck or the
+seq), info requests and updates that lower, raise or remove one limit, comparing every
+answer: the PubAck or the
 error (code, err_code, description), purge counts, and the stream state (messages, bytes,
 first/last seq, num_deleted, num_subjects). The server's JSON is the reference; time
 fields are not compared. Every difference this found is fixed in ``store`` and named
-where the code follows the server (streams.py, admin.py).
+where the code follows the server (streams.py, admin.py, slices.py).
 """
 
 from __future__ import annotations
@@ -163,6 +164,19 @@ def _config(rng: random.Random, name: str, prefix: str) -> Json:
     return cfg
 
 
+def _new_limits(rng: random.Random, cfg: Json) -> Json:
+    """``cfg`` with one of its limits lowered, raised or removed (an update)."""
+    out = dict(cfg)
+    key = rng.choice(["max_msgs", "max_bytes", "max_msgs_per_subject"])
+    if rng.random() < 0.2:
+        out.pop(key, None)
+    else:
+        out[key] = {"max_msgs": rng.randint(1, 8), "max_bytes": rng.choice([60, 150, 300])}.get(
+            key, rng.randint(1, 3)
+        )
+    return out
+
+
 def _headers(rng: random.Random, name: str) -> dict[str, str]:
     h: dict[str, str] = {}
     if rng.random() < 0.25:
@@ -190,7 +204,9 @@ async def _scenario(nc: Client, store: Store, seed: int) -> list[str]:
     done: list[str] = []
     try:
         for step in range(STEPS):
-            op = rng.choices(["pub", "del", "purge", "get", "info"], [0.6, 0.1, 0.1, 0.1, 0.1])[0]
+            op = rng.choices(
+                ["pub", "del", "purge", "get", "info", "update"], [0.6, 0.1, 0.1, 0.1, 0.1, 0.05]
+            )[0]
             a: Json
             b: Json
             if op == "pub":
@@ -224,6 +240,17 @@ async def _scenario(nc: Client, store: Store, seed: int) -> list[str]:
                     keep=body.get("keep"),
                 )
                 what = f"purge {body}"
+            elif op == "update":
+                cfg = _new_limits(rng, cfg)
+                theirs = await _req(nc, f"$JS.API.STREAM.UPDATE.{name}", cfg)
+                try:
+                    mine_info = store.update_stream(cfg)
+                except JetStreamError as e:
+                    b = {"error": e.to_wire()}
+                else:
+                    b = _state(mine_info.state.model_dump(mode="json"))
+                a = theirs if "error" in theirs else _state(theirs["state"])
+                what = f"update to {cfg}"
             elif op == "get":
                 body = _get_request(rng, prefix)
                 a = _got(await _req(nc, f"$JS.API.STREAM.MSG.GET.{name}", body))

@@ -170,6 +170,40 @@ def test_max_bytes_old_and_new(store: Store) -> None:
     assert _err(_pub, store, "n.a", bytes(10)).description == "maximum bytes exceeded"
 
 
+def test_a_message_larger_than_max_bytes_is_acknowledged_and_gone(
+    store: Store, events: Events
+) -> None:
+    """As nats-server 2.15.1 (measured): discard old removes down to no message at all,
+    the new one included; a consumer counts nothing and delivers nothing."""
+    per = 22 + 3 + 10 + 8
+    _stream(store, max_bytes=per + 5)
+    store.create_consumer("S", {"durable_name": "c", "ack_policy": "explicit"})
+    assert _pub(store, "s.a", bytes(10)).seq == 1
+    assert _pub(store, "s.a", bytes(50)) == PubAck("S", 2)
+    st = store.stream_state("S")
+    assert (st.messages, st.bytes, st.first_seq, st.last_seq) == (0, 0, 3, 2)
+    assert store.consumer_info("S", "c").num_pending == 0
+    store.pull("S", "c", "inbox", batch=5, no_wait=True)
+    assert not [e for e in events.take() if type(e).__name__ == "Delivery"]
+    assert _pub(store, "s.a", bytes(10)).seq == 3
+    assert store.consumer_info("S", "c").num_pending == 1
+
+
+def test_update_with_discard_new_removes_only_per_subject_excess(store: Store) -> None:
+    """As nats-server 2.15.1 (measured): with discard new, lower max_msgs / max_bytes
+    remove nothing (appends are refused until the stream is under them), a lower
+    max_msgs_per_subject removes each subject's oldest."""
+    cfg: dict[str, Any] = {"name": "S", "subjects": ["s.>"], "discard": "new"}
+    _stream(store, **cfg)
+    for s in ("s.a", "s.a", "s.b", "s.a", "s.b"):
+        _pub(store, s)
+    info = store.update_stream({**cfg, "max_msgs": 2, "max_bytes": 50})
+    assert (info.state.messages, info.state.first_seq) == (5, 1)
+    assert _err(_pub, store, "s.c").description == "maximum messages exceeded"
+    info = store.update_stream({**cfg, "max_msgs_per_subject": 1})
+    assert (info.state.messages, info.state.first_seq, info.state.last_seq) == (2, 4, 5)
+
+
 def test_max_msgs_per_subject_drops_oldest_of_that_subject(store: Store) -> None:
     _stream(store, max_msgs_per_subject=2, discard="new")
     for s in ("s.a", "s.b", "s.a", "s.a"):
