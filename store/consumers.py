@@ -258,6 +258,7 @@ class ConsumerRt:
         cfg = self.config
         explicit = cfg.ack_policy != "none"
         max_ap = cfg.max_ack_pending or -1
+        md = cfg.max_deliver
         budget = MAX_DELIVERIES_PER_BATCH
         self.more = False
         while True:
@@ -285,6 +286,12 @@ class ConsumerRt:
                 # Valid only while queued (deadline NEVER): a stale or duplicate heap entry
                 # (NAK of an already queued message, NAK with delay) is skipped.
                 if e is None or e.exhausted or e.deadline != NEVER:
+                    continue
+                if md > 0 and e.count >= md:
+                    # Due again after max_deliver deliveries: dropped here, when the next
+                    # delivery would go out (as nats-server 2.15.1, measured).
+                    self._exhaust(ctx, s, e)
+                    changed = True
                     continue
                 r = self.stream.get_record(ctx, s)
                 if r is None:
@@ -452,11 +459,8 @@ class ConsumerRt:
         e = self.pending.get(seq)
         if e is None or e.exhausted:
             return
-        md = self.config.max_deliver
-        if md > 0 and e.count >= md:
-            # Delivered max_deliver times: never again. As nats-server (measured), it stays
-            # ack-pending until its ack wait runs out; expire_acks then flags it exhausted.
-            return
+        # (Delivered max_deliver times already: queued all the same, and dropped as
+        # exhausted by the next delivery, which does not send it.)
         if delay_ns > 0:
             e.deadline = ctx.now + delay_ns
             heapq.heappush(self.deadlines, (e.deadline, seq))
@@ -478,25 +482,24 @@ class ConsumerRt:
     # -- timers --------------------------------------------------------------------------
 
     def expire_acks(self, ctx: Ctx) -> bool:
-        """Move pending messages whose ack deadline passed to the redelivery queue."""
+        """Move pending messages whose ack deadline passed to the redelivery queue (those
+        delivered max_deliver times too: :meth:`deliver` drops them, as nats-server does:
+        until a delivery is attempted they stay ack-pending)."""
         changed = False
-        md = self.config.max_deliver
         while self.deadlines and self.deadlines[0][0] <= ctx.now:
             deadline, seq = heapq.heappop(self.deadlines)
             e = self.pending.get(seq)
             if e is None or e.exhausted or e.deadline != deadline:
                 continue
             changed = True
-            if md > 0 and e.count >= md:
-                self._exhaust(ctx, seq, e)
-                continue
             e.deadline = NEVER
             heapq.heappush(self.redeliver, seq)
         return changed
 
     def _exhaust(self, ctx: Ctx, seq: int, e: PendingEntry) -> None:
-        """``seq`` was delivered ``max_deliver`` times: it stays pending, flagged, never
-        redelivered, with the max-deliveries advisory."""
+        """``seq`` was delivered ``max_deliver`` times and is due again: it leaves the ack
+        pending count and stays in ``pending`` flagged (never redelivered; interest and
+        workqueue retention keep the message), with the max-deliveries advisory."""
         e.exhausted = True
         e.deadline = NEVER
         self.num_ack_pending -= 1

@@ -269,6 +269,9 @@ def test_backoff_sets_each_deadline(store: Store, events: Events, clock: FakeClo
 
 
 def test_max_deliver_stops_and_advises(store: Store, events: Events, clock: FakeClock) -> None:
+    """As nats-server 2.15.1 (measured): due again after max_deliver deliveries, the
+    message stays ack-pending until the next delivery would go out; that drops it (no
+    delivery) with the advisory."""
     _stream(store)
     _fill(store, "s.a")
     _consumer(store, ack_wait=SEC, max_deliver=2)
@@ -276,7 +279,10 @@ def test_max_deliver_stops_and_advises(store: Store, events: Events, clock: Fake
     store.tick(clock.advance(SEC)).result(timeout=10)
     assert _seqs(_pull(store, events)) == [1]
     store.tick(clock.advance(SEC)).result(timeout=10)
-    evs = events.take()
+    assert not [e for e in events.take() if isinstance(e, Advisory)]
+    assert store.consumer_info("S", "c").num_ack_pending == 1
+    evs = _pull(store, events, no_wait=True)
+    assert _seqs(evs) == []
     adv = [e for e in evs if isinstance(e, Advisory)]
     assert [(a.kind, a.stream_seq, a.deliveries) for a in adv] == [("max_deliver", 1, 2)]
     store.tick(clock.advance(SEC)).result(timeout=10)
@@ -535,7 +541,8 @@ def test_interest_keeps_message_that_hit_max_deliver(
     _fill(store, "s.a")
     _pull(store, events)
     store.tick(clock.advance(SEC)).result(timeout=10)
-    assert [e.kind for e in events.take() if isinstance(e, Advisory)] == ["max_deliver"]
+    evs = _pull(store, events, no_wait=True)  # the delivery that drops it
+    assert [e.kind for e in evs if isinstance(e, Advisory)] == ["max_deliver"]
     assert store.stream_state("S").messages == 1
 
 
@@ -640,7 +647,7 @@ def test_advisory_wire_shape(store: Store, events: Events, clock: FakeClock) -> 
     _consumer(store, ack_wait=SEC, max_deliver=1)
     _pull(store, events)
     store.tick(clock.advance(SEC)).result(timeout=10)
-    (adv,) = [e for e in events.take() if isinstance(e, Advisory)]
+    (adv,) = [e for e in _pull(store, events, no_wait=True) if isinstance(e, Advisory)]
     subject, body = adv.to_wire("id1")
     assert subject == "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.S.c"
     assert body == {
@@ -717,8 +724,9 @@ def test_nak_after_max_deliver_deliveries_is_not_redelivered(
     store: Store, events: Events, clock: FakeClock
 ) -> None:
     """A -NAK of a message already delivered max_deliver times does not send it again (it
-    was, a third time with max_deliver 2: found against nats-server). As there, it stays
-    ack-pending until its ack wait runs out, then it is exhausted with the advisory."""
+    was, a third time with max_deliver 2: found against nats-server). As there (2.15.1,
+    measured), it stays ack-pending until the next delivery would go out, which drops it
+    with the advisory instead (and delivers the next message)."""
     _stream(store)
     _fill(store, "s.a", "s.b")
     _consumer(store, max_deliver=2, ack_wait=30 * SEC)
@@ -726,13 +734,17 @@ def test_nak_after_max_deliver_deliveries_is_not_redelivered(
     store.ack("S", "c", 1, AckKind.NAK)
     assert _seqs(_pull(store, events)) == [1]  # the second delivery
     store.ack("S", "c", 1, AckKind.NAK)
-    assert _seqs(_pull(store, events, batch=2)) == [2]
     info = store.consumer_info("S", "c")
-    assert (info.num_ack_pending, info.num_redelivered) == (2, 1)
-    store.tick(clock.advance(31 * SEC)).result(timeout=30)
-    evs = events.take()
+    assert (info.num_ack_pending, info.num_redelivered) == (1, 1)
+    evs = _pull(store, events, batch=2)
+    assert _seqs(evs) == [2]
     assert [(a.kind, a.stream_seq, a.deliveries) for a in evs if isinstance(a, Advisory)] == [
         ("max_deliver", 1, 2)
     ]
-    assert _seqs(evs) == [2]  # message 2's ack wait ran out too: redelivered
+    info = store.consumer_info("S", "c")
+    assert (info.num_ack_pending, info.num_redelivered) == (1, 1)
+    store.tick(clock.advance(31 * SEC)).result(timeout=30)
+    evs = events.take()
+    assert _seqs(evs) == [2]  # message 2's ack wait ran out: redelivered
+    assert not [a for a in evs if isinstance(a, Advisory)]
     assert store.consumer_info("S", "c").num_ack_pending == 1
