@@ -259,12 +259,8 @@ def create_consumer(eng: Engine, ctx: Ctx, op: CreateConsumer) -> OpResult:
     scfg = st.config
     if scfg.max_consumers > 0 and len(st.consumers) >= scfg.max_consumers:
         raise js_error("maximum_consumers")
-    for f in cfg.filters:
-        if not any(subjects_overlap(f, s) for s in scfg.subjects):
-            raise js_error(
-                "consumer_create",
-                err=f"consumer filter subject is not a valid subset of the interest subjects: {f}",
-            )
+    # (A filter matching none of the stream's subjects is accepted, as nats-server 2.15.1
+    # does: the consumer delivers nothing.)
     if cfg.deliver_subject and any(subject_matches(s, cfg.deliver_subject) for s in scfg.subjects):
         raise js_error("deliver_subject_cycle")
     if scfg.retention == "workqueue":

@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from store import keys
+from store import keys, subjindex
 from store.models import ConsumerConfig
 from store.ops import Advisory, Delivery, PullStatus, StoredMsg
 from store.subjects import is_literal, matches_any
@@ -175,8 +175,29 @@ class ConsumerRt:
         return self.num_pending_cache
 
     def _count_pending(self, ctx: Ctx) -> int:
+        if self.lps_end and self.delivered_sseq < self.lps_end:
+            # last_per_subject before its first pass is over: per matching subject, its
+            # last message up to lps_end if not delivered yet, then all after lps_end.
+            return self._lps_pending(ctx) + self._count_from(ctx, self.lps_end + 1)
+        return self._count_from(ctx, self.delivered_sseq + 1)
+
+    def _lps_pending(self, ctx: Ctx) -> int:
         st = self.stream
-        start = max(self.delivered_sseq + 1, st.first_seq)
+        cur = ctx.txn.cursor(db=ctx.subjects_db)
+        n = 0
+        for subj, _, first, last in st.subject_records(ctx):
+            if not self.matches(subj):
+                continue
+            if last > self.lps_end:
+                last = subjindex.prev_seq(cur, st.sid_b, subj.encode(), self.lps_end + 1, first)
+            if last > self.delivered_sseq:
+                n += 1
+        return n
+
+    def _count_from(self, ctx: Ctx, start: int) -> int:
+        """Stored messages matching the filters with seq >= ``start``."""
+        st = self.stream
+        start = max(start, st.first_seq)
         if start > st.last_seq or not st.messages:
             return 0
         if not self.filters:
@@ -207,7 +228,9 @@ class ConsumerRt:
 
     def on_remove(self, ctx: Ctx, seq: int, subject: str) -> None:
         if seq > self.delivered_sseq:
-            if self.num_pending_cache is not None and self.matches(subject):
+            if seq <= self.lps_end:
+                self.num_pending_cache = None  # counted only if its subject's last then
+            elif self.num_pending_cache is not None and self.matches(subject):
                 self.num_pending_cache -= 1
         elif seq in self.pending:
             self._drop_pending(ctx, seq)
@@ -308,9 +331,7 @@ class ConsumerRt:
                     break
                 seq, rec = found
                 if self._skip_for_lps(ctx, seq, rec):
-                    self.delivered_sseq = seq
-                    if self.num_pending_cache is not None:
-                        self.num_pending_cache -= 1
+                    self.delivered_sseq = seq  # (never counted pending: superseded)
                     if not explicit or not self.pending:
                         self.update_ack_floor()
                     changed = True

@@ -89,6 +89,11 @@ ERRORS: Final[dict[str, ErrorSpec]] = {
         10017, 400, "consumer name in subject does not match durable name in request"
     ),
     "consumer_name_invalid": ErrorSpec(10012, 500, "{err}"),
+    # As nats-server 2.15.1 answers (measured; the spec's table has neither).
+    "consumer_filters_overlap": ErrorSpec(10138, 400, "consumer subject filters cannot overlap"),
+    "consumer_filter_and_filters": ErrorSpec(
+        10136, 400, "consumer cannot have both FilterSubject and FilterSubjects specified"
+    ),
 }
 
 

@@ -331,18 +331,17 @@ class ConsumerConfig(_Wire):
                 parse_time(self.opt_start_time)
             except ValueError:
                 raise policy("optional start time is not a valid time") from None
+        # Codes and words as nats-server 2.15.1 answers (measured).
         if self.filter_subject and self.filter_subjects:
-            raise create("consumer can not have both filter subject and filter subjects")
+            raise js_error("consumer_filter_and_filters")
         filters = self.filters
         for f in filters:
             if not is_valid_subject(f):
-                raise create(
-                    f"consumer filter subject is not a valid subset of the interest subjects: {f}"
-                )
+                raise js_error("stream_invalid_config", err="invalid subject")
         for i, a in enumerate(filters):
             for b in filters[i + 1 :]:
                 if subjects_overlap(a, b):
-                    raise create("consumer subject filters cannot overlap")
+                    raise js_error("consumer_filters_overlap")
         if dp == "last_per_subject" and not filters:
             raise policy(
                 "consumer delivery policy is deliver last per subject, but optional filter subject is not set"

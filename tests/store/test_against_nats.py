@@ -400,6 +400,9 @@ def _consumer_config(rng: random.Random, name: str, prefix: str, retention: str)
     ccfg: Json = {"durable_name": name, "ack_policy": ack}
     if rng.random() < 0.4:
         ccfg["filter_subject"] = f"{prefix}." + rng.choice([*SUBJECTS, "c.*"])
+    elif rng.random() < 0.2:
+        two = rng.sample([*SUBJECTS, "c.*"], 2)
+        ccfg["filter_subjects"] = [f"{prefix}.{f}" for f in two]
     policy = rng.choice(["all", "all", "last", "new", "by_start_sequence", "last_per_subject"])
     ccfg["deliver_policy"] = policy
     if policy == "by_start_sequence":
