@@ -89,7 +89,9 @@ ERRORS: Final[dict[str, ErrorSpec]] = {
         10017, 400, "consumer name in subject does not match durable name in request"
     ),
     "consumer_name_invalid": ErrorSpec(10012, 500, "{err}"),
-    # As nats-server 2.15.1 answers (measured; the spec's table has neither).
+    # As nats-server 2.15.1 answers (measured; the spec's table has none of these).
+    "replicas_negative": ErrorSpec(10133, 400, "replicas count cannot be negative"),
+    "consumer_ack_wait_negative": ErrorSpec(10183, 400, "consumer ack wait needs to be positive"),
     "consumer_filters_overlap": ErrorSpec(10138, 400, "consumer subject filters cannot overlap"),
     "consumer_filter_and_filters": ErrorSpec(
         10136, 400, "consumer cannot have both FilterSubject and FilterSubjects specified"

@@ -20,6 +20,8 @@ from store.errors import JetStreamError, js_error
 ZERO_TIME = "0001-01-01T00:00:00Z"
 SECOND = 1_000_000_000
 MIN_DURATION = 100_000_000  # 100 ms: smallest max_age / duplicate_window / heartbeat
+MAX_NAME_LEN = 255  # stream names, as nats-server
+MAX_DESCRIPTION_LEN = 4096
 DEFAULT_DUPLICATE_WINDOW = 120 * SECOND
 DEFAULT_ACK_WAIT = 30 * SECOND
 DEFAULT_MAX_ACK_PENDING = 1000
@@ -78,6 +80,12 @@ class _Wire(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(x) for x in first["loc"])
+            if first["type"] == "literal_error" and loc == "compression":
+                raise js_error("invalid_json", err="unknown compression algorithm") from None
+            if first["type"] == "literal_error":
+                # An unknown policy name: nats-server's JSON decoding error, word for word.
+                quoted = json.dumps(first["input"]).replace('"', '\\"')
+                raise js_error("invalid_json", err=f'can not unmarshal "{quoted}"') from None
             raise js_error(error, err=f"{loc}: {first['msg']}") from None
 
 
@@ -100,7 +108,7 @@ class StreamConfig(_Wire):
     """A stream configuration; :meth:`normalized` fills defaults and validates (spec §1.4)."""
 
     name: str
-    description: str | None = Field(default=None, max_length=4096)
+    description: str | None = None
     subjects: list[str] = Field(default_factory=list)
     retention: Retention = "limits"
     max_consumers: int = -1
@@ -140,18 +148,24 @@ class StreamConfig(_Wire):
         def bad(msg: str) -> JetStreamError:
             return js_error("stream_invalid_config", err=msg)
 
+        # Checks, codes and words as nats-server 2.15.1 answers (measured), except where
+        # a feature is refused rather than faked (mirrors, sources, per-message TTL).
+        if len(self.name) > MAX_NAME_LEN:
+            raise bad(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
         if not is_valid_name(self.name):
             raise bad("invalid stream name")
+        if self.description is not None and len(self.description) > MAX_DESCRIPTION_LEN:
+            raise bad(f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}")
+        if self.mirror_direct and self.mirror is None:
+            raise bad("stream has no mirror but does have mirror direct")
         if self.mirror is not None or self.sources:
             raise bad("mirrors and sources are not supported")
-        if self.compression != "none":
-            raise bad("compression is not supported")
         if self.allow_msg_ttl:
             raise bad("per-message TTL is not supported")
         if self.num_replicas > 1:
             raise js_error("stream_replicas_not_supported")
         if self.num_replicas < 0:
-            raise bad("replicas count cannot be negative")
+            raise js_error("replicas_negative")
         upd: dict[str, Any] = {"num_replicas": 1}
         for field in (
             "max_consumers",
@@ -160,13 +174,10 @@ class StreamConfig(_Wire):
             "max_msgs_per_subject",
             "max_msg_size",
         ):
-            v = getattr(self, field)
-            if v == 0:
-                upd[field] = -1
-            elif v < -1:
-                raise bad(f"{field} can not be negative")
+            if getattr(self, field) == 0 or getattr(self, field) < -1:
+                upd[field] = -1  # no limit (nats-server reads any negative so)
         if self.max_age < 0:
-            raise bad("max age needs to be >= 0")
+            raise bad("max age can not be negative")
         if 0 < self.max_age < MIN_DURATION:
             raise bad("max age needs to be >= 100ms")
         dw = self.duplicate_window
@@ -182,22 +193,21 @@ class StreamConfig(_Wire):
             raise bad("duplicates window can not be larger then max age")
         upd["duplicate_window"] = dw
         subjects = list(self.subjects) or [self.name]
-        if len(set(subjects)) != len(subjects):
-            raise bad("duplicate subjects detected")
+        valid = [s for s in subjects if is_valid_subject(s)]
+        for i, a in enumerate(valid):  # overlaps first, valid subjects only (as the server)
+            for b in valid[i + 1 :]:
+                if subjects_overlap(a, b):
+                    raise bad(f'subject "{a}" overlaps with "{b}"')
         for s in subjects:
             if not is_valid_subject(s):
-                raise bad(f"invalid subject {s!r}")
+                raise bad("invalid subject")
             if s == ">" and not self.no_ack:
-                raise bad("stream subjects can not be the full wildcard '>'")
+                raise bad("capturing all subjects requires no-ack to be true")
             for reserved in ("$JS.>", "$JSC.>", "$NRG.>", "$SYS.>"):
                 if subjects_overlap(s, reserved) and not self.no_ack:
                     if s.startswith(("$JS.EVENT.", "$SYS.ACCOUNT.")):
                         continue
                     raise bad("subjects that overlap with jetstream api require no-ack to be true")
-        for i, a in enumerate(subjects):
-            for b in subjects[i + 1 :]:
-                if subjects_overlap(a, b):
-                    raise bad("subjects overlap")
         upd["subjects"] = subjects
         if self.discard_new_per_subject:
             mmps = upd.get("max_msgs_per_subject", self.max_msgs_per_subject)
@@ -208,7 +218,11 @@ class StreamConfig(_Wire):
         if self.allow_rollup_hdrs and self.deny_purge:
             raise bad("roll-ups require the purge permission")
         if self.first_seq is not None and self.first_seq < 0:
-            raise bad("first sequence can not be negative")
+            raise js_error(  # nats-server's JSON decoding of a uint64, word for word
+                "invalid_json",
+                err=f"json: cannot unmarshal number {self.first_seq} into Go struct field"
+                " StreamConfigRequest.first_seq of type uint64",
+            )
         return self.model_copy(update=upd)
 
 
@@ -346,6 +360,10 @@ class ConsumerConfig(_Wire):
             raise policy(
                 "consumer delivery policy is deliver last per subject, but optional filter subject is not set"
             )
+        if self.ack_wait is not None and self.ack_wait < 0:
+            raise js_error("consumer_ack_wait_negative")
+        if self.num_replicas < 0:
+            raise js_error("replicas_negative")
         if self.ack_policy != "none":
             if self.ack_wait is None or self.ack_wait <= 0:
                 upd["ack_wait"] = DEFAULT_ACK_WAIT

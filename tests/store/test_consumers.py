@@ -178,7 +178,9 @@ def test_deliver_last_per_subject(store: Store, events: Events) -> None:
         ({"idle_heartbeat": SEC}, 10088),
         ({"flow_control": True}, 10089),
         ({"durable_name": "a.b"}, 10012),
-        ({"ack_policy": "sometimes"}, 10012),
+        ({"ack_policy": "sometimes"}, 10025),  # nats-server's JSON decoding error
+        ({"ack_wait": -1}, 10183),
+        ({"num_replicas": -1}, 10133),
     ],
 )
 def test_invalid_consumer_configs(store: Store, cfg: dict[str, Any], err_code: int) -> None:

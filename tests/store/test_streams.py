@@ -60,6 +60,13 @@ def test_defaults_are_filled_as_nats_does(store: Store) -> None:
     }
 
 
+def test_negative_limits_mean_unlimited_as_nats_server_reads_them() -> None:
+    cfg = StreamConfig.from_wire(
+        {"name": "A", "max_msgs": -5, "max_bytes": -2, "max_msgs_per_subject": -9}
+    )
+    assert (cfg.max_msgs, cfg.max_bytes, cfg.max_msgs_per_subject) == (-1, -1, -1)
+
+
 def test_zero_limits_mean_unlimited_and_dupe_window_follows_max_age() -> None:
     cfg = StreamConfig.from_wire({"name": "A", "max_msgs": 0, "max_age": 10 * SEC})
     assert cfg.max_msgs == -1
@@ -79,9 +86,10 @@ def test_zero_limits_mean_unlimited_and_dupe_window_follows_max_age() -> None:
         ({"name": "A", "subjects": ["$JS.API.>"]}, 10052),
         ({"name": "A", "max_age": 1000}, 10052),
         ({"name": "A", "max_age": 10 * SEC, "duplicate_window": 20 * SEC}, 10052),
-        ({"name": "A", "max_msgs": -5}, 10052),
         ({"name": "A", "num_replicas": 3}, 10074),
-        ({"name": "A", "retention": "bogus"}, 10052),
+        ({"name": "A", "retention": "bogus"}, 10025),  # nats-server's JSON decoding error
+        ({"name": "A", "num_replicas": -1}, 10133),
+        ({"name": "A", "first_seq": -1}, 10025),
         ({"name": "A", "discard_new_per_subject": True}, 10052),
         ({"name": "A", "allow_rollup_hdrs": True, "deny_purge": True}, 10052),
         ({"name": "A", "sealed": True}, 10052),
