@@ -99,9 +99,19 @@ def create_stream(eng: Engine, ctx: Ctx, op: CreateStream) -> OpResult:
         raise bad("stream configuration update can not cancel deny message deletes")
     if old.deny_purge and not cfg.deny_purge:
         raise bad("stream configuration update can not cancel deny purge")
-    if cfg.first_seq != old.first_seq:
-        raise bad("stream configuration update can not change first sequence")
+    # (first_seq may change: kept in the config, no effect on the stored messages.)
     check_overlap(eng, cfg, existing)
+    if cfg.sealed:
+        # As nats-server 2.15.1 (measured): a sealed stream keeps everything as it is.
+        cfg = cfg.model_copy(
+            update={
+                "max_age": 0,
+                "discard": "new",
+                "deny_delete": True,
+                "deny_purge": True,
+                "allow_rollup_hdrs": False,
+            }
+        )
     existing.config = cfg
     write_stream_record(eng, ctx, existing)
     eng._capture.clear()

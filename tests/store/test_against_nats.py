@@ -612,6 +612,35 @@ BAD_STREAM_CONFIGS: list[Json] = [
     {"name": "A" * 256},
     {"mirror_direct": True},
 ]
+# Updates of stream U ("u.>", stream O holds "o.>"), as it is created, after it was
+# sealed, and when it has both deny flags and workqueue retention.
+STREAM_UPDATES: list[Json] = [
+    {"storage": "memory"},
+    {"retention": "workqueue"},
+    {"retention": "interest"},
+    {"deny_delete": True},
+    {"deny_purge": True},
+    {"sealed": True},
+    {"first_seq": 5},
+    {"subjects": ["o.>"]},
+    {"subjects": ["u.>", "o2.x"]},
+    {"max_consumers": 5},
+    {"discard": "new"},
+    {"num_replicas": 3},
+    {"allow_rollup_hdrs": True},
+    {"max_msg_size": 10},
+]
+UPDATE_BASES: list[Json] = [
+    {"name": "U", "subjects": ["u.>"]},
+    {"name": "U", "subjects": ["u.>"], "sealed": True},
+    {
+        "name": "U",
+        "subjects": ["u.>"],
+        "deny_delete": True,
+        "deny_purge": True,
+        "retention": "workqueue",
+    },
+]
 # Filters and policies of consumer configs, as above (on a stream of "p.>").
 BAD_CONSUMER_CONFIGS: list[Json] = [
     {"filter_subjects": ["p.a", "p.*"]},
@@ -633,8 +662,8 @@ BAD_CONSUMER_CONFIGS: list[Json] = [
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_config_checks_answer_as_nats_server_does(tmp_path: Path) -> None:
-    """Each config of the lists above: the same error (code, err_code, description), or
-    accepted by both with the same normalised limits. Left out on purpose (refused here
+    """Each config and stream update of the lists above: the same error (code, err_code,
+    description), or accepted by both with the same normalised limits. Left out on purpose (refused here
     instead of faked, store/DESIGN.md): mirrors, sources, per-message TTL."""
     port = _free_port()
     server = _nats_server(tmp_path / "nats", port)
@@ -643,10 +672,12 @@ def test_config_checks_answer_as_nats_server_does(tmp_path: Path) -> None:
         if "error" in res:
             return {"error": res["error"]}
         cfg = res["config"]
-        keys = ("max_msgs", "max_bytes", "max_msg_size", "max_msgs_per_subject", "max_consumers")
-        return {k: cfg.get(k) for k in keys if k in cfg} | {
-            k: cfg.get(k) for k in ("max_deliver", "filter_subject", "filter_subjects") if k in cfg
-        }
+        keys = (
+            *("max_msgs", "max_bytes", "max_msg_size", "max_msgs_per_subject", "max_consumers"),
+            *("max_age", "discard", "sealed", "deny_delete", "deny_purge", "allow_rollup_hdrs"),
+            *("first_seq", "retention", "max_deliver", "filter_subject", "filter_subjects"),
+        )
+        return {k: cfg.get(k) for k in keys if k in cfg}
 
     async def run() -> list[str]:
         nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=10)
@@ -667,6 +698,29 @@ def test_config_checks_answer_as_nats_server_does(tmp_path: Path) -> None:
                         await _req(nc, f"$JS.API.STREAM.DELETE.{name}", b"")
                     if "error" not in ours:
                         store.delete_stream(name)
+                other = {"name": "O", "subjects": ["o.>"]}
+                await _create_stream(nc, other)
+                store.create_stream(other)
+                for base in UPDATE_BASES:
+                    for upd in STREAM_UPDATES:
+                        created = {k: v for k, v in base.items() if k != "sealed"}
+                        await _create_stream(nc, created)
+                        store.create_stream(created)
+                        if base.get("sealed"):
+                            await _req(nc, "$JS.API.STREAM.UPDATE.U", base)
+                            store.update_stream(base)
+                        cfg = {**base, **upd}
+                        theirs = answer(await _req(nc, "$JS.API.STREAM.UPDATE.U", cfg))
+                        try:
+                            ours = answer(store.update_stream(cfg).to_wire())
+                        except JetStreamError as e:
+                            ours = {"error": e.to_wire()}
+                        if theirs != ours:
+                            found.append(
+                                f"update of {base} to {upd}: server {theirs}, store {ours}"
+                            )
+                        await _req(nc, "$JS.API.STREAM.DELETE.U", b"")
+                        store.delete_stream("U")
                 stream = {"name": "P", "subjects": ["p.>"]}
                 await _create_stream(nc, stream)
                 store.create_stream(stream)

@@ -402,6 +402,23 @@ def test_sealed_stream_refuses_everything(store: Store) -> None:
     assert _err(store.delete_msg, "S", 1).err_code == 10109
 
 
+def test_sealing_fixes_the_config_as_nats_server_does(store: Store) -> None:
+    """Measured against nats-server 2.15.1: sealing sets deny_delete, deny_purge,
+    discard new, no max_age, no rollups; an update that leaves the deny flags out is then
+    refused for cancelling them. A first_seq update is kept in the config only."""
+    base = {"name": "S", "subjects": ["s.>"], "max_age": 60 * SEC, "allow_rollup_hdrs": True}
+    _stream(store, **{k: v for k, v in base.items() if k not in ("name", "subjects")})
+    _pub(store, "s.a")
+    cfg = store.update_stream({**base, "first_seq": 9}).config
+    assert cfg.first_seq == 9
+    assert store.stream_state("S").first_seq == 1
+    cfg = store.update_stream({**base, "sealed": True}).config
+    assert (cfg.deny_delete, cfg.deny_purge, cfg.discard) == (True, True, "new")
+    assert (cfg.max_age, cfg.allow_rollup_hdrs) == (0, False)
+    e = _err(store.update_stream, {**base, "sealed": True})
+    assert e.description == "stream configuration update can not cancel deny message deletes"
+
+
 # -- purge, delete, get ----------------------------------------------------------------------
 
 
