@@ -47,8 +47,11 @@ ERRORS: Final[dict[str, ErrorSpec]] = {
     "purge_failed": ErrorSpec(10110, 500, "{err}"),
     "msg_delete_failed": ErrorSpec(10057, 500, "{err}"),
     "expected_subject_seq_required": ErrorSpec(
-        10193, 400, "expected last subject sequence subject header requires the sequence header"
+        10193, 400, "missing sequence for expected last sequence per subject"
     ),
+    "atomic_publish_disabled": ErrorSpec(10174, 400, "atomic publish is disabled"),
+    "counters_disabled": ErrorSpec(10168, 400, "message counters is disabled"),
+    "schedules_disabled": ErrorSpec(10188, 400, "message schedules is disabled"),
     "msg_ttl_disabled": ErrorSpec(10166, 400, "per-message TTL is disabled"),
     "bad_header": ErrorSpec(10003, 400, "bad request: {err}"),
     "consumer_create": ErrorSpec(10012, 500, "{err}"),

@@ -275,15 +275,19 @@ class StreamRt(SubjectRecords):
         if not nats:  # none of the headers below (the broker's never are)
             return None, None
         hdr = dict(headers)  # the last value of a repeated name wins
+        # As nats-server 2.15.1 (measured): features it has and streams enable are refused
+        # as disabled (this store has none of them); an empty expected-*/rollup header is
+        # no header; a sequence that does not parse expects seq 0.
+        for gate, err in _DISABLED_FEATURES:
+            if gate in hdr:
+                return js_error(err)
         exp_stream = hdr.get("Nats-Expected-Stream")
-        if exp_stream is not None and exp_stream != self.name:
+        if exp_stream and exp_stream != self.name:
             return js_error("stream_not_match")
         subj_seq_subject = hdr.get("Nats-Expected-Last-Subject-Sequence-Subject")
         raw = hdr.get("Nats-Expected-Last-Subject-Sequence")
-        if raw is not None:
-            want = _parse_u64(raw)
-            if want is None:
-                return js_error("bad_header", err="invalid Nats-Expected-Last-Subject-Sequence")
+        if raw:
+            want = _parse_u64(raw) or 0
             on = subj_seq_subject or subject
             if not is_valid_subject(on):
                 return js_error("bad_header", err="invalid expected last subject sequence subject")
@@ -293,10 +297,8 @@ class StreamRt(SubjectRecords):
         elif subj_seq_subject is not None:
             return js_error("expected_subject_seq_required")
         raw = hdr.get("Nats-Expected-Last-Sequence")
-        if raw is not None:
-            want = _parse_u64(raw)
-            if want is None:
-                return js_error("bad_header", err="invalid Nats-Expected-Last-Sequence")
+        if raw:
+            want = _parse_u64(raw) or 0
             if self.last_seq != want:
                 return js_error("wrong_last_sequence", seq=self.last_seq)
         msg_id = hdr.get("Nats-Msg-Id")
@@ -305,11 +307,11 @@ class StreamRt(SubjectRecords):
             if found is not None:
                 return PubAck(self.name, found, duplicate=True)
         exp_id = hdr.get("Nats-Expected-Last-Msg-Id")
-        if exp_id is not None:
+        if exp_id:
             last_id = self.msg_id_of(ctx, self.last_seq)
             if last_id != exp_id:
                 return js_error("wrong_last_msg_id", id=last_id)
-        rollup = hdr.get("Nats-Rollup")
+        rollup = hdr.get("Nats-Rollup") or None
         if rollup is not None:
             if not cfg.allow_rollup_hdrs or cfg.deny_purge:
                 return js_error("rollup_failed", err="rollup not permitted")
@@ -600,6 +602,14 @@ class StreamRt(SubjectRecords):
         if self.config.max_age <= 0 or not self.messages or not self.first_ts:
             return 0
         return self.first_ts + self.config.max_age
+
+
+# Headers of nats-server features a stream must enable, none of which this store has.
+_DISABLED_FEATURES = (
+    ("Nats-Batch-Id", "atomic_publish_disabled"),
+    ("Nats-Incr", "counters_disabled"),
+    ("Nats-Schedule", "schedules_disabled"),
+)
 
 
 @lru_cache(maxsize=1024)

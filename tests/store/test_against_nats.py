@@ -641,6 +641,34 @@ UPDATE_BASES: list[Json] = [
         "retention": "workqueue",
     },
 ]
+# Headers of a publish to a stream holding two messages (Msg-Ids id0, id1) on h.a.
+PUBLISH_HEADERS: list[dict[str, str]] = [
+    {"Nats-Expected-Last-Sequence": "abc"},
+    {"Nats-Expected-Last-Sequence": "-1"},
+    {"Nats-Expected-Last-Sequence": ""},
+    {"Nats-Expected-Last-Subject-Sequence": "x"},
+    {"Nats-Expected-Last-Subject-Sequence-Subject": "h.b"},
+    {
+        "Nats-Expected-Last-Subject-Sequence-Subject": "h.b",
+        "Nats-Expected-Last-Subject-Sequence": "1",
+    },
+    {
+        "Nats-Expected-Last-Subject-Sequence-Subject": "h.*",
+        "Nats-Expected-Last-Subject-Sequence": "2",
+    },
+    {"Nats-Expected-Last-Msg-Id": "nope"},
+    {"Nats-Expected-Last-Msg-Id": ""},
+    {"Nats-Expected-Stream": "OTHER"},
+    {"Nats-Expected-Stream": ""},
+    {"Nats-Rollup": "bogus"},
+    {"Nats-Rollup": "sub"},
+    {"Nats-Rollup": ""},
+    {"Nats-Msg-Id": ""},
+    {"Nats-TTL": "5s"},
+    {"Nats-Schedule": "@at 2030-01-01T00:00:00Z"},
+    {"Nats-Incr": "1"},
+    {"Nats-Batch-Id": "b1", "Nats-Batch-Sequence": "1"},
+]
 # Filters and policies of consumer configs, as above (on a stream of "p.>").
 BAD_CONSUMER_CONFIGS: list[Json] = [
     {"filter_subjects": ["p.a", "p.*"]},
@@ -662,8 +690,8 @@ BAD_CONSUMER_CONFIGS: list[Json] = [
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_config_checks_answer_as_nats_server_does(tmp_path: Path) -> None:
-    """Each config and stream update of the lists above: the same error (code, err_code,
-    description), or accepted by both with the same normalised limits. Left out on purpose (refused here
+    """Each config, stream update and publish's headers of the lists above: the same
+    error (code, err_code, description), or accepted by both alike. Left out on purpose (refused here
     instead of faked, store/DESIGN.md): mirrors, sources, per-message TTL."""
     port = _free_port()
     server = _nats_server(tmp_path / "nats", port)
@@ -721,6 +749,20 @@ def test_config_checks_answer_as_nats_server_does(tmp_path: Path) -> None:
                             )
                         await _req(nc, "$JS.API.STREAM.DELETE.U", b"")
                         store.delete_stream("U")
+                for rollups in (False, True):
+                    for hdrs in PUBLISH_HEADERS:
+                        scfg = {"name": "H", "subjects": ["h.>"], "allow_rollup_hdrs": rollups}
+                        await _create_stream(nc, scfg)
+                        store.create_stream(scfg)
+                        for i in range(2):
+                            await _req(nc, "h.a", b"x", {"Nats-Msg-Id": f"id{i}"})
+                            store.publish("h.a", b"x", (("Nats-Msg-Id", f"id{i}"),))
+                        theirs = await _req(nc, "h.a", b"y", hdrs)
+                        ours = _ours(store.publish, "h.a", b"y", tuple(hdrs.items()))
+                        if theirs != ours:
+                            found.append(f"publish {hdrs}: server {theirs}, store {ours}")
+                        await _req(nc, "$JS.API.STREAM.DELETE.H", b"")
+                        store.delete_stream("H")
                 stream = {"name": "P", "subjects": ["p.>"]}
                 await _create_stream(nc, stream)
                 store.create_stream(stream)

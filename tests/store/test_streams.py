@@ -347,8 +347,11 @@ def test_rollup_not_permitted_and_invalid(store: Store) -> None:
         (("Bad Name", "v"),),
         (("X", "a\r\nb"),),
         (("", "v"),),
-        (("Nats-Expected-Last-Sequence", "abc"),),
         (("Nats-TTL", "1s"),),
+        (("Nats-Incr", "1"),),
+        (("Nats-Schedule", "@every 1s"),),
+        (("Nats-Batch-Id", "b"), ("Nats-Batch-Sequence", "1")),
+        (("Nats-Expected-Last-Subject-Sequence-Subject", "s.b"),),
     ],
 )
 def test_bad_headers_refused_and_change_nothing(
@@ -358,6 +361,21 @@ def test_bad_headers_refused_and_change_nothing(
     with pytest.raises(JetStreamError):
         store.publish("s.a", b"", headers)
     assert store.stream_state("S").last_seq == 0
+
+
+def test_expected_headers_read_as_nats_server_reads_them(store: Store) -> None:
+    """Measured against nats-server 2.15.1: an empty expected-* or rollup header is no
+    header; a sequence that does not parse expects seq 0."""
+    _stream(store, allow_rollup_hdrs=True)
+    assert _pub(store, "s.a", Nats_Expected_Last_Sequence="abc").seq == 1  # 0 expected
+    e = _err(_pub, store, "s.a", Nats_Expected_Last_Sequence="-1")
+    assert (e.err_code, e.description) == (10071, "wrong last sequence: 1")
+    e = _err(_pub, store, "s.a", Nats_Expected_Last_Subject_Sequence="x")
+    assert (e.err_code, e.description) == (10071, "wrong last sequence: 1")
+    for name in ("Nats_Expected_Last_Sequence", "Nats_Expected_Last_Msg_Id"):
+        assert _pub(store, "s.a", **{name: ""}).seq > 1
+    assert _pub(store, "s.a", Nats_Expected_Stream="", Nats_Rollup="").seq == 4
+    assert store.stream_state("S").messages == 4
 
 
 def test_bad_publish_subjects(store: Store) -> None:
