@@ -372,8 +372,8 @@ def test_expected_headers_read_as_nats_server_reads_them(store: Store) -> None:
     assert (e.err_code, e.description) == (10071, "wrong last sequence: 1")
     e = _err(_pub, store, "s.a", Nats_Expected_Last_Subject_Sequence="x")
     assert (e.err_code, e.description) == (10071, "wrong last sequence: 1")
-    for name in ("Nats_Expected_Last_Sequence", "Nats_Expected_Last_Msg_Id"):
-        assert _pub(store, "s.a", **{name: ""}).seq > 1
+    assert _pub(store, "s.a", b"x", Nats_Expected_Last_Sequence="").seq == 2
+    assert _pub(store, "s.a", b"x", Nats_Expected_Last_Msg_Id="").seq == 3
     assert _pub(store, "s.a", Nats_Expected_Stream="", Nats_Rollup="").seq == 4
     assert store.stream_state("S").messages == 4
 
