@@ -51,7 +51,7 @@ _FIXED_CONSUMER_FIELDS = {
     "idle_heartbeat": "heart beats can not be updated",
     "flow_control": "flow control can not be updated",
     "max_waiting": "max waiting can not be updated",
-    "mem_storage": "mem storage can not be updated",
+    "mem_storage": "storage type can not be updated",
 }
 
 
@@ -263,6 +263,8 @@ def create_consumer(eng: Engine, ctx: Ctx, op: CreateConsumer) -> OpResult:
         return update_consumer(eng, ctx, existing, cfg)
     if op.action == "update":
         raise js_error("consumer_does_not_exist")
+    if cfg.replay_policy != "instant":  # (an update says it can not be updated, as there)
+        raise js_error("consumer_create", err="replay policy original is not supported")
     if not name:
         name = "".join(secrets.choice(_NAME_ALPHABET) for _ in range(8))
         cfg = cfg.model_copy(update={"name": name})
@@ -328,16 +330,16 @@ def initial_position(eng: Engine, ctx: Ctx, st: StreamRt, c: ConsumerRt) -> None
 
 def update_consumer(eng: Engine, ctx: Ctx, c: ConsumerRt, cfg: ConsumerConfig) -> ConsumerInfo:
     old = c.config
-    for field, msg in _FIXED_CONSUMER_FIELDS.items():
-        if getattr(old, field) != getattr(cfg, field):
-            raise js_error("consumer_create", err=msg)
-    if old.is_push != cfg.is_push:
+    if old.is_push != cfg.is_push:  # before the fields (max_waiting differs too)
         raise js_error(
             "consumer_create",
             err="can not update push consumer to pull based"
             if old.is_push
             else "can not update pull consumer to push based",
         )
+    for field, msg in _FIXED_CONSUMER_FIELDS.items():
+        if getattr(old, field) != getattr(cfg, field):
+            raise js_error("consumer_create", err=msg)
     c.config = cfg
     c.filters = cfg.filters
     c.scan_floor = 0

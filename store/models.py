@@ -398,8 +398,6 @@ class ConsumerConfig(_Wire):
                 raise create("consumer deliver group requires a push based consumer")
             if not self.max_waiting:
                 upd["max_waiting"] = DEFAULT_MAX_WAITING
-        if self.replay_policy != "instant":
-            raise create("replay policy original is not supported")
         if self.inactive_threshold is not None and self.inactive_threshold < 0:
             raise create("consumer inactive threshold can not be negative")
         if not self.durable_name and not self.inactive_threshold:

@@ -669,6 +669,31 @@ PUBLISH_HEADERS: list[dict[str, str]] = [
     {"Nats-Incr": "1"},
     {"Nats-Batch-Id": "b1", "Nats-Batch-Sequence": "1"},
 ]
+# Updates of an explicit-ack pull consumer on p.a (action "update").
+CONSUMER_BASE: Json = {
+    "durable_name": "u",
+    "ack_policy": "explicit",
+    "filter_subject": "p.a",
+    "max_ack_pending": 10,
+}
+CONSUMER_UPDATES: list[Json] = [
+    {"ack_policy": "none"},
+    {"deliver_policy": "new"},
+    {"filter_subject": "p.b"},
+    {"filter_subject": None, "filter_subjects": ["p.a", "p.b"]},
+    {"ack_wait": 5_000_000_000},
+    {"max_deliver": 3},
+    {"max_ack_pending": 5},
+    {"max_waiting": 10},
+    {"replay_policy": "original"},
+    {"deliver_subject": "d.x"},
+    {"backoff": [1_000_000_000], "max_deliver": 3},
+    {"headers_only": True},
+    {"max_batch": 5},
+    {"inactive_threshold": 5_000_000_000},
+    {"opt_start_seq": 2, "deliver_policy": "by_start_sequence"},
+    {"mem_storage": True},
+]
 # Filters and policies of consumer configs, as above (on a stream of "p.>").
 BAD_CONSUMER_CONFIGS: list[Json] = [
     {"filter_subjects": ["p.a", "p.*"]},
@@ -690,7 +715,7 @@ BAD_CONSUMER_CONFIGS: list[Json] = [
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_config_checks_answer_as_nats_server_does(tmp_path: Path) -> None:
-    """Each config, stream update and publish's headers of the lists above: the same
+    """Each config, stream or consumer update and publish's headers above: the same
     error (code, err_code, description), or accepted by both alike. Left out on purpose (refused here
     instead of faked, store/DESIGN.md): mirrors, sources, per-message TTL."""
     port = _free_port()
@@ -776,6 +801,21 @@ def test_config_checks_answer_as_nats_server_does(tmp_path: Path) -> None:
                         ours = {"error": e.to_wire()}
                     if theirs != ours:
                         found.append(f"consumer {extra}: server {theirs}, store {ours}")
+                for upd in CONSUMER_UPDATES:
+                    body = {"stream_name": "P", "config": CONSUMER_BASE}
+                    await _req(nc, "$JS.API.CONSUMER.CREATE.P.u", body)
+                    store.create_consumer("P", CONSUMER_BASE)
+                    ccfg = {k: v for k, v in {**CONSUMER_BASE, **upd}.items() if v is not None}
+                    body = {"stream_name": "P", "config": ccfg, "action": "update"}
+                    theirs = answer(await _req(nc, "$JS.API.CONSUMER.CREATE.P.u", body))
+                    try:
+                        ours = answer(store.create_consumer("P", ccfg, action="update").to_wire())
+                    except JetStreamError as e:
+                        ours = {"error": e.to_wire()}
+                    if theirs != ours:
+                        found.append(f"consumer update {upd}: server {theirs}, store {ours}")
+                    await _req(nc, "$JS.API.CONSUMER.DELETE.P.u", b"")
+                    store.delete_consumer("P", "u")
         finally:
             await nc.close()
         return found
