@@ -28,6 +28,7 @@ from store.errors import JetStreamError, js_error
 from store.models import (
     ConsumerConfig,
     StreamConfig,
+    go_duration,
 )
 from store.ops import (
     Ack,
@@ -413,17 +414,15 @@ class Engine:
         if cfg.is_push:
             status(409, "Consumer is push based")
             return None
-        if op.batch < 1:
-            status(400, "Bad Request - batch must be > 0")
-            return None
+        batch = max(op.batch, 1)  # as nats-server 2.15.1 (measured): no batch is one
         if op.expires_ns < 0 or op.max_bytes < 0:
             status(400, "Bad Request - negative value")
             return None
-        if cfg.max_batch and op.batch > cfg.max_batch:
+        if cfg.max_batch and batch > cfg.max_batch:
             status(409, f"Exceeded MaxRequestBatch of {cfg.max_batch}")
             return None
         if cfg.max_expires and op.expires_ns > cfg.max_expires:
-            status(409, f"Exceeded MaxRequestExpires of {cfg.max_expires}")
+            status(409, f"Exceeded MaxRequestExpires of {go_duration(cfg.max_expires)}")
             return None
         if cfg.max_bytes and op.max_bytes > cfg.max_bytes:
             status(409, f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}")
@@ -432,7 +431,7 @@ class Engine:
             status(409, "Exceeded MaxWaiting")
             return None
         expires_at = ctx.now + op.expires_ns if op.expires_ns else 0
-        c.waiting.append(PullRequest(op.reply, op.batch, expires_at, op.no_wait, op.max_bytes))
+        c.waiting.append(PullRequest(op.reply, batch, expires_at, op.no_wait, op.max_bytes))
         self._with_waiting.add((c.stream.name, c.name))
         c.last_activity_ns = ctx.now
         ctx.touched.add(c.stream)

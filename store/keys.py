@@ -581,6 +581,13 @@ def msg_subject_and_size(record: bytes) -> tuple[bytes, int]:
     return bytes(record[_MSG_HEAD.size : end]), msg_bytes(slen, hlen, plen)
 
 
+def msg_content_len(record: bytes) -> int:
+    """Subject, header block and payload lengths of a message record, summed (what
+    nats-server counts of a message against a pull request's ``max_bytes``, with its
+    reply subject)."""
+    return len(record) - _MSG_HEAD.size - _U32.size
+
+
 def record_bytes(record: bytes) -> int:
     """:func:`msg_bytes` of a stored message record, without decoding it."""
     return msg_subject_and_size(record)[1]

@@ -42,6 +42,35 @@ def format_time(ns: int) -> str:
     return base + "Z"
 
 
+def go_duration(ns: int) -> str:
+    """``ns`` as Go's ``time.Duration`` prints it (nats-server's status texts): 2s, 1m30s,
+    1h0m0s, 1.5s, 100ms, 250µs."""
+    if ns == 0:
+        return "0s"
+    sign, u = ("-", -ns) if ns < 0 else ("", ns)
+    if u < 1_000:
+        return f"{sign}{u}ns"
+    if u < 1_000_000:
+        return f"{sign}{_decimal(u, 1_000)}µs"
+    if u < 1_000_000_000:
+        return f"{sign}{_decimal(u, 1_000_000)}ms"
+    hours, rest = divmod(u, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    out = f"{_decimal(rest, 1_000_000_000)}s"
+    if hours or minutes:
+        out = f"{minutes}m{out}"
+    if hours:
+        out = f"{hours}h{out}"
+    return sign + out
+
+
+def _decimal(value: int, unit: int) -> str:
+    whole, part = divmod(value, unit)
+    if not part:
+        return str(whole)
+    return f"{whole}.{str(part).rjust(len(str(unit)) - 1, '0').rstrip('0')}"
+
+
 def parse_time(text: str) -> int:
     """Parse an RFC 3339 time to Unix nanoseconds (zero time -> 0); ValueError if malformed."""
     if text == ZERO_TIME:

@@ -38,7 +38,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from store import AckKind, Delivery, JetStreamError, PubAck, Store
+from store import AckKind, Delivery, JetStreamError, PubAck, PullStatus, Store
 
 SUBJECTS = ("a", "b", "c.d", "c.e")
 SCENARIOS = 300
@@ -354,6 +354,7 @@ class _Events:
 
     def __init__(self) -> None:
         self.items: list[Any] = []
+        self.statuses: list[PullStatus] = []
         self.lock = threading.Lock()
 
     def __call__(self, events: Sequence[Any]) -> None:
@@ -361,8 +362,11 @@ class _Events:
             self.items.extend(events)
 
     def take(self) -> list[Delivery]:
+        """The deliveries since the last take; the pull statuses among them are kept in
+        ``statuses``."""
         with self.lock:
             out, self.items = self.items, []
+        self.statuses = [e for e in out if isinstance(e, PullStatus)]
         return [e for e in out if isinstance(e, Delivery)]
 
 
@@ -373,26 +377,37 @@ def _counts(d: Json) -> Json:
     return {"delivered": d["delivered"]["consumer_seq"], **{k: d.get(k) or 0 for k in keys}}
 
 
-async def _fetch(nc: Client, stream: str, consumer: str, batch: int) -> list[tuple[int, int, str]]:
-    """A no_wait pull from the server: (stream seq, delivery count, ack subject) each."""
+async def _fetch(
+    nc: Client, stream: str, consumer: str, batch: int, max_bytes: int = 0
+) -> tuple[list[tuple[int, int, str]], str]:
+    """A no_wait pull from the server: (stream seq, delivery count, ack subject) each, and
+    the status that ended it ("" when none came)."""
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)
-    body = json.dumps({"batch": batch, "no_wait": True}).encode()
-    await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, reply=inbox)
+    req: Json = {"batch": batch, "no_wait": True}
+    if max_bytes:
+        req["max_bytes"] = max_bytes
+    await nc.publish(
+        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", json.dumps(req).encode(), reply=inbox
+    )
     got: list[tuple[int, int, str]] = []
+    status = ""
     try:
         while len(got) < batch:
             try:
                 msg = await sub.next_msg(timeout=0.3)
             except nats.errors.TimeoutError:
-                break  # a request cut short by max_ack_pending ends without a status
+                # Ends without a status: cut short by max_ack_pending, or its max_bytes
+                # used up exactly.
+                break
             if msg.headers and msg.headers.get("Status"):
+                status = f"{msg.headers['Status']} {msg.headers.get('Description', '')}"
                 break  # 404 no messages / 408 / 409
             tokens = msg.reply.split(".")
             got.append((int(tokens[5]), int(tokens[4]), msg.reply))
     finally:
         await sub.unsubscribe()
-    return got
+    return got, status
 
 
 def _consumer_config(rng: random.Random, name: str, prefix: str, retention: str) -> Json:
@@ -497,11 +512,13 @@ async def _consumer_scenario(nc: Client, store: Store, events: _Events, seed: in
                 b = _ours(store.publish, subject, b"y")
             elif op == "fetch":
                 n = rng.randint(1, 4)
-                got = await _fetch(nc, name, c, n)
+                max_bytes = rng.choice([0, 0, 60, 120, 200])
+                got, status = await _fetch(nc, name, c, n, max_bytes)
                 events.take()
                 naked[c].clear()  # redelivered (or dropped at max_deliver) first
-                store.pull(name, c, "inbox", batch=n, no_wait=True)
+                store.pull(name, c, "inbox", batch=n, no_wait=True, max_bytes=max_bytes)
                 mine = events.take()
+                ours_status = [f"{e.code} {e.description}" for e in events.statuses]
                 their_acks.update({(c, q): reply for q, _, reply in got})
                 our_pending.update((c, e.msg.seq) for e in mine)
                 # Which redeliveries go first differs on purpose (stream order here).
@@ -510,7 +527,16 @@ async def _consumer_scenario(nc: Client, store: Store, events: _Events, seed: in
                     "n": len(mine),
                     "new": sorted(e.msg.seq for e in mine if e.delivered_count == 1),
                 }
-                what = f"{c} fetch {n}"
+                a["status"] = status
+                b["status"] = ours_status[0] if ours_status else ""
+                mine_info = store.consumer_info(name, c)
+                full = 0 < (mine_info.config.max_ack_pending or 0) <= mine_info.num_ack_pending
+                if full and (a["status"], b["status"]) == ("", "404 No Messages"):
+                    # Left on purpose (store/DESIGN.md): held back by max_ack_pending, the
+                    # server keeps a no_wait request waiting without a status until its
+                    # inbox loses interest, which the store cannot see; it answers 404.
+                    b["status"] = ""
+                what = f"{c} fetch {n} max_bytes {max_bytes}"
             else:
                 both = sorted(q for k, q in set(their_acks) & our_pending if k == c)
                 if ccfgs[c]["ack_policy"] == "none" or not both:

@@ -417,14 +417,38 @@ def test_expires_gives_408_with_pending_counts(
 
 
 def test_max_bytes_409(store: Store, events: Events) -> None:
+    """As nats-server 2.15.1 (measured): a delivery counts its subject, headers, payload
+    and ack reply subject; one that does not fit ends the request with 409 (after other
+    messages too), a max_bytes used up exactly ends it without a status."""
+    _stream(store)
+    _fill(store, "s.a", "s.b", "s.c")
+    _consumer(store)
+    assert _statuses(_pull(store, events, max_bytes=5)) == [(409, "Message Size Exceeds MaxBytes")]
+    # "$JS.ACK.S.c.1.<seq>.<cseq>.<19-digit time>.<pending>": 12 + 1 + 1 + 1 + 19 + 1 + 4
+    one = len("s.a") * 2 + 39  # subject, the same as payload, reply
+    evs = _pull(store, events, batch=5, max_bytes=2 * one - 1)
+    assert _seqs(evs) == [1]
+    assert _statuses(evs) == [(409, "Message Size Exceeds MaxBytes")]
+    evs = _pull(store, events, batch=5, max_bytes=2 * one)
+    assert _seqs(evs) == [2, 3]
+    assert _statuses(evs) == []
+    assert store.consumer_info("S", "c").num_waiting == 0
+
+
+def test_no_wait_ends_with_404_after_some_messages_too(store: Store, events: Events) -> None:
+    _stream(store)
+    _fill(store, "s.a")
+    _consumer(store)
+    evs = _pull(store, events, batch=3, no_wait=True)
+    assert _seqs(evs) == [1]
+    assert _statuses(evs) == [(404, "No Messages")]
+
+
+def test_a_pull_without_a_batch_is_a_batch_of_one(store: Store, events: Events) -> None:
     _stream(store)
     _fill(store, "s.a", "s.b")
     _consumer(store)
-    assert _statuses(_pull(store, events, max_bytes=5)) == [(409, "Message Size Exceeds MaxBytes")]
-    one = 22 + 3 + 3 + 8
-    evs = _pull(store, events, batch=5, max_bytes=one)
-    assert _seqs(evs) == [1]
-    assert _statuses(evs) == [(409, "Batch Completed")]
+    assert _seqs(_pull(store, events, batch=0, no_wait=True)) == [1]
 
 
 def test_request_caps_409(store: Store, events: Events) -> None:
@@ -432,7 +456,7 @@ def test_request_caps_409(store: Store, events: Events) -> None:
     _consumer(store, max_batch=2, max_expires=SEC, max_bytes=100, max_waiting=1)
     assert _statuses(_pull(store, events, batch=3)) == [(409, "Exceeded MaxRequestBatch of 2")]
     assert _statuses(_pull(store, events, expires_ns=2 * SEC)) == [
-        (409, "Exceeded MaxRequestExpires of 1000000000")
+        (409, "Exceeded MaxRequestExpires of 1s")  # Go's duration text, as nats-server
     ]
     assert _statuses(_pull(store, events, max_bytes=200)) == [
         (409, "Exceeded MaxRequestMaxBytes of 100")
