@@ -111,6 +111,25 @@ def _ours(fn: Callable[..., Any], *args: Any, **kw: Any) -> Json:
     return {"success": True}
 
 
+async def _purge_both(nc: Client, store: Store, name: str, body: Json) -> tuple[Json, Json]:
+    """STREAM.PURGE with ``body`` on the server and the same purge on the store."""
+    theirs = await _req(nc, f"$JS.API.STREAM.PURGE.{name}", body)
+    ours = _ours(
+        store.purge_stream,
+        name,
+        filter=body.get("filter"),
+        seq=body.get("seq"),
+        keep=body.get("keep"),
+    )
+    return theirs, ours
+
+
+async def _delete_both(nc: Client, store: Store, name: str, seq: int) -> tuple[Json, Json]:
+    """STREAM.MSG.DELETE of ``seq`` on the server and on the store."""
+    theirs = await _req(nc, f"$JS.API.STREAM.MSG.DELETE.{name}", {"seq": seq})
+    return theirs, _ours(store.delete_msg, name, seq)
+
+
 def _get_request(rng: random.Random, prefix: str) -> Json:
     """A MSG.GET body: by seq, last by subject, or next by subject from a seq."""
     subject = f"{prefix}." + rng.choice([*SUBJECTS, "c.*", "*", ">"])
@@ -222,8 +241,7 @@ async def _scenario(nc: Client, store: Store, seed: int) -> list[str]:
                 what = f"publish {subject} {len(payload)} B {hdrs}"
             elif op == "del":
                 seq = rng.randint(0, 15)
-                a = await _req(nc, f"$JS.API.STREAM.MSG.DELETE.{name}", {"seq": seq})
-                b = _ours(store.delete_msg, name, seq)
+                a, b = await _delete_both(nc, store, name, seq)
                 what = f"delete {seq}"
             elif op == "purge":
                 body: Json = {}
@@ -235,14 +253,7 @@ async def _scenario(nc: Client, store: Store, seed: int) -> list[str]:
                     body["keep"] = rng.randint(0, 3)
                 elif rng.random() < 0.3:
                     body["seq"] = rng.randint(0, 20)
-                a = await _req(nc, f"$JS.API.STREAM.PURGE.{name}", body)
-                b = _ours(
-                    store.purge_stream,
-                    name,
-                    filter=body.get("filter"),
-                    seq=body.get("seq"),
-                    keep=body.get("keep"),
-                )
+                a, b = await _purge_both(nc, store, name, body)
                 what = f"purge {body}"
             elif op == "update":
                 cfg = _new_limits(rng, cfg)
@@ -492,19 +503,11 @@ async def _consumer_scenario(nc: Client, store: Store, events: _Events, seed: in
                     body["keep"] = rng.randint(0, 2)
                 elif rng.random() < 0.4:
                     body["seq"] = rng.randint(1, 12)
-                a = await _req(nc, f"$JS.API.STREAM.PURGE.{name}", body)
-                b = _ours(
-                    store.purge_stream,
-                    name,
-                    filter=body.get("filter"),
-                    seq=body.get("seq"),
-                    keep=body.get("keep"),
-                )
+                a, b = await _purge_both(nc, store, name, body)
                 what = f"purge {body}"
             elif op == "del":
                 seq = rng.randint(1, 12)
-                a = await _req(nc, f"$JS.API.STREAM.MSG.DELETE.{name}", {"seq": seq})
-                b = _ours(store.delete_msg, name, seq)
+                a, b = await _delete_both(nc, store, name, seq)
                 what = f"delete {seq}"
             elif op == "pub":
                 subject = f"{prefix}.{rng.choice(SUBJECTS)}"

@@ -376,6 +376,28 @@ def test_a_deletion_cut_short_by_a_crash_is_finished_at_the_next_open(tmp_path: 
         assert not any(keys.read_sweep_key(bytes(k)) for k in cur.iternext(values=False))
 
 
+def close_during(
+    path: Path, op: Op, marker: Callable[[int], bytes], *, consumer: bool = False
+) -> tuple[Future[list[OpResult]], int]:
+    """Stream S of N messages (and an explicit-ack consumer c), ``op`` submitted with
+    slices of 10, the store closed once the ``meta`` record ``marker(sid)`` names is
+    written (its first slice committed): the op's future and S's sid."""
+    s = Store.open(path, sync="batch", clock=FakeClock(), remove_slice=10)
+    try:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        _fill(s, N)
+        if consumer:
+            s.create_consumer("S", {"durable_name": "c", "ack_policy": "explicit"})
+        sid = _sid(s, "S")
+        done = s.submit([op])
+        while not _meta_keys(s.env, marker(sid)):
+            assert not done.done()
+            time.sleep(0.0005)
+    finally:
+        s.close()
+    return done, sid
+
+
 def _meta_keys(env: Env, prefix: bytes) -> list[bytes]:
     with env.read() as txn:
         cur = txn.cursor(db=env.dbs[keys.DB_META])
@@ -437,18 +459,7 @@ def test_a_purge_cut_short_by_close_goes_on_at_the_next_open(
         expected = ([(m.seq, m.subject) for m in s.iter_msgs("S")], s.stream_state("S"))
         expected_c = s.consumer_info("S", "c")
     path = tmp_path / "d"
-    s = Store.open(path, sync="batch", clock=FakeClock(), remove_slice=10)
-    try:
-        s.create_stream({"name": "S", "subjects": ["s.>"]})
-        _fill(s, N)
-        s.create_consumer("S", {"durable_name": "c", "ack_policy": "explicit"})
-        sid = _sid(s, "S")
-        done = s.submit([purge])
-        while not _meta_keys(s.env, keys.purge_prefix(sid)):  # its first slice committed
-            assert not done.done()
-            time.sleep(0.0005)
-    finally:
-        s.close()
+    done, sid = close_during(path, purge, keys.purge_prefix, consumer=True)
     [part] = done.result(timeout=1)
     assert type(part) is PurgeResult
     assert 10 <= part.purged < total.purged

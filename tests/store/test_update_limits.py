@@ -27,7 +27,13 @@ from store import (
 )
 from store.env import Env
 from tests.store.conftest import SEC, FakeClock
-from tests.store.test_long_ops import _killed_between_slices, _meta_keys, _sid, _stored
+from tests.store.test_long_ops import (
+    _killed_between_slices,
+    _meta_keys,
+    _sid,
+    _stored,
+    close_during,
+)
 
 SLICE = 50
 N = 2_000
@@ -157,16 +163,7 @@ def test_a_stream_deleted_while_its_excess_goes_answers_the_update_not_found(
 
 def test_closing_leaves_the_excess_to_the_next_open(tmp_path: Path) -> None:
     path = tmp_path / "d"
-    s = Store.open(path, sync="batch", remove_slice=10)
-    try:
-        s.create_stream({"name": "S", "subjects": ["s.>"]})
-        _fill(s, N)
-        sid = _sid(s, "S")
-        update = s.submit([_update(max_msgs=10)])
-        while not _meta_keys(s.env, keys.trim_key(sid)):  # its first slice committed
-            assert not update.done()
-    finally:
-        s.close()
+    update, sid = close_during(path, _update(max_msgs=10), keys.trim_key)
     [info] = update.result(timeout=1)
     assert type(info) is StreamInfo
     assert info.config.max_msgs == 10
