@@ -16,7 +16,7 @@ a consumer id from the same counter. Times are Unix nanoseconds (u64), 0 = no ti
 |               | ``b"sweep/"``, u64 sid               | empty: a deleted stream whose data under   |
 |               |                                      | this sid is still being removed (in        |
 |               |                                      | slices; resumed when the store opens)      |
-|               | ``b"recheck/"``, u64 sid             | u64 seq: an interest/workqueue stream      |
+|               | ``b"recheck/"``, u64 sid             | u64 seq: an interest stream                |
 |               |                                      | whose messages from seq on are still to be |
 |               |                                      | checked after a consumer was deleted (in   |
 |               |                                      | slices; resumed when the store opens)      |

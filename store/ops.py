@@ -201,7 +201,7 @@ class EnforceLimits:
 
 @dataclass(frozen=True, slots=True)
 class Reevaluate:
-    """Go on checking an interest/workqueue stream's messages from ``start`` after a
+    """Go on checking an interest stream's messages from ``start`` after a
     consumer was deleted: the ones no remaining consumer needs are removed."""
 
     stream: str

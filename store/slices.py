@@ -12,7 +12,7 @@ every one it finds:
 - a deleted stream's data under its sid (the stream is gone in the first transaction):
   ``sweep`` record;
 - a purge (its plan, whose bound is fixed when it begins): ``purge`` record;
-- after a consumer of an interest/workqueue stream is deleted, the check of every message
+- after a consumer of an interest stream is deleted, the check of every message
   for one no consumer needs any more: ``recheck`` record;
 - after a stream update lowers ``max_msgs_per_subject`` / ``max_msgs`` / ``max_bytes`` /
   ``max_age``, the removal of the excess: ``trim`` record (where the walk for the
@@ -193,7 +193,7 @@ def reevaluate_more(eng: Engine, ctx: Ctx, op: Reevaluate) -> OpResult:
 
 
 def reevaluate(eng: Engine, ctx: Ctx, st: StreamRt, start: int) -> OpResult:
-    """Queue a slice of an interest/workqueue stream's messages for the retention check
+    """Queue a slice of an interest stream's messages for the retention check
     (the engine removes those no consumer needs); True when the last slice is queued."""
     limit = _limit(eng, ctx)
     n = 0

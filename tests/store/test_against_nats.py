@@ -451,6 +451,12 @@ async def _consumer_scenario(nc: Client, store: Store, events: _Events, seed: in
         scfg["max_msgs"] = rng.choice([4, 8])
     cnames = ["k", "j"] if rng.random() < 0.4 else ["k"]
     ccfgs = {c: _consumer_config(rng, c, prefix, scfg["retention"]) for c in cnames}
+    if "max_msgs" in scfg:
+        # Left out on purpose (store/DESIGN.md): a last_per_subject consumer whose first
+        # messages a limit removes before its first delivery stalls on the server.
+        for ccfg in ccfgs.values():
+            if ccfg["deliver_policy"] == "last_per_subject":
+                ccfg["deliver_policy"] = "all"
     created = await _create_stream(nc, scfg)
     assert "error" not in created, created
     store.create_stream(scfg)
@@ -483,11 +489,13 @@ async def _consumer_scenario(nc: Client, store: Store, events: _Events, seed: in
         # several redeliveries differs on purpose (stream order here, NAK order there).
         naked: dict[str, set[int]] = {k: set() for k in cnames}
         for step in range(30):
-            op = rng.choices(["pub", "fetch", "ack", "purge", "del"], [0.3, 0.3, 0.3, 0.05, 0.05])[
-                0
-            ]
+            op = rng.choices(
+                ["pub", "fetch", "ack", "purge", "del", "cdel"], [0.3, 0.3, 0.3, 0.05, 0.05, 0.02]
+            )[0]
             c = rng.choice(cnames)
             what = op
+            if op == "cdel" and len(cnames) < 2:
+                continue
             if op in ("purge", "del") and (pending_there or lps_unstarted):
                 # Left out on purpose (store/DESIGN.md): the server keeps a removed
                 # message's pending entry until its ack wait ends, and a purge drops its
@@ -495,7 +503,15 @@ async def _consumer_scenario(nc: Client, store: Store, events: _Events, seed: in
                 # last_per_subject consumer whose first message was purged before its
                 # first delivery delivers nothing there ever after.
                 continue
-            if op == "purge":
+            if op == "cdel":
+                # Interest and workqueue retention decide again without it (store: the
+                # re-check after a consumer deletion, in slices of two here).
+                a = await _req(nc, f"$JS.API.CONSUMER.DELETE.{name}.{c}", b"")
+                a = {"success": a.get("success", a)}
+                b = _ours(store.delete_consumer, name, c)
+                cnames.remove(c)
+                what = f"delete consumer {c}"
+            elif op == "purge":
                 body: Json = {}
                 if rng.random() < 0.4:
                     body["filter"] = f"{prefix}." + rng.choice([*SUBJECTS, "c.*"])
@@ -601,7 +617,8 @@ def test_consumers_count_as_nats_server_does(tmp_path: Path) -> None:
     async def scenario(nc: Client, store: Store, seed: int) -> list[str]:
         return await _consumer_scenario(nc, store, events, seed)
 
-    assert _differences(tmp_path, scenario, CONSUMER_SCENARIOS, on_event=events) == []
+    found = _differences(tmp_path, scenario, CONSUMER_SCENARIOS, on_event=events, remove_slice=2)
+    assert found == []
 
 
 # Stream configs the server refuses or normalises; each is answered the same by the store.

@@ -188,12 +188,26 @@ def test_purge_keeping_the_newest_walks_to_its_bound(tmp_path: Path, keep: int) 
         assert s.stream_state("T").messages == N
 
 
-@pytest.mark.parametrize("retention", ["interest", "workqueue"])
+def test_deleting_a_consumer_of_a_workqueue_keeps_its_messages(tmp_path: Path) -> None:
+    """As nats-server 2.15.1 (measured): a workqueue stream keeps the messages only the
+    deleted consumer would have taken, for the next consumer on those subjects."""
+    with Store.open(tmp_path / "d", sync="batch", clock=FakeClock(), remove_slice=SLICE) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"], "retention": "workqueue"})
+        s.create_consumer("S", {"durable_name": "a", "filter_subject": "s.a", **EXPLICIT})
+        s.create_consumer("S", {"durable_name": "b", "filter_subject": "s.b", **EXPLICIT})
+        _fill(s, N)
+        s.delete_consumer("S", "b")
+        assert s.stream_state("S").messages == N
+        s.create_consumer("S", {"durable_name": "c", "filter_subject": "s.b", **EXPLICIT})
+        assert s.consumer_info("S", "c").num_pending == N // 2
+
+
+@pytest.mark.parametrize("retention", ["interest"])
 def test_deleting_a_consumer_drops_what_no_one_needs_in_slices(
     tmp_path: Path, retention: str
 ) -> None:
-    """Messages only the deleted consumer wanted go, over several slices; the ones another
-    consumer still needs stay; the same as in one transaction."""
+    """Interest retention: messages only the deleted consumer wanted go, over several
+    slices; the ones another consumer still needs stay; the same as in one transaction."""
     states = []
     for sliced in (True, False):
         with Store.open(
