@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from store import keys, subjindex
 from store.models import ConsumerConfig
-from store.ops import Advisory, Delivery, PullStatus, StoredMsg
+from store.ops import Advisory, Delivery, PullStatus, StoredMsg, ack_subject
 from store.subjects import is_literal, matches_any
 
 if TYPE_CHECKING:
@@ -416,9 +416,16 @@ class ConsumerRt:
             count, pending = self.pending[seq].count + 1, self.num_pending(ctx)
         else:
             count, pending = 1, self.num_pending(ctx) - 1
-        numbers = (count, seq, self.delivered_cseq + 1, keys.msg_time(rec), max(0, pending))
-        reply = len(self.stream.name) + len(self.name) + 14 + sum(len(str(n)) for n in numbers)
-        return keys.msg_content_len(rec) + reply
+        reply = ack_subject(
+            self.stream.name,
+            self.name,
+            count,
+            seq,
+            self.delivered_cseq + 1,
+            keys.msg_time(rec),
+            max(0, pending),
+        )
+        return keys.msg_content_len(rec) + len(reply)
 
     def _has_work(self, ctx: Ctx) -> bool:
         for s in self.redeliver:

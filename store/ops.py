@@ -277,10 +277,22 @@ class Delivery(NamedTuple):
     @property
     def ack_subject(self) -> str:
         """The v1 ack reply subject of spec §1.9.1."""
-        return (
-            f"$JS.ACK.{self.stream}.{self.consumer}.{self.delivered_count}."
-            f"{self.msg.seq}.{self.consumer_seq}.{self.msg.time_ns}.{self.num_pending}"
+        return ack_subject(
+            self.stream,
+            self.consumer,
+            self.delivered_count,
+            self.msg.seq,
+            self.consumer_seq,
+            self.msg.time_ns,
+            self.num_pending,
         )
+
+
+def ack_subject(
+    stream: str, consumer: str, count: int, seq: int, cseq: int, time_ns: int, pending: int
+) -> str:
+    """``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`` (v1)."""
+    return f"$JS.ACK.{stream}.{consumer}.{count}.{seq}.{cseq}.{time_ns}.{pending}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -256,7 +256,7 @@ class StreamRt(SubjectRecords):
         for q in self.subject_seqs(ctx, subject):
             rec = self.get_record(ctx, q)
             if rec is not None:
-                return keys.msg_subject_and_size(rec)[1]
+                return keys.record_bytes(rec)
         return 0
 
     def _check_headers(
