@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 import lmdb
 
@@ -435,16 +435,17 @@ class LongOp(NamedTuple):
     wait_max_ms: float  # the longest any append waited (submit to durable) meanwhile
 
 
+BIG_CONFIG: Final = {"name": "BIG", "subjects": ["big.>"], "allow_rollup_hdrs": True}
 LONG_OPS: dict[str, Op] = {
     "purge": PurgeStream("BIG"),
     "purge keeping 1,000 of big.*": PurgeStream("BIG", filter="big.*", keep=1000),
     "update to max_msgs 1,000": CreateStream(
-        StreamConfig.from_wire({"name": "BIG", "subjects": ["big.>"], "max_msgs": 1000}), True
+        StreamConfig.from_wire({**BIG_CONFIG, "max_msgs": 1000}), True
     ),
     "update to max_msgs_per_subject 10": CreateStream(
-        StreamConfig.from_wire({"name": "BIG", "subjects": ["big.>"], "max_msgs_per_subject": 10}),
-        True,
+        StreamConfig.from_wire({**BIG_CONFIG, "max_msgs_per_subject": 10}), True
     ),
+    "publish with Nats-Rollup: all": Publish("big.0", PAYLOAD, (("Nats-Rollup", "all"),)),
     "delete": DeleteStream("BIG"),
 }
 
@@ -499,6 +500,9 @@ def long_op_under_load(built: str, op: str, remove_slice: int) -> LongOp:
             if op.startswith("purge"):
                 assert type(res) is PurgeResult, res
                 assert res.purged > 0, res
+            elif op.startswith("publish"):
+                assert type(res) is PubAck, res
+                assert s.stream_state("BIG").messages == 1
             elif op.startswith("update"):
                 assert type(res) is StreamInfo, res
                 assert res.state.messages in (1000, 1002), res  # 10 of 100 subjects, big.sparse 2
@@ -610,7 +614,7 @@ def build_big_stream(path: str, n: int) -> None:
     """``n`` messages on ``big.0`` ... ``big.99``, except the first and the last, which are
     on ``big.sparse`` (a subject whose scan spans the whole stream)."""
     with Store.open(path, sync="batch") as s:
-        s.create_stream({"name": "BIG", "subjects": ["big.>"]})
+        s.create_stream(BIG_CONFIG)
         futs = []
         for start in range(0, n, 2000):
             futs.append(

@@ -26,7 +26,7 @@ class Ctx:
     retention_check: list[tuple[StreamRt, int]] = field(default_factory=list)
     touched: set[StreamRt] = field(default_factory=set)
     dirty_consumers: set[ConsumerRt] = field(default_factory=set)
-    # The job whose (non-hot) operation is being applied, and the jobs to continue in the
+    # The job whose operation is being applied, and the jobs to continue in the
     # next batch with the operation that goes on with each (store.writer: long operations
     # run in slices). Only a job of one operation may be continued.
     job: Any = None

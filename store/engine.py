@@ -55,7 +55,7 @@ from store.ops import (
     SweepStream,
     Tick,
 )
-from store.streams import StreamRt
+from store.streams import Rollup, StreamRt
 from store.subjects import subject_matches
 from store.writer import AnyJob
 
@@ -196,6 +196,7 @@ class Engine:
         publish = self._publish
         for job in jobs:
             results = job.results
+            ctx.job = job
             for op in job.ops:
                 try:
                     # The hot paths skip the dispatch below.
@@ -204,7 +205,6 @@ class Engine:
                     elif type(op) is DeleteMsg:
                         res = admin.delete_msg(self, ctx, op)
                     else:
-                        ctx.job = job
                         res = self._op(ctx, op)
                 except JetStreamError as exc:
                     res = exc
@@ -365,6 +365,11 @@ class Engine:
             if st.consumers:
                 for c in st.consumers.values():
                     c.on_append(res.seq, op.subject)
+        elif isinstance(res, Rollup):
+            ctx.touched.add(st)
+            for c in st.consumers.values():
+                c.on_append(res.ack.seq, op.subject)
+            return slices.rollup(self, ctx, st, res.plan, res.ack)
         return res
 
     def _on_msg_removed(self, ctx: Ctx, st: StreamRt, seq: int, subject: str) -> None:

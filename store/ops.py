@@ -182,6 +182,7 @@ class PurgeMore:
     plan: PurgePlan
     purged: int  # removed by the earlier slices
     rid: int
+    reply: PubAck | None = None  # a rollup's: the result instead of the number purged
 
 
 @dataclass(frozen=True, slots=True)

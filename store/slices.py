@@ -11,7 +11,8 @@ every one it finds:
 
 - a deleted stream's data under its sid (the stream is gone in the first transaction):
   ``sweep`` record;
-- a purge (its plan, whose bound is fixed when it begins): ``purge`` record;
+- a purge (its plan, whose bound is fixed when it begins), or the removal of the messages
+  a ``Nats-Rollup`` message replaces (a purge below its seq): ``purge`` record;
 - after a consumer of an interest stream is deleted, the check of every message
   for one no consumer needs any more: ``recheck`` record;
 - after a stream update lowers ``max_msgs_per_subject`` / ``max_msgs`` / ``max_bytes`` /
@@ -32,6 +33,7 @@ from store.ctx import Ctx
 from store.ops import (
     EnforceLimits,
     OpResult,
+    PubAck,
     PurgeMore,
     PurgePlan,
     PurgeResult,
@@ -135,19 +137,33 @@ def purge(eng: Engine, ctx: Ctx, st: StreamRt, plan: PurgePlan) -> OpResult:
     return _purge_slice(eng, ctx, st, plan, 0, 0)
 
 
+def rollup(eng: Engine, ctx: Ctx, st: StreamRt, plan: PurgePlan, ack: PubAck) -> OpResult:
+    """The message ``ack`` names is stored with a ``Nats-Rollup`` header: remove what it
+    replaces (``plan``), a slice at a time as a purge; the publisher gets ``ack`` with the
+    last slice, so once acknowledged the rollup is complete, as with nats-server."""
+    return _purge_slice(eng, ctx, st, plan, 0, 0, ack)
+
+
 def purge_more(eng: Engine, ctx: Ctx, op: PurgeMore) -> OpResult:
     st = eng.streams.get(op.stream)
     if st is None or st.sid != op.sid:  # deleted meanwhile: done
         ctx.txn.delete(keys.purge_key(op.sid, op.rid), db=ctx.db(keys.DB_META))
-        return PurgeResult(op.purged)
-    return _purge_slice(eng, ctx, st, op.plan, op.purged, op.rid)
+        return op.reply if op.reply is not None else PurgeResult(op.purged)
+    return _purge_slice(eng, ctx, st, op.plan, op.purged, op.rid, op.reply)
 
 
 def _purge_slice(
-    eng: Engine, ctx: Ctx, st: StreamRt, plan: PurgePlan, before: int, rid: int
+    eng: Engine,
+    ctx: Ctx,
+    st: StreamRt,
+    plan: PurgePlan,
+    before: int,
+    rid: int,
+    reply: PubAck | None = None,
 ) -> OpResult:
     """One slice of a purge (all of it when the job holds other operations too); ``rid``
-    numbers its ``meta`` record (0: none yet, this is the first slice)."""
+    numbers its ``meta`` record (0: none yet, this is the first slice). The result is
+    ``reply`` if given (a rollup's PubAck), else the number purged."""
     n, rest = st.purge_step(ctx, plan, _limit(eng, ctx))
     if plan.floor:
         # Consumers that had not reached the purge point move past it.
@@ -159,20 +175,21 @@ def _purge_slice(
                 if not c.pending:
                     c.update_ack_floor()
                 ctx.dirty_consumers.add(c)
-    for c in st.consumers.values():
-        c.num_pending_cache = None
+    if reply is None:
+        for c in st.consumers.values():
+            c.num_pending_cache = None
     ctx.touched.add(st)
     meta = ctx.db(keys.DB_META)
     if rest is None:
         if rid:
             ctx.txn.delete(keys.purge_key(st.sid, rid), db=meta)
-        return PurgeResult(before + n)
+        return reply if reply is not None else PurgeResult(before + n)
     if not rid:
         rid = eng._next_id(ctx)
     ctx.txn.put(keys.purge_key(st.sid, rid), plan_record(rest), db=meta)
     if eng.closing:  # the record stays: the next open goes on (the count so far answers)
-        return PurgeResult(before + n)
-    ctx.go_on(PurgeMore(st.name, st.sid, rest, before + n, rid))
+        return reply if reply is not None else PurgeResult(before + n)
+    ctx.go_on(PurgeMore(st.name, st.sid, rest, before + n, rid, reply))
     return None  # the job is continued, not completed: this result is dropped
 
 

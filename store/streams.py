@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterator
 from functools import lru_cache
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from store import keys, subjindex
 from store.ctx import Ctx
@@ -40,6 +40,15 @@ EPOCH_SHIFT = keys.EPOCH_SHIFT
 WALK_PER_REMOVAL = 4
 _pack_msg_key = keys.pack_msg_key
 _new_tuple = tuple.__new__
+
+
+class Rollup(NamedTuple):
+    """What :meth:`StreamRt.publish` returns for a stored message with a ``Nats-Rollup``
+    header that replaces others: its PubAck, and the purge that removes those it replaces
+    (every message of its subject, or of the stream, below its seq)."""
+
+    ack: PubAck
+    plan: PurgePlan
 
 
 class StreamRt(SubjectRecords):
@@ -142,9 +151,9 @@ class StreamRt(SubjectRecords):
 
     def publish(
         self, ctx: Ctx, subject: str, payload: bytes, headers: Headers, has_interest: bool
-    ) -> PubAck | JetStreamError:
+    ) -> PubAck | JetStreamError | Rollup:
         """Spec §1.8's checks, in nats-server's order. Nothing is written unless every
-        check passes."""
+        check passes. A rollup's removals are left to the caller (:class:`Rollup`)."""
         cfg = self.config
         if cfg.sealed:
             return js_error("stream_sealed")
@@ -239,17 +248,22 @@ class StreamRt(SubjectRecords):
                 self.remove(ctx, self.first_seq)
                 if self.trimming:
                     break
-        if rollup == "sub":
-            for old in list(self.subject_seqs(ctx, subject)):
-                if old < seq:
-                    self.remove(ctx, old)
-        elif rollup == "all":
-            for old, _ in list(self.seqs_from(ctx, 0)):
-                if old >= seq:
-                    break
-                self.remove(ctx, old)
+        ack = _new_tuple(PubAck, (self.name, seq, False))  # PubAck(name, seq), minus a call
+        if rollup is not None and (count > 1 if rollup == "sub" else self.messages > 1):
+            # The messages it replaces go as a purge below its seq, which the engine runs
+            # in slices (store.slices.rollup): on a big stream, in one transaction, every
+            # other submission would wait for all of it.
+            plan = PurgePlan(
+                filter=subject if rollup == "sub" else None,
+                pattern=None,
+                start=self.first_seq,
+                below=seq,
+                compact_to=0,
+                floor=False,
+            )
+            return _new_tuple(Rollup, (ack, plan))
         # The state record is written once per batch by the engine (every stream it touched).
-        return _new_tuple(PubAck, (self.name, seq, False))  # PubAck(name, seq), minus a call
+        return ack
 
     def _oldest_size(self, ctx: Ctx, subject: str) -> int:
         """The stored size (``keys.msg_bytes``) of the oldest message on ``subject``."""

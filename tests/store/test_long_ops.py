@@ -391,14 +391,20 @@ def test_a_deletion_cut_short_by_a_crash_is_finished_at_the_next_open(tmp_path: 
 
 
 def close_during(
-    path: Path, op: Op, marker: Callable[[int], bytes], *, consumer: bool = False
+    path: Path,
+    op: Op,
+    marker: Callable[[int], bytes],
+    *,
+    consumer: bool = False,
+    rollups: bool = False,
 ) -> tuple[Future[list[OpResult]], int]:
-    """Stream S of N messages (and an explicit-ack consumer c), ``op`` submitted with
-    slices of 10, the store closed once the ``meta`` record ``marker(sid)`` names is
-    written (its first slice committed): the op's future and S's sid."""
+    """Stream S of N messages (and an explicit-ack consumer c; ``allow_rollup_hdrs`` with
+    ``rollups``), ``op`` submitted with slices of 10, the store closed once the ``meta``
+    record ``marker(sid)`` names is written (its first slice committed): the op's future
+    and S's sid."""
     s = Store.open(path, sync="batch", clock=FakeClock(), remove_slice=10)
     try:
-        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        s.create_stream({"name": "S", "subjects": ["s.>"], "allow_rollup_hdrs": rollups})
         _fill(s, N)
         if consumer:
             s.create_consumer("S", {"durable_name": "c", "ack_policy": "explicit"})
@@ -517,3 +523,88 @@ def test_a_purge_record_holds_its_plan(plan_filter: str | None) -> None:
         assert plan_of(plan_record(plan)) == plan
     with pytest.raises(keys.RecordError):
         plan_of(b"\x02" + plan_record(plan)[1:])
+
+
+# -- rollups ----------------------------------------------------------------------------------
+
+
+def _rollup(kind: str) -> Publish:
+    return Publish("s.a", b"r", (("Nats-Rollup", kind),))
+
+
+def _after_rollup(kind: str, *later: tuple[int, str]) -> list[tuple[int, str]]:
+    """What a stream filled by :func:`_fill` holds after :func:`_rollup` (seq N + 1) and
+    the ``later`` messages: s.a at odd seqs and s.b at even ones before it."""
+    kept = [] if kind == "all" else [(q, "s.b") for q in range(2, N + 1, 2)]
+    return [*kept, (N + 1, "s.a"), *later]
+
+
+@pytest.mark.parametrize("kind", ["all", "sub"])
+def test_a_rollup_removes_in_slices_and_acknowledges_with_the_last(
+    tmp_path: Path, kind: str
+) -> None:
+    """The messages a rollup replaces go as a purge below its seq, a slice per transaction:
+    a publish submitted after it completes first (and is kept); the publisher's PubAck
+    comes with the last slice, once the rollup is complete."""
+    with Store.open(tmp_path / "d", sync="batch", remove_slice=SLICE) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"], "allow_rollup_hdrs": True})
+        _fill(s, N)
+        commits = s.metrics()["commits"]
+        order = Order()
+        rollup = s.submit([_rollup(kind)])
+        rollup.add_done_callback(order.mark("rollup"))
+        later = s.submit([Publish("s.b", b"later")])
+        later.add_done_callback(order.mark("later"))
+        assert rollup.result(timeout=60) == [PubAck("S", N + 1)]
+        assert later.result(timeout=30) == [PubAck("S", N + 2)]
+        assert order.done == ["later", "rollup"]
+        assert s.metrics()["commits"] - commits >= N // 2 // SLICE
+        assert [(m.seq, m.subject) for m in s.iter_msgs("S")] == _after_rollup(kind, (N + 2, "s.b"))
+        assert _meta_keys(s.env, keys.purge_prefix(_sid(s, "S"))) == []
+
+
+@pytest.mark.parametrize("kind", ["all", "sub"])
+def test_a_rollup_in_slices_equals_one_transaction(tmp_path: Path, kind: str) -> None:
+    """Sliced (alone in its job) and whole (with another op in its job), the same stream
+    and consumer; the consumer's counts, kept up to date through the removals, equal
+    those counted afresh after a reopen."""
+    outcomes = []
+    for sliced in (True, False):
+        path = tmp_path / f"d{sliced}"
+        with Store.open(path, sync="batch", clock=FakeClock(), remove_slice=SLICE) as s:
+            s.create_stream({"name": "S", "subjects": ["s.>"], "allow_rollup_hdrs": True})
+            s.create_consumer("S", {"durable_name": "c", "filter_subject": "s.a", **EXPLICIT})
+            _fill(s, N)
+            s.submit([Pull("S", "c", "inbox", batch=10)]).result(timeout=30)
+            commits = s.metrics()["commits"]
+            ops: list[Op] = [_rollup(kind)] if sliced else [_rollup(kind), Publish("x.none")]
+            assert s.submit(ops).result(timeout=60)[0] == PubAck("S", N + 1)
+            assert (s.metrics()["commits"] - commits > 1) == sliced
+            info = s.consumer_info("S", "c")
+            counts = (info.num_pending, info.num_ack_pending, info.delivered, info.ack_floor)
+            assert counts[:2] == (1, 0)  # the pending ten were removed; the rollup is new
+            outcomes.append(
+                (s.stream_state("S"), [(m.seq, m.subject) for m in s.iter_msgs("S")], counts)
+            )
+        with Store.open(path, clock=FakeClock()) as s:
+            info = s.consumer_info("S", "c")
+            assert (info.num_pending, info.num_ack_pending, info.delivered, info.ack_floor) == (
+                counts
+            )
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][1] == _after_rollup(kind)
+
+
+@pytest.mark.parametrize("kind", ["all", "sub"])
+def test_a_rollup_cut_short_by_close_goes_on_at_the_next_open(tmp_path: Path, kind: str) -> None:
+    """Closed between slices, the publisher still gets its PubAck (the message is stored);
+    the purge record stays and the next open removes the rest."""
+    path = tmp_path / "d"
+    done, sid = close_during(path, _rollup(kind), keys.purge_prefix, rollups=True)
+    assert done.result(timeout=1) == [PubAck("S", N + 1)]
+    with Store.open(path, clock=FakeClock()) as s:
+        [(rest,)] = [f.result(timeout=60) for f in s.resumed]
+        assert type(rest) is PurgeResult
+        assert rest.purged > 0
+        assert [(m.seq, m.subject) for m in s.iter_msgs("S")] == _after_rollup(kind)
+        assert _meta_keys(s.env, keys.purge_prefix(sid)) == []
