@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from store import keys, subjindex
 from store.models import ConsumerConfig
 from store.ops import Advisory, Delivery, PullStatus, StoredMsg, ack_subject
-from store.subjects import is_literal, matches_any
+from store.subjects import is_literal, literal_prefix, matcher, subject_matches
 
 if TYPE_CHECKING:
     from store.ctx import Ctx
@@ -30,6 +30,18 @@ if TYPE_CHECKING:
 
 NEVER = keys.MAX_U64
 MAX_DELIVERIES_PER_BATCH = 256
+# A consumer with wildcard filters looks for its next message by walking the stream from
+# its position: this many records first; if none matches, through the index of the
+# subjects its filters match, if at most INDEXED_SUBJECTS of them have messages there and
+# finding them reads at most SUBJECT_RECORDS_READ subject records; else by walking on
+# while the batch's ``Ctx.walk_left`` lasts.
+SHORT_WALK = 1024
+INDEXED_SUBJECTS = 64
+SUBJECT_RECORDS_READ = 1024
+
+
+def _everything(subject: str) -> bool:
+    return True
 
 
 class PendingEntry:
@@ -144,8 +156,17 @@ class ConsumerRt:
 
     # -- positions -----------------------------------------------------------------------
 
+    @property
+    def filters(self) -> tuple[str, ...]:
+        return self._filters
+
+    @filters.setter
+    def filters(self, filters: tuple[str, ...]) -> None:
+        self._filters = filters
+        self._matches = matcher(filters) if filters else _everything
+
     def matches(self, subject: str) -> bool:
-        return matches_any(self.filters, subject)
+        return self._matches(subject)
 
     def needs(self, seq: int) -> bool:
         """Interest/workqueue retention: does this consumer still need stream seq ``seq``?"""
@@ -259,11 +280,67 @@ class ConsumerRt:
             found = st.get_record(ctx, best)
             return (best, found) if found is not None else None
         start = max(start, self.scan_floor + 1)
-        for seq, rec in st.seqs_from(ctx, start):
-            if self.matches(keys.msg_subject(rec)):
-                return seq, rec
-        self.scan_floor = st.last_seq
-        return None
+        walked = 0
+        try:
+            for seq, rec in st.seqs_from(ctx, start):
+                if self.matches(keys.msg_subject(rec)):
+                    return seq, rec
+                walked += 1
+                if walked == SHORT_WALK:
+                    self.scan_floor = seq  # nothing matches up to here
+                    subjects = self._matching_subjects(ctx, seq + 1)
+                    if subjects is not None:
+                        return self._next_of_subjects(ctx, subjects, seq + 1)
+                if walked >= SHORT_WALK and walked >= ctx.walk_left:
+                    # The rest of the walk is for the next batch: "due now" (deliver()
+                    # ends, and a no_wait request is not answered before the walk ends).
+                    self.scan_floor = seq
+                    self.more = True
+                    return None
+            self.scan_floor = st.last_seq
+            return None
+        finally:
+            ctx.walk_left -= walked
+
+    def _matching_subjects(self, ctx: Ctx, start: int) -> list[str] | None:
+        """The subjects the filters match that have messages at or after ``start``
+        (from the subject records), or None if more than INDEXED_SUBJECTS do or finding
+        them would read more than SUBJECT_RECORDS_READ records."""
+        st = self.stream
+        st.flush_counts(ctx)  # the records as of this batch
+        cur = ctx.txn.cursor(db=ctx.subjcount_db)
+        found: list[str] = []
+        read = 0
+        for f in self.filters:
+            for subject, _, _, last in subjindex.records(cur, st.sid, literal_prefix(f)):
+                read += 1
+                if read > SUBJECT_RECORDS_READ:
+                    return None
+                if last >= start and subject_matches(f, subject):
+                    found.append(subject)
+                    if len(found) > INDEXED_SUBJECTS:
+                        return None
+                if is_literal(f):
+                    break
+        return found
+
+    def _next_of_subjects(
+        self, ctx: Ctx, subjects: list[str], start: int
+    ) -> tuple[int, bytes] | None:
+        """The first message at or after ``start`` on any of ``subjects``."""
+        st = self.stream
+        best = 0
+        for subject in subjects:
+            for q in st.subject_seqs(ctx, subject, start):
+                if not best or q < best:
+                    best = q
+                break
+        if not best:
+            self.scan_floor = st.last_seq
+            return None
+        self.scan_floor = best - 1
+        rec = st.get_record(ctx, best)
+        return (best, rec) if rec is not None else None
 
     def _skip_for_lps(self, ctx: Ctx, seq: int, rec: bytes) -> bool:
         """deliver_policy last_per_subject: skip messages superseded before creation."""
@@ -436,6 +513,8 @@ class ConsumerRt:
             max_ap = self.config.max_ack_pending or -1
             if max_ap > 0 and self.num_ack_pending >= max_ap:
                 return False
+        if self.more:  # deliver() stopped with work left (or the walk for it unfinished)
+            return True
         return self._next_new(ctx) is not None
 
     def _status(self, req: PullRequest, code: int, desc: str, ctx: Ctx) -> PullStatus:

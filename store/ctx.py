@@ -31,6 +31,9 @@ class Ctx:
     # run in slices). Only a job of one operation may be continued.
     job: Any = None
     unfinished: list[tuple[Any, Any]] = field(default_factory=list)
+    # Records that consumers with wildcard filters may still walk in this batch looking
+    # for their next messages (store.consumers: a longer walk goes on in the next batch).
+    walk_left: int = keys.MAX_U64
     # The databases of the hot path, looked up once per batch, and one cursor on each for
     # point writes and lookups: ``cursor.put(k, v)`` costs about half of
     # ``txn.put(k, v, db=...)`` in py-lmdb. Scans open cursors of their own.

@@ -131,3 +131,20 @@ def test_matcher_equals_brute_force(filters: list[str], subject: str) -> None:
     ``startswith``) matches exactly what the filters match."""
     want = any(_brute_match(f, subject) for f in filters)
     assert matcher(tuple(filters))(subject) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    filters=st.lists(
+        st.lists(st.sampled_from(["a", "$(", "*", "+"]), min_size=1, max_size=3).flatmap(
+            lambda toks: st.sampled_from([".".join(toks), ".".join([*toks[:-1], ">"])])
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    subject=st.lists(st.sampled_from(["a", "$(", "+", "b"]), min_size=1, max_size=4).map(".".join),
+)
+def test_matcher_of_any_filters_equals_token_matching(filters: list[str], subject: str) -> None:
+    """Filters other than one ``prefix.>`` compile to a regular expression (consumers walk
+    records with it): tokens that mean something to a regular expression stay literal."""
+    assert matcher(tuple(filters))(subject) == any(subject_matches(f, subject) for f in filters)

@@ -1,0 +1,103 @@
+"""A consumer with wildcard filters looks for its next message in bounded work per batch:
+through the index of the few subjects its filters match, or by a walk of the stream that
+goes on in the next batch (``Tick``) when it is long, so other submissions do not wait for
+a walk of the whole stream. A no_wait request is answered when the walk ends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from store import Delivery, Event, PubAck, Publish, PullStatus, Store
+from store.consumers import SHORT_WALK, SUBJECT_RECORDS_READ
+from tests.store.conftest import Events, FakeClock
+
+SLICE = 100  # remove_slice: walks of 2 x 100 records per batch, SHORT_WALK at least per call
+N = 8 * SUBJECT_RECORDS_READ  # unique subjects: too many to go through the subject index
+
+
+def _open(path: Path, events: Events, remove_slice: int = SLICE) -> Store:
+    s = Store.open(path, clock=FakeClock(), on_event=events, remove_slice=remove_slice)
+    s.create_stream({"name": "S", "subjects": ["s.>", "x.>"]})
+    for start in range(0, N, 1000):
+        ops = [Publish(f"s.u{i}", b"p") for i in range(start, min(N, start + 1000))]
+        assert all(type(r) is PubAck for r in s.submit(ops).result(timeout=30))
+    return s
+
+
+def _pull_until_answered(s: Store, events: Events, filter_: str) -> tuple[list[Event], int]:
+    """A no_wait pull of one on a new consumer with ``filter_``: its events and the ticks
+    it took (ticking whenever the store says something is due)."""
+    s.create_consumer(
+        "S", {"durable_name": "c", "ack_policy": "explicit", "filter_subject": filter_}
+    )
+    events.take()
+    s.pull("S", "c", "inbox", batch=1, no_wait=True)
+    ticks = 0
+    got = [e for e in events.take() if getattr(e, "reply", None) == "inbox"]
+    while not got:
+        due = s.next_deadline()
+        assert due is not None, "unanswered, and nothing due"
+        assert due <= FakeClock()()
+        s.tick().result(timeout=30)
+        ticks += 1
+        assert ticks < 100
+        got = [e for e in events.take() if getattr(e, "reply", None) == "inbox"]
+    return got, ticks
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("match", [True, False])
+def test_a_long_walk_goes_on_in_later_batches(tmp_path: Path, match: bool) -> None:
+    """``*.z`` over 8,192 subjects: no subject index; the walk to the end takes several
+    batches, and the answer (the match at the end, or 404) comes when it ends."""
+    events = Events()
+    with _open(tmp_path / "d", events) as s:
+        if match:
+            assert s.publish("s.z", b"end") == PubAck("S", N + 1)
+        got, ticks = _pull_until_answered(s, events, "*.z")
+        # A batch walks SHORT_WALK per delivery attempt (a tick makes two) beyond its budget.
+        assert ticks >= (N - SHORT_WALK) // (2 * SHORT_WALK + 2 * SLICE)
+        if match:
+            assert [(type(e), e.msg.seq) for e in got if isinstance(e, Delivery)] == [
+                (Delivery, N + 1)
+            ]
+        else:
+            assert [(e.code, e.description) for e in got if isinstance(e, PullStatus)] == [
+                (404, "No Messages")
+            ]
+        assert s.consumer_info("S", "c").num_pending == 0
+        # The walk is remembered: a second pull answers at once.
+        s.pull("S", "c", "inbox2", batch=1, no_wait=True)
+        assert [getattr(e, "code", None) for e in events.take()] == [404]
+
+
+@pytest.mark.timeout(60)
+def test_without_bounds_the_walk_ends_in_one_batch(tmp_path: Path) -> None:
+    events = Events()
+    with _open(tmp_path / "d", events, remove_slice=10 * N) as s:
+        s.publish("s.z", b"end")
+        got, ticks = _pull_until_answered(s, events, "*.z")
+        assert ticks == 0
+        assert [e.msg.seq for e in got if isinstance(e, Delivery)] == [N + 1]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("filter_", "subject"), [("x.*", "x.1"), ("x.>", "x.1.2"), ("x.*", None)])
+def test_few_matching_subjects_are_found_through_their_index(
+    tmp_path: Path, filter_: str, subject: str | None
+) -> None:
+    """Past SHORT_WALK records, the subjects the filter matches (from the subject records)
+    have their next message looked up in the index: answered in the pull's own batch,
+    where a walk of the 8,192 records before it would take several."""
+    events = Events()
+    with _open(tmp_path / "d", events) as s:
+        if subject is not None:
+            s.publish(subject, b"end")
+        got, ticks = _pull_until_answered(s, events, filter_)
+        assert ticks == 0
+        if subject is not None:
+            assert [e.msg.subject for e in got if isinstance(e, Delivery)] == [subject]
+        else:
+            assert [getattr(e, "code", None) for e in got] == [404]
