@@ -222,11 +222,13 @@ class ConsumerRt:
         if start > st.last_seq or not st.messages:
             return 0
         if not self.filters:
-            if start <= st.first_seq:
-                return st.messages
-            return sum(1 for _ in st.seqs_from(ctx, start))
+            return st.stored_from(ctx, start)
         if all(is_literal(f) for f in self.filters):
             return sum(st.count_from(ctx, f, start) for f in self.filters)
+        if st.last_seq - start < st.num_subjects:
+            # Fewer records from start on than subject records to read: count those.
+            matches = self._matches
+            return sum(1 for _, rec in st.seqs_from(ctx, start) if matches(keys.msg_subject(rec)))
         n = 0
         straddling: dict[bytes, tuple[int, int, int]] = {}
         for subj, count, first, last in st.subject_records(ctx):

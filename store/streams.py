@@ -132,6 +132,28 @@ class StreamRt(SubjectRecords):
                 return
             yield keys.read_u64(k, 8), v
 
+    def stored_from(self, ctx: Ctx, start: int) -> int:
+        """How many stored messages have seq >= ``start``: from the state when no message
+        between the first and the last is missing, else by counting the keys on the
+        shorter side of ``start``."""
+        if start <= self.first_seq:
+            return self.messages
+        if start > self.last_seq:
+            return 0
+        if self.last_seq - self.first_seq + 1 == self.messages:
+            return self.last_seq - start + 1
+        cur = ctx.txn.cursor(db=ctx.msgs_db)
+        before = start - self.first_seq < self.last_seq - start
+        lo, hi = (self.first_seq, start - 1) if before else (start, self.last_seq)
+        end = _pack_msg_key(self.sid, hi)
+        n = 0
+        if cur.set_range(_pack_msg_key(self.sid, lo)):
+            for k in cur.iternext(values=False):
+                if k > end:
+                    break
+                n += 1
+        return self.messages - n if before else n
+
     def seqs_back(self, ctx: Ctx, before: int) -> Iterator[tuple[int, bytes]]:
         """``(seq, record)`` of stored messages with seq < before, descending."""
         cur = ctx.txn.cursor(db=ctx.db(keys.DB_MSGS))
