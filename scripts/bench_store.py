@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import lmdb
 
@@ -59,6 +59,7 @@ from store import (
     PubAck,
     Publish,
     Pull,
+    PullStatus,
     PurgeResult,
     PurgeStream,
     Store,
@@ -450,53 +451,75 @@ LONG_OPS: dict[str, Op] = {
 }
 
 
+class _AppendLoad:
+    """8 callback submitters appending to stream L (created here) until :meth:`stop`;
+    :meth:`during` summarises the appends that overlapped an interval."""
+
+    def __init__(self, s: Store) -> None:
+        s.create_stream({"name": "L", "subjects": ["load.>"]})
+        self.waits: list[tuple[float, float]] = []  # (submitted, waited)
+        self._stop = threading.Event()
+        self._live = [8]
+        self._lock = threading.Lock()
+        self._all_stopped = threading.Event()
+        for i in range(8):
+            self._chain(s, i)()
+        time.sleep(0.3)
+
+    def _chain(self, s: Store, i: int) -> Callable[[], None]:
+        sent = [0.0]
+
+        def next_one(res: list[OpResult] | BaseException | None = None) -> None:
+            now = time.perf_counter()
+            if res is not None:
+                self.waits.append((sent[0], now - sent[0]))  # on the writer thread only
+            if self._stop.is_set():
+                with self._lock:
+                    self._live[0] -= 1
+                    if not self._live[0]:
+                        self._all_stopped.set()
+                return
+            sent[0] = now
+            s.submit_then([Publish(f"load.{i}", PAYLOAD)], next_one)
+
+        return next_one
+
+    def stop(self) -> None:
+        time.sleep(0.1)
+        self._stop.set()
+        self._all_stopped.wait(30)
+
+    def during(self, t0: float, t1: float, commits: int) -> LongOp:
+        # Appends in flight at any moment in [t0, t1] (completed after it began).
+        overlapping = [w for sent, w in self.waits if t0 - w <= sent <= t1]
+        completed = sum(1 for sent, w in self.waits if t0 <= sent + w <= t1)
+        return LongOp(t1 - t0, commits, completed, max(overlapping, default=0) * 1000)
+
+
+def _copy(built: str) -> str:
+    d = _fresh_dir()
+    shutil.rmtree(d)
+    shutil.copytree(built, d)
+    os.sync()  # else the first fsynced commit writes the whole copy back
+    return d
+
+
 def long_op_under_load(built: str, op: str, remove_slice: int) -> LongOp:
     """A copy of ``built`` (:func:`build_big_stream`), then ``op`` (a key of LONG_OPS) on
     stream BIG while 8 callback submitters append to another stream (``sync=always``):
     how long the operation takes and how long each append waited meanwhile. A
     ``remove_slice`` beyond the stream's size is the operation in one transaction."""
-    d = _fresh_dir()
-    shutil.rmtree(d)
-    shutil.copytree(built, d)
+    d = _copy(built)
     try:
         with Store.open(d, remove_slice=remove_slice) as s:
-            s.create_stream({"name": "L", "subjects": ["load.>"]})
-            waits: list[tuple[float, float]] = []  # (submitted, waited)
-            stop = threading.Event()
-            live = [8]
-            lock = threading.Lock()
-            all_stopped = threading.Event()
-
-            def chain(i: int) -> Callable[[], None]:
-                sent = [0.0]
-
-                def next_one(res: list[OpResult] | BaseException | None = None) -> None:
-                    now = time.perf_counter()
-                    if res is not None:
-                        waits.append((sent[0], now - sent[0]))  # on the writer thread only
-                    if stop.is_set():
-                        with lock:
-                            live[0] -= 1
-                            if not live[0]:
-                                all_stopped.set()
-                        return
-                    sent[0] = now
-                    s.submit_then([Publish(f"load.{i}", PAYLOAD)], next_one)
-
-                return next_one
-
-            for i in range(8):
-                chain(i)()
-            time.sleep(0.3)
+            load = _AppendLoad(s)
             commits = s.metrics()["commits"]
             t0 = time.perf_counter()
             fut = s.submit([LONG_OPS[op]])
             res = fut.result(timeout=600)[0]
             t1 = time.perf_counter()
             op_commits = s.metrics()["commits"] - commits
-            time.sleep(0.1)
-            stop.set()
-            all_stopped.wait(30)
+            load.stop()
             if op.startswith("purge"):
                 assert type(res) is PurgeResult, res
                 assert res.purged > 0, res
@@ -508,10 +531,68 @@ def long_op_under_load(built: str, op: str, remove_slice: int) -> LongOp:
                 assert res.state.messages in (1000, 1002), res  # 10 of 100 subjects, big.sparse 2
             else:
                 assert res is True, res
-            # Appends in flight at any moment while it ran (completed after it began).
-            overlapping = [w for sent, w in waits if t0 - w <= sent <= t1]
-            completed = sum(1 for sent, w in waits if t0 <= sent + w <= t1)
-            return LongOp(t1 - t0, op_commits, completed, max(overlapping, default=0) * 1000)
+            return load.during(t0, t1, op_commits)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# A no_wait pull of one by a new consumer of BIG with this config, on the stream of
+# build_big_stream (100 subjects) or with unique subjects (build_big_stream(unique=True):
+# too many to go through the subject index), and whether it finds the stream's last
+# message (big.sparse) or gets 404 No Messages.
+PULLS: dict[str, tuple[dict[str, Any], bool, bool]] = {
+    "no_wait pull, filter *.none (no such subject)": ({"filter_subject": "*.none"}, False, False),
+    "no_wait pull, filter *.sparse from seq 2": (
+        {"filter_subject": "*.sparse", "deliver_policy": "by_start_sequence", "opt_start_seq": 2},
+        False,
+        True,
+    ),
+    "no_wait pull, filter *.none, unique subjects": ({"filter_subject": "*.none"}, True, False),
+    "no_wait pull, filter *.sparse from seq 2, unique subjects": (
+        {"filter_subject": "*.sparse", "deliver_policy": "by_start_sequence", "opt_start_seq": 2},
+        True,
+        True,
+    ),
+}
+
+
+def pull_under_load(built: str, pull: str) -> LongOp:
+    """:func:`long_op_under_load` for a pull of PULLS on a copy of ``built`` (BIG), answered
+    by an event; ticks are submitted whenever the store says something is due, as the
+    broker's loop does. How long it took and how long each append waited meanwhile."""
+    d = _copy(built)
+    cfg, _, found = PULLS[pull]
+    answered = threading.Event()
+    answer: list[Any] = []
+
+    def on_event(events: Sequence[Any]) -> None:
+        for e in events:
+            if getattr(e, "reply", None) == "inbox":
+                answer.append(e)
+                answered.set()
+
+    try:
+        with Store.open(d, on_event=on_event) as s:
+            s.create_consumer("BIG", {"durable_name": "p", "ack_policy": "explicit", **cfg})
+            load = _AppendLoad(s)
+            commits = s.metrics()["commits"]
+            t0 = time.perf_counter()
+            s.submit([Pull("BIG", "p", "inbox", no_wait=True)]).result(timeout=60)
+            while not answered.is_set():
+                due = s.next_deadline()
+                if due is not None and due <= time.time_ns():
+                    s.tick().result(timeout=60)
+                else:
+                    answered.wait(0.001)
+            t1 = time.perf_counter()
+            op_commits = s.metrics()["commits"] - commits
+            load.stop()
+            if found:
+                assert [type(e) for e in answer] == [Delivery], answer
+                assert answer[0].msg.subject == "big.sparse", answer
+            else:
+                assert [(type(e), e.code) for e in answer] == [(PullStatus, 404)], answer
+            return load.during(t0, t1, op_commits)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -610,9 +691,10 @@ def consumer_cycles_per_s(n: int) -> float:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def build_big_stream(path: str, n: int) -> None:
-    """``n`` messages on ``big.0`` ... ``big.99``, except the first and the last, which are
-    on ``big.sparse`` (a subject whose scan spans the whole stream)."""
+def build_big_stream(path: str, n: int, unique: bool = False) -> None:
+    """``n`` messages on ``big.0`` ... ``big.99`` (with ``unique``, each on a subject of its
+    own), except the first and the last, which are on ``big.sparse`` (a subject whose scan
+    spans the whole stream)."""
     with Store.open(path, sync="batch") as s:
         s.create_stream(BIG_CONFIG)
         futs = []
@@ -620,7 +702,14 @@ def build_big_stream(path: str, n: int) -> None:
             futs.append(
                 s.submit(
                     [
-                        Publish("big.sparse" if i in (0, n - 1) else f"big.{i % 100}", PAYLOAD)
+                        Publish(
+                            "big.sparse"
+                            if i in (0, n - 1)
+                            else f"big.u{i}"
+                            if unique
+                            else f"big.{i % 100}",
+                            PAYLOAD,
+                        )
                         for i in range(start, min(n, start + 2000))
                     ]
                 )
@@ -663,6 +752,14 @@ def disk_bytes_per_msg(path: str, n: int) -> float:
     used = (info["last_pgno"] + 1) * env.stat()["psize"]
     env.close()
     return used / n
+
+
+def _print_long_op(what: str, lo: LongOp) -> None:
+    print(
+        f"  {what}, while 8 submitters append to another stream: {lo.seconds:6.2f} s,"
+        f" {lo.commits:,} commits; {lo.appends:,} appends completed meanwhile, the longest"
+        f" waited {lo.wait_max_ms:8.1f} ms"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -775,12 +872,20 @@ def main(argv: list[str] | None = None) -> int:
             for slice_ in (REMOVE_SLICE, rec_n * 10):
                 lo = long_op_under_load(d, op, slice_)
                 how = f"slices of {slice_:,}" if slice_ < rec_n else "one transaction"
-                print(
-                    f"  {op} of the {rec_n:,} message stream, {how}, while 8 submitters"
-                    f" append to another stream: {lo.seconds:6.2f} s, {lo.commits:,} commits;"
-                    f" {lo.appends:,} appends completed meanwhile, the longest waited"
-                    f" {lo.wait_max_ms:8.1f} ms"
-                )
+                _print_long_op(f"{op} of the {rec_n:,} message stream, {how}", lo)
+        for pull, (_, unique, _) in PULLS.items():
+            if unique:
+                continue
+            _print_long_op(f"{pull} on the {rec_n:,} message stream", pull_under_load(d, pull))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    d = _fresh_dir()
+    try:
+        build_big_stream(d, rec_n, unique=True)
+        for pull, (_, unique, _) in PULLS.items():
+            if unique:
+                lo = pull_under_load(d, pull)
+                _print_long_op(f"{pull} on the {rec_n:,} message stream", lo)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     return 0
