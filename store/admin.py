@@ -203,28 +203,10 @@ def delete_msg(eng: Engine, ctx: Ctx, op: DeleteMsg) -> OpResult:
     return True
 
 
-def stream_info(
-    eng: Engine,
-    ctx: Ctx,
-    st: StreamRt,
-    subjects_filter: str | None = None,
-    deleted_details: bool = False,
-) -> StreamInfo:
+def stream_info(eng: Engine, ctx: Ctx, st: StreamRt) -> StreamInfo:
     num_deleted = 0
     if st.messages:
         num_deleted = st.last_seq - st.first_seq + 1 - st.messages
-    subjects: dict[str, int] | None = None
-    if subjects_filter:
-        # None when nothing matches: the server leaves the map out of the JSON then.
-        subjects = {subj: n for subj, n, _, _ in st.subject_records(ctx, subjects_filter)} or None
-    deleted: list[int] | None = None
-    if deleted_details and num_deleted:
-        deleted = []
-        expect = st.first_seq
-        for seq, _ in st.seqs_from(ctx, st.first_seq):
-            deleted.extend(range(expect, seq))
-            expect = seq + 1
-        deleted.extend(range(expect, st.last_seq + 1))  # removed after the last stored one
     state = StreamState(
         messages=st.messages,
         bytes=st.bytes,
@@ -233,9 +215,7 @@ def stream_info(
         last_seq=st.last_seq,
         last_ts=format_time(st.last_ts),
         num_subjects=st.num_subjects or None,
-        subjects=subjects,
         num_deleted=num_deleted or None,
-        deleted=deleted,
         consumer_count=len(st.consumers),
     )
     return StreamInfo(

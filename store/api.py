@@ -11,7 +11,8 @@ future callback or the event hook): that would wait for itself.
 Read path (any thread): ``get_msg``, ``last_by_subject``, ``next_by_subject``,
 ``iter_msgs``, ``stream_names`` read committed data in short read transactions.
 ``stream_info`` and ``consumer_info`` go through the writer (cheap, no fsync) so they
-see the exact in-memory state (waiting pull requests, push interest).
+see the exact in-memory state (waiting pull requests, push interest); a stream info's
+subject counts and deleted seqs are then read here, off the writer (store.details).
 
 Timers: the engine owns no timer thread. :meth:`next_deadline` says when something is due
 (ack-wait redelivery, ``max_age`` expiry, pull request expiry, inactivity); the caller
@@ -28,7 +29,8 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from store import keys, subjindex
+from store import details, keys, subjindex
+from store.details import Paged
 from store.engine import REMOVE_SLICE, Engine
 from store.env import DEFAULT_MAP_SIZE, Env
 from store.errors import JetStreamError, js_error
@@ -310,10 +312,49 @@ class Store:
         self._call(SetPushInterest(stream, consumer, bound))
 
     def stream_info(
-        self, name: str, *, subjects_filter: str | None = None, deleted_details: bool = False
+        self,
+        name: str,
+        *,
+        subjects_filter: str | None = None,
+        deleted_details: bool = False,
+        offset: int = 0,
     ) -> StreamInfo:
-        info: StreamInfo = self._call(GetStreamInfo(name, subjects_filter, deleted_details))
-        return info
+        """STREAM.INFO; with ``subjects_filter`` one page of the subject counts (see
+        :meth:`stream_info_paged` for the paging)."""
+        return self.stream_info_paged(
+            name, subjects_filter=subjects_filter, deleted_details=deleted_details, offset=offset
+        )[0]
+
+    def stream_info_paged(
+        self,
+        name: str,
+        *,
+        subjects_filter: str | None = None,
+        deleted_details: bool = False,
+        offset: int = 0,
+    ) -> tuple[StreamInfo, Paged]:
+        """STREAM.INFO and the ``total`` / ``offset`` / ``limit`` of its subjects page.
+
+        The state comes from the writer; the details (store.details) are read here, in a
+        read transaction, so the writer does not wait for them."""
+        info: StreamInfo = self._call(GetStreamInfo(name))
+        state = info.state
+        want_deleted = deleted_details and bool(state.num_deleted)
+        if not subjects_filter and not want_deleted:
+            return info, Paged()
+        update: dict[str, Any] = {}
+        paged = Paged()
+        with self.env.read() as txn:
+            sid = self._sid(txn, name)
+            if subjects_filter:
+                update["subjects"], paged = details.subjects_page(
+                    txn, self.env.dbs, sid, subjects_filter, offset, state.num_subjects or 0
+                )
+            if want_deleted:
+                update["deleted"] = details.deleted_seqs(
+                    txn, self.env.dbs, sid, state.first_seq, state.last_seq
+                )
+        return info.model_copy(update={"state": state.model_copy(update=update)}), paged
 
     def stream_state(self, name: str) -> StreamState:
         return self.stream_info(name).state

@@ -293,9 +293,7 @@ class Engine:
                 ctx.touched.add(c.stream)
                 return None
             case GetStreamInfo():
-                return admin.stream_info(
-                    self, ctx, self._stream(op.stream), op.subjects_filter, op.deleted_details
-                )
+                return admin.stream_info(self, ctx, self._stream(op.stream))
             case GetConsumerInfo():
                 return admin.consumer_info(self, ctx, self._consumer(op.stream, op.consumer))
             case PurgeMore():

@@ -145,9 +145,10 @@ class Tick:
 
 @dataclass(frozen=True, slots=True)
 class GetStreamInfo:
+    """The stream's config and state (the subject counts and deleted seqs of a detailed
+    request are read apart, off the writer: store.details)."""
+
     stream: str
-    subjects_filter: str | None = None
-    deleted_details: bool = False
 
 
 @dataclass(frozen=True, slots=True)

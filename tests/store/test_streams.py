@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from store import JetStreamError, PubAck, Publish, Store, StreamConfig
+from store.details import SUBJECTS_PAGE, Paged
 from store.models import format_time, parse_time
 from store.subjects import literal_prefix
 from tests.store.conftest import SEC, T0, Events, FakeClock
@@ -612,3 +613,38 @@ def test_deleted_details_and_subjects_as_the_server_lists_them(store: Store) -> 
     assert (st.first_seq, st.last_seq, st.num_deleted, st.deleted) == (1, 4, 2, [2, 4])
     assert st.subjects is None
     assert store.stream_info("S", subjects_filter="s.*").state.subjects == {"s.a": 2}
+
+
+@pytest.mark.timeout(120)
+def test_subject_details_come_in_pages_as_the_server_sends_them(tmp_path: Path) -> None:
+    """nats-server's paging of ``state.subjects`` (JSMaxSubjectDetails): at most 100,000
+    subjects from ``offset`` in byte order, with the number matching as the total and the
+    requested offset; an offset past the end leaves the map out but keeps the total.
+    ``>`` stops reading at the page's end (the stream's state counts its subjects)."""
+    n = SUBJECTS_PAGE + 5
+    subjects = sorted(f"s.{i}" for i in range(n))  # byte order: s.0, s.1, s.10, ...
+    with Store.open(tmp_path / "d", sync="batch") as s:
+        s.create_stream({"name": "S", "subjects": ["s.>", "t.>"]})
+        for start in range(0, n, 5_000):
+            s.submit([Publish(x, b"") for x in subjects[start : start + 5_000]]).result(60)
+        s.publish("s.0", b"")  # counts of 2 and 1
+        s.publish("t.x", b"")  # matched by ">" only
+        for filter_, total in ((">", n + 1), ("s.*", n)):
+            info, paged = s.stream_info_paged("S", subjects_filter=filter_)
+            assert paged == Paged(total, 0, SUBJECTS_PAGE)
+            got = info.state.subjects
+            assert got is not None
+            assert list(got) == subjects[:SUBJECTS_PAGE]
+            assert got["s.0"] == 2
+            assert set(got.values()) == {1, 2}
+            info, paged = s.stream_info_paged("S", subjects_filter=filter_, offset=SUBJECTS_PAGE)
+            assert paged == Paged(total, SUBJECTS_PAGE, SUBJECTS_PAGE)
+            tail = dict.fromkeys(subjects[SUBJECTS_PAGE:], 1)
+            if filter_ == ">":
+                tail["t.x"] = 1
+            assert info.state.subjects == tail
+            info, paged = s.stream_info_paged("S", subjects_filter=filter_, offset=10 * n)
+            assert (info.state.subjects, paged) == (None, Paged(total, 10 * n, SUBJECTS_PAGE))
+        info, paged = s.stream_info_paged("S", subjects_filter="u.*")
+        assert (info.state.subjects, paged) == (None, Paged())
+        assert s.stream_info_paged("S")[1] == Paged()
