@@ -294,14 +294,9 @@ def initial_position(eng: Engine, ctx: Ctx, st: StreamRt, c: ConsumerRt) -> None
     elif dp == "by_start_sequence":
         start = (cfg.opt_start_seq or 1) - 1
     elif dp == "by_start_time":
-        t = parse_time(cfg.opt_start_time or "")
-        start = st.last_seq
-        for seq, rec in st.seqs_from(ctx, st.first_seq):
-            if keys.msg_time(rec) >= t:
-                start = seq - 1
-                break
+        start = st.first_at_or_after(ctx, parse_time(cfg.opt_start_time or "")) - 1
     elif dp == "last_per_subject":
-        lasts = [last for subj, _, _, last in st.subject_records(ctx) if c.matches(subj)]
+        lasts = [last for _, _, _, last in st.filtered_records(ctx, c.filters or (">",))]
         if lasts:
             start = min(lasts) - 1
             c.lps_end = max(lasts)

@@ -206,9 +206,7 @@ class ConsumerRt:
         st = self.stream
         cur = ctx.txn.cursor(db=ctx.subjects_db)
         n = 0
-        for subj, _, first, last in st.subject_records(ctx):
-            if not self.matches(subj):
-                continue
+        for subj, _, first, last in st.filtered_records(ctx, self.filters or (">",)):
             if last > self.lps_end:
                 last = subjindex.prev_seq(cur, st.sid_b, subj.encode(), self.lps_end + 1, first)
             if last > self.delivered_sseq:
@@ -231,8 +229,8 @@ class ConsumerRt:
             return sum(1 for _, rec in st.seqs_from(ctx, start) if matches(keys.msg_subject(rec)))
         n = 0
         straddling: dict[bytes, tuple[int, int, int]] = {}
-        for subj, count, first, last in st.subject_records(ctx):
-            if start <= last and self.matches(subj):
+        for subj, count, first, last in st.filtered_records(ctx, self.filters):
+            if start <= last:
                 if start <= first:
                     n += count
                 else:

@@ -154,6 +154,29 @@ class StreamRt(SubjectRecords):
                 n += 1
         return self.messages - n if before else n
 
+    def first_at_or_after(self, ctx: Ctx, t: int) -> int:
+        """The seq of the first stored message stored at or after time ``t`` (ns), or
+        ``last_seq + 1``: a binary search, seeking O(log n) records (a message's time never
+        decreases with its seq)."""
+        cur = ctx.txn.cursor(db=ctx.msgs_db)
+        lo, hi = self.first_seq, self.last_seq
+        found = self.last_seq + 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            q = 0
+            if cur.set_range(_pack_msg_key(self.sid, mid)):
+                k = cur.key()
+                if k[:8] == self.sid_b:
+                    q = keys.split_msg_key(k)[1]
+            if not q or q > hi:  # nothing stored from mid to hi
+                hi = mid - 1
+            elif keys.msg_time(cur.value()) >= t:
+                found = q  # and nothing is stored from mid to just below q
+                hi = mid - 1
+            else:
+                lo = q + 1
+        return found
+
     def seqs_back(self, ctx: Ctx, before: int) -> Iterator[tuple[int, bytes]]:
         """``(seq, record)`` of stored messages with seq < before, descending."""
         cur = ctx.txn.cursor(db=ctx.db(keys.DB_MSGS))

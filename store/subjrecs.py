@@ -271,6 +271,20 @@ class SubjectRecords:
             if filter_ is None or subject_matches(filter_, item[0]):
                 yield item
 
+    def filtered_records(
+        self, ctx: Ctx, filters: tuple[str, ...]
+    ) -> Iterator[tuple[str, int, int, int]]:
+        """:meth:`subject_records` of the subjects matching any of ``filters`` (which do not
+        overlap, as consumer filters): one lookup per literal filter, the keys under its
+        literal prefix per wildcard one (every record only for a leading wildcard)."""
+        for f in filters:
+            if is_literal(f):
+                n, first, last = self.subject_record(ctx, f)
+                if n:
+                    yield f, n, first, last
+            else:
+                yield from self.subject_records(ctx, f)
+
     def _touch(self, ctx: Ctx) -> None:
         """Register the stream with the batch (the engine flushes touched streams)."""
         raise NotImplementedError

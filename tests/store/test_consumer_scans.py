@@ -17,8 +17,9 @@ import pytest
 
 from store import Delivery, Event, PubAck, Publish, PullStatus, Store
 from store.consumers import SHORT_WALK, SUBJECT_RECORDS_READ
+from store.models import format_time
 from store.subjects import subject_matches
-from tests.store.conftest import Events, FakeClock
+from tests.store.conftest import SEC, T0, Events, FakeClock
 
 SLICE = 100  # remove_slice: walks of 2 x 100 records per batch, SHORT_WALK at least per call
 N = 8 * SUBJECT_RECORDS_READ  # unique subjects: too many to go through the subject index
@@ -151,3 +152,38 @@ def test_num_pending_counted_afresh_equals_brute_force(
                 if q not in gone and (filter_ is None or subject_matches(filter_, published[q - 1]))
             )
             assert s.consumer_info("S", f"c{i}").num_pending == want, start
+
+
+@pytest.mark.timeout(60)
+def test_by_start_time_finds_the_first_message_at_or_after_by_binary_search(
+    tmp_path: Path,
+) -> None:
+    """deliver_policy by_start_time starts at the first stored message stored at or after
+    the time (seeks, no walk): every start time against brute force, with gaps and runs
+    of messages sharing a time."""
+    rng = random.Random(3)
+    clock = FakeClock()
+    stored: dict[int, int] = {}  # seq -> time
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        for seq in range(1, 201):
+            if rng.random() < 0.7:
+                clock.advance(rng.choice([1, 5, 1000]) * SEC)
+            assert s.publish("s.a", b"") == PubAck("S", seq)
+            stored[seq] = clock.now
+        for q in rng.sample(range(1, 201), 50):
+            s.delete_msg("S", q)
+            del stored[q]
+        times = sorted({*stored.values(), clock.now + SEC, T0 - SEC})
+        for i, t in enumerate([*times, *(t + 1 for t in times)]):
+            info = s.create_consumer(
+                "S",
+                {
+                    "durable_name": f"c{i}",
+                    "ack_policy": "explicit",
+                    "deliver_policy": "by_start_time",
+                    "opt_start_time": format_time(t),
+                },
+            )
+            first = min((q for q, qt in stored.items() if qt >= t), default=201)
+            assert info.num_pending == sum(1 for q in stored if q >= first), t
