@@ -302,6 +302,11 @@ def initial_position(eng: Engine, ctx: Ctx, st: StreamRt, c: ConsumerRt) -> None
             c.lps_end = max(lasts)
         else:
             start = st.last_seq
+        # Pending: each matching subject's last message (none matches after lps_end), so
+        # the count needs no second pass over the records.
+        c.num_pending_cache = len(lasts)
+    if dp == "new":
+        c.num_pending_cache = 0
     c.delivered_sseq = max(0, start)
 
 
