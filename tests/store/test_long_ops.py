@@ -58,6 +58,12 @@ class Order:
 
         return cb
 
+    def submit(self, s: Store, name: str, ops: list[Op]) -> Future[list[OpResult]]:
+        """``s.submit(ops)``, its completion recorded as ``name``."""
+        fut = s.submit(ops)
+        fut.add_done_callback(self.mark(name))
+        return fut
+
 
 def _sid(s: Store, name: str) -> int:
     with s.env.read() as txn:
@@ -94,10 +100,8 @@ def test_a_purge_runs_in_slices_with_other_jobs_committing_between(tmp_path: Pat
         assert s.consumer_info("S", "c").num_ack_pending == 10
         commits = s.metrics()["commits"]
         order = Order()
-        purge = s.submit([PurgeStream("S")])
-        purge.add_done_callback(order.mark("purge"))
-        publish = s.submit([Publish("s.a", b"new")])
-        publish.add_done_callback(order.mark("publish"))
+        purge = order.submit(s, "purge", [PurgeStream("S")])
+        publish = order.submit(s, "publish", [Publish("s.a", b"new")])
         res = purge.result(timeout=60)
         assert publish.result(timeout=30)[0] == PubAck("S", N + 1)
         assert order.done == ["publish", "purge"]  # it did not wait for the whole purge
@@ -223,10 +227,8 @@ def test_deleting_a_consumer_drops_what_no_one_needs_in_slices(
             ops: list[Op] = [DeleteConsumer("S", "b")]
             if not sliced:
                 ops.append(Publish("x.none"))
-            deletion = s.submit(ops)
-            deletion.add_done_callback(order.mark("delete"))
-            publish = s.submit([Publish("s.a", b"new")])
-            publish.add_done_callback(order.mark("publish"))
+            deletion = order.submit(s, "delete", ops)
+            publish = order.submit(s, "publish", [Publish("s.a", b"new")])
             assert deletion.result(timeout=60)[0] is True
             assert publish.result(timeout=30)[0] == PubAck("S", N + 1)
             assert (s.metrics()["commits"] - commits > 2) == sliced
@@ -263,12 +265,10 @@ def test_a_stream_deleted_in_slices_is_gone_at_once(tmp_path: Path) -> None:
         _fill(s, N)
         sid = _sid(s, "S")
         order = Order()
-        deletion = s.submit([DeleteStream("S")])
-        deletion.add_done_callback(order.mark("delete"))
+        deletion = order.submit(s, "delete", [DeleteStream("S")])
         # Queued behind the deletion, yet done before it: the name is free after the first
         # slice, and the new stream (a new sid) is untouched by the sweep of the old one.
-        create = s.submit([Publish("s.a", b"x", stream="S")])
-        create.add_done_callback(order.mark("publish"))
+        create = order.submit(s, "publish", [Publish("s.a", b"x", stream="S")])
         assert deletion.result(timeout=60) == [True]
         assert order.done == ["publish", "delete"]
         assert create.result(timeout=30)[0].err_code == 10059  # type: ignore[union-attr]
@@ -285,10 +285,8 @@ def test_expiry_runs_in_slices(tmp_path: Path) -> None:
         now = clock.advance(11 * SEC)
         commits = s.metrics()["commits"]
         order = Order()
-        tick = s.submit([Tick(now)])
-        tick.add_done_callback(order.mark("tick"))
-        publish = s.submit([Publish("s.a", b"new")])
-        publish.add_done_callback(order.mark("publish"))
+        tick = order.submit(s, "tick", [Tick(now)])
+        order.submit(s, "publish", [Publish("s.a", b"new")])
         tick.result(timeout=60)
         assert order.done == ["publish", "tick"]
         assert s.metrics()["commits"] - commits >= N // SLICE
@@ -551,10 +549,8 @@ def test_a_rollup_removes_in_slices_and_acknowledges_with_the_last(
         _fill(s, N)
         commits = s.metrics()["commits"]
         order = Order()
-        rollup = s.submit([_rollup(kind)])
-        rollup.add_done_callback(order.mark("rollup"))
-        later = s.submit([Publish("s.b", b"later")])
-        later.add_done_callback(order.mark("later"))
+        rollup = order.submit(s, "rollup", [_rollup(kind)])
+        later = order.submit(s, "later", [Publish("s.b", b"later")])
         assert rollup.result(timeout=60) == [PubAck("S", N + 1)]
         assert later.result(timeout=30) == [PubAck("S", N + 2)]
         assert order.done == ["later", "rollup"]
