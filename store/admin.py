@@ -30,6 +30,7 @@ from store.ops import (
     CreateStream,
     DeleteMsg,
     EnforceLimits,
+    GetConsumerInfo,
     OpResult,
     PullStatus,
     PurgeStream,
@@ -310,7 +311,9 @@ def initial_position(eng: Engine, ctx: Ctx, st: StreamRt, c: ConsumerRt) -> None
     c.delivered_sseq = max(0, start)
 
 
-def update_consumer(eng: Engine, ctx: Ctx, c: ConsumerRt, cfg: ConsumerConfig) -> ConsumerInfo:
+def update_consumer(
+    eng: Engine, ctx: Ctx, c: ConsumerRt, cfg: ConsumerConfig
+) -> ConsumerInfo | None:
     old = c.config
     if old.is_push != cfg.is_push:  # before the fields (max_waiting differs too)
         raise js_error(
@@ -325,7 +328,7 @@ def update_consumer(eng: Engine, ctx: Ctx, c: ConsumerRt, cfg: ConsumerConfig) -
     c.config = cfg
     c.filters = cfg.filters
     c.scan_floor = 0
-    c.num_pending_cache = None
+    c.forget_pending()
     write_consumer_record(eng, ctx, c)
     ctx.touched.add(c.stream)
     ctx.dirty_consumers.add(c)
@@ -364,7 +367,12 @@ def delete_consumer(
     return True
 
 
-def consumer_info(eng: Engine, ctx: Ctx, c: ConsumerRt) -> ConsumerInfo:
+def consumer_info(eng: Engine, ctx: Ctx, c: ConsumerRt) -> ConsumerInfo | None:
+    """The consumer's info; None when its num_pending is being counted in slices (the job
+    goes on with a GetConsumerInfo, so the caller gets the info with the last slice)."""
+    if not c.pending_known(ctx) and ctx.may_continue and not eng.closing:
+        ctx.go_on(GetConsumerInfo(c.stream.name, c.name))
+        return None
     return ConsumerInfo(
         stream_name=c.stream.name,
         name=c.name,

@@ -38,6 +38,10 @@ MAX_DELIVERIES_PER_BATCH = 256
 SHORT_WALK = 1024
 INDEXED_SUBJECTS = 64
 SUBJECT_RECORDS_READ = 1024
+# num_pending counted afresh reads at most ``Ctx.walk_left`` records per batch, and at least
+# this many per call (so small streams are counted at once); a longer count goes on in
+# the next batches, and the consumer delivers nothing until it is known.
+COUNT_AT_ONCE = 4096
 
 
 def _everything(subject: str) -> bool:
@@ -92,6 +96,8 @@ class ConsumerRt:
         self.last_activity_ns = created_ns
         self.scan_floor = 0  # no filtered match exists at or below this seq (memory only)
         self.num_pending_cache: int | None = None
+        # A count of num_pending in slices: [from seq, next seq to read, matches so far].
+        self.counting: list[int] | None = None
         self.more = False  # the last deliver() stopped at its budget with work left
 
     # -- persistence ---------------------------------------------------------------------
@@ -190,10 +196,87 @@ class ConsumerRt:
         return now + (self.config.ack_wait or 0)
 
     def num_pending(self, ctx: Ctx) -> int:
-        """Messages matching the filter with seq > delivered.stream_seq (spec §1.7)."""
+        """Messages matching the filter with seq > delivered.stream_seq (spec §1.7); counted
+        at once if not known (see :meth:`pending_known` for the count in slices)."""
         if self.num_pending_cache is None:
             self.num_pending_cache = self._count_pending(ctx)
+            self.counting = None
         return self.num_pending_cache
+
+    def forget_pending(self) -> None:
+        """num_pending must be counted again (positions moved, filters changed)."""
+        self.num_pending_cache = None
+        self.counting = None
+
+    def pending_known(self, ctx: Ctx) -> bool:
+        """Whether num_pending is known, counting a slice of it if not: at once when that
+        reads at most the batch's budget (``Ctx.walk_left``, at least COUNT_AT_ONCE
+        records), else by a walk of the stream from the consumer's position that goes on
+        in later batches (the consumer is due again meanwhile: ``more``)."""
+        if self.num_pending_cache is not None:
+            return True
+        budget = max(ctx.walk_left, COUNT_AT_ONCE)
+        st = self.stream
+        if self.counting is None:
+            quick = self._count_within(ctx, budget)
+            if quick is not None:
+                self.num_pending_cache = quick
+                return True
+            start = self.delivered_sseq + 1
+            self.counting = [start, max(start, st.first_seq), 0]
+        start, pos, n = self.counting
+        matches = self._matches if self.filters else None
+        walked = 0
+        for seq, rec in st.seqs_from(ctx, pos):
+            if matches is None or matches(keys.msg_subject(rec)):
+                n += 1
+            walked += 1
+            if walked >= budget:
+                ctx.walk_left -= walked
+                self.counting = [start, seq + 1, n]
+                self.more = True
+                return False
+        ctx.walk_left -= walked
+        self.counting = None
+        self.num_pending_cache = n
+        return True
+
+    def _count_within(self, ctx: Ctx, budget: int) -> int | None:
+        """:meth:`_count_pending` if it reads about ``budget`` records at most, else None.
+        (A last_per_subject consumer in its first pass is counted at once.)"""
+        if self.lps_end and self.delivered_sseq < self.lps_end:
+            return self._count_pending(ctx)
+        st = self.stream
+        start = max(self.delivered_sseq + 1, st.first_seq)
+        if start > st.last_seq or not st.messages:
+            return 0
+        if not self.filters:
+            gaps = st.last_seq - st.first_seq + 1 != st.messages
+            if gaps and min(start - st.first_seq, st.last_seq - start) > budget:
+                return None
+            return st.stored_from(ctx, start)
+        if all(is_literal(f) for f in self.filters):
+            n = 0
+            for f in self.filters:
+                count, first, last = st.subject_record(ctx, f)
+                if start <= first:
+                    n += count
+                elif start <= last:
+                    if count > budget:
+                        return None
+                    n += st.count_from(ctx, f, start)
+            return n
+        if st.last_seq - start < budget:
+            return self._count_from(ctx, start)
+        if start <= st.first_seq:
+            # Every matching subject counts whole: its records, if there are few enough.
+            n = 0
+            for read, (_, count, _, _) in enumerate(st.filtered_records(ctx, self.filters)):
+                if read >= budget:
+                    return None
+                n += count
+            return n
+        return None
 
     def _count_pending(self, ctx: Ctx) -> int:
         if self.lps_end and self.delivered_sseq < self.lps_end:
@@ -250,9 +333,12 @@ class ConsumerRt:
     def on_remove(self, ctx: Ctx, seq: int, subject: str) -> None:
         if seq > self.delivered_sseq:
             if seq <= self.lps_end:
-                self.num_pending_cache = None  # counted only if its subject's last then
-            elif self.num_pending_cache is not None and self.matches(subject):
-                self.num_pending_cache -= 1
+                self.forget_pending()  # counted only if its subject's last then
+            elif self.num_pending_cache is not None:
+                if self.matches(subject):
+                    self.num_pending_cache -= 1
+            elif self.counting is not None and seq < self.counting[1] and self.matches(subject):
+                self.counting[2] -= 1  # counted already
         elif seq in self.pending:
             self._drop_pending(ctx, seq)
             self.update_ack_floor()
@@ -361,6 +447,12 @@ class ConsumerRt:
         md = cfg.max_deliver
         budget = MAX_DELIVERIES_PER_BATCH
         self.more = False
+        if (
+            self.num_pending_cache is None
+            and (self.waiting if not cfg.is_push else self.push_bound)
+            and not self.pending_known(ctx)
+        ):
+            return False  # every delivery carries num_pending: they wait for the count
         while True:
             if budget <= 0:
                 # Bounded work per batch: the engine reports "due now" so the caller ticks again.

@@ -171,13 +171,13 @@ def _purge_slice(
         for c in st.consumers.values():
             if c.delivered_sseq < floor:
                 c.delivered_sseq = floor
-                c.num_pending_cache = None
+                c.forget_pending()
                 if not c.pending:
                     c.update_ack_floor()
                 ctx.dirty_consumers.add(c)
     if reply is None:
         for c in st.consumers.values():
-            c.num_pending_cache = None
+            c.forget_pending()
     ctx.touched.add(st)
     meta = ctx.db(keys.DB_META)
     if rest is None:

@@ -15,8 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from store import Delivery, Event, PubAck, Publish, PullStatus, Store
-from store.consumers import SHORT_WALK, SUBJECT_RECORDS_READ
+from store import (
+    DeleteMsg,
+    Delivery,
+    Event,
+    GetConsumerInfo,
+    PubAck,
+    Publish,
+    PullStatus,
+    Store,
+)
+from store.consumers import COUNT_AT_ONCE, SHORT_WALK, SUBJECT_RECORDS_READ
 from store.models import format_time
 from store.subjects import subject_matches
 from tests.store.conftest import SEC, T0, Events, FakeClock
@@ -187,3 +196,100 @@ def test_by_start_time_finds_the_first_message_at_or_after_by_binary_search(
             )
             first = min((q for q, qt in stored.items() if qt >= t), default=201)
             assert info.num_pending == sum(1 for q in stored if q >= first), t
+
+
+# -- num_pending counted in slices -------------------------------------------------------------
+
+BIG = 3 * COUNT_AT_ONCE  # messages: a count from the middle reads more than one call may
+
+
+def _big_stream(path: Path, events: Events | None = None) -> tuple[list[str], set[int]]:
+    """Stream S of BIG messages, every other on s.a and the rest over 300 subjects, 200
+    deleted here and there (gaps on both sides of the middle), and consumers from the
+    middle: ``all`` (no filter), ``lit`` (s.a), ``wild`` (s.*). Closed: the next open
+    counts their num_pending afresh. The subjects published, and the seqs deleted."""
+    rng = random.Random(11)
+    published = ["s.a" if i % 2 == 0 else f"s.b{rng.randrange(300)}" for i in range(BIG)]
+    gone = set(rng.sample(range(2, BIG), 200))
+    with Store.open(path, clock=FakeClock(), on_event=events) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        for start in range(0, BIG, 2000):
+            s.submit([Publish(x, b"p") for x in published[start : start + 2000]]).result(30)
+        for q in sorted(gone):
+            s.delete_msg("S", q)
+        for name, filter_ in (("all", None), ("lit", "s.a"), ("wild", "s.*")):
+            cfg: dict[str, object] = {
+                "durable_name": name,
+                "ack_policy": "explicit",
+                "deliver_policy": "by_start_sequence",
+                "opt_start_seq": BIG // 2,
+            }
+            if filter_:
+                cfg["filter_subject"] = filter_
+            s.create_consumer("S", cfg)
+    return published, gone
+
+
+def _brute_pending(published: list[str], gone: set[int], name: str, after: int) -> int:
+    return sum(
+        1
+        for q in range(after + 1, len(published) + 1)
+        if q not in gone and (name != "lit" or published[q - 1] == "s.a")
+    )
+
+
+@pytest.mark.timeout(120)
+def test_a_long_count_of_num_pending_answers_with_its_last_slice(tmp_path: Path) -> None:
+    """After a reopen, consumer info of consumers halfway into 12,288 messages with gaps:
+    each count reads more than COUNT_AT_ONCE records, so it goes on over several commits
+    (other jobs commit between), and the info equals brute force."""
+    published, gone = _big_stream(tmp_path / "d")
+    with Store.open(tmp_path / "d", clock=FakeClock(), remove_slice=10) as s:
+        for name in ("all", "lit", "wild"):
+            commits = s.metrics()["commits"]
+            info = s.consumer_info("S", name)
+            assert s.metrics()["commits"] - commits >= 2, name
+            assert info.num_pending == _brute_pending(published, gone, name, BIG // 2 - 1)
+
+
+@pytest.mark.timeout(120)
+def test_deliveries_wait_for_the_count(tmp_path: Path) -> None:
+    """A pull after the reopen gets its message once the count is done (ticks), with the
+    right num_pending in it."""
+    events = Events()
+    published, gone = _big_stream(tmp_path / "d")
+    with Store.open(tmp_path / "d", clock=FakeClock(), on_event=events, remove_slice=10) as s:
+        for name in ("all", "lit", "wild"):
+            events.take()
+            s.pull("S", name, "inbox", batch=1, no_wait=True)
+            assert not events.take()  # counting: nothing goes out yet
+            ticks = 0
+            got: list[Event] = []
+            while not got:
+                due = s.next_deadline()
+                assert due is not None
+                assert due <= FakeClock()()
+                s.tick().result(timeout=30)
+                ticks += 1
+                got = [e for e in events.take() if getattr(e, "reply", None) == "inbox"]
+            [d] = got
+            assert isinstance(d, Delivery)
+            assert d.num_pending == _brute_pending(published, gone, name, d.msg.seq)
+
+
+@pytest.mark.timeout(120)
+def test_removals_while_counting_are_counted(tmp_path: Path) -> None:
+    """Deletions land between the count's slices, on both sides of where it stands; the
+    count kept up to date afterwards still equals brute force."""
+    published, gone = _big_stream(tmp_path / "d")
+    rng = random.Random(5)
+    more = rng.sample([q for q in range(BIG // 2, BIG) if q not in gone], 300)
+    with Store.open(tmp_path / "d", clock=FakeClock(), remove_slice=10) as s:
+        counts = [s.submit([GetConsumerInfo("S", name)]) for name in ("all", "lit", "wild")]
+        deletions = [s.submit([DeleteMsg("S", q)]) for q in more]
+        for f in [*counts, *deletions]:
+            f.result(timeout=60)
+        gone.update(more)
+        for name in ("all", "lit", "wild"):
+            info = s.consumer_info("S", name)
+            assert info.num_pending == _brute_pending(published, gone, name, BIG // 2 - 1)
