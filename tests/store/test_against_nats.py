@@ -389,10 +389,20 @@ def _counts(d: Json) -> Json:
 
 
 async def _fetch(
-    nc: Client, stream: str, consumer: str, batch: int, max_bytes: int = 0
+    nc: Client,
+    stream: str,
+    consumer: str,
+    batch: int,
+    max_bytes: int = 0,
+    *,
+    expect: int = 0,
+    expect_status: bool = False,
 ) -> tuple[list[tuple[int, int, str]], str]:
     """A no_wait pull from the server: (stream seq, delivery count, ack subject) each, and
-    the status that ended it ("" when none came)."""
+    the status that ended it ("" when none came). A request that ends without a status
+    ends when nothing comes for 0.3 s; while fewer than ``expect`` messages (or, with
+    ``expect_status``, no status) came — what the store answered — it waits up to 5 s,
+    so a loaded machine delaying the server does not read as a difference."""
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)
     req: Json = {"batch": batch, "no_wait": True}
@@ -405,8 +415,9 @@ async def _fetch(
     status = ""
     try:
         while len(got) < batch:
+            coming = len(got) < expect or expect_status
             try:
-                msg = await sub.next_msg(timeout=0.3)
+                msg = await sub.next_msg(timeout=5.0 if coming else 0.3)
             except nats.errors.TimeoutError:
                 # Ends without a status: cut short by max_ack_pending, or its max_bytes
                 # used up exactly.
@@ -532,12 +543,23 @@ async def _consumer_scenario(nc: Client, store: Store, events: _Events, seed: in
             elif op == "fetch":
                 n = rng.randint(1, 4)
                 max_bytes = rng.choice([0, 0, 60, 120, 200])
-                got, status = await _fetch(nc, name, c, n, max_bytes)
                 events.take()
                 naked[c].clear()  # redelivered (or dropped at max_deliver) first
                 store.pull(name, c, "inbox", batch=n, no_wait=True, max_bytes=max_bytes)
                 mine = events.take()
                 ours_status = [f"{e.code} {e.description}" for e in events.statuses]
+                mine_info = store.consumer_info(name, c)
+                full = 0 < (mine_info.config.max_ack_pending or 0) <= mine_info.num_ack_pending
+                got, status = await _fetch(
+                    nc,
+                    name,
+                    c,
+                    n,
+                    max_bytes,
+                    expect=len(mine),
+                    # (held back by max_ack_pending the server sends no status: below)
+                    expect_status=bool(ours_status) and not full,
+                )
                 their_acks.update({(c, q): reply for q, _, reply in got})
                 our_pending.update((c, e.msg.seq) for e in mine)
                 # Which redeliveries go first differs on purpose (stream order here).
@@ -548,8 +570,6 @@ async def _consumer_scenario(nc: Client, store: Store, events: _Events, seed: in
                 }
                 a["status"] = status
                 b["status"] = ours_status[0] if ours_status else ""
-                mine_info = store.consumer_info(name, c)
-                full = 0 < (mine_info.config.max_ack_pending or 0) <= mine_info.num_ack_pending
                 if full and (a["status"], b["status"]) == ("", "404 No Messages"):
                     # Left on purpose (store/DESIGN.md): held back by max_ack_pending, the
                     # server keeps a no_wait request waiting without a status until its
