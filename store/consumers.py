@@ -31,16 +31,18 @@ if TYPE_CHECKING:
 NEVER = keys.MAX_U64
 MAX_DELIVERIES_PER_BATCH = 256
 # A consumer with wildcard filters looks for its next message by walking the stream from
-# its position: this many records first; if none matches, through the index of the
-# subjects its filters match, if at most INDEXED_SUBJECTS of them have messages there and
-# finding them reads at most SUBJECT_RECORDS_READ subject records; else by walking on
-# while the batch's ``Ctx.walk_left`` lasts.
+# its position: SHORT_WALK records first (``Ctx.walk_min``: fewer with a small
+# ``remove_slice``); if none matches, through the index of the subjects its filters
+# match, if at most INDEXED_SUBJECTS of them have messages there and finding them reads
+# at most SUBJECT_RECORDS_READ subject records; else by walking on while the batch's
+# ``Ctx.walk_left`` lasts.
 SHORT_WALK = 1024
 INDEXED_SUBJECTS = 64
 SUBJECT_RECORDS_READ = 1024
 # num_pending counted afresh reads at most ``Ctx.walk_left`` records per batch, and at least
-# this many per call (so small streams are counted at once); a longer count goes on in
-# the next batches, and the consumer delivers nothing until it is known.
+# COUNT_AT_ONCE per call (``Ctx.count_min``; so small streams are counted at once); a
+# longer count goes on in the next batches, and the consumer delivers nothing until it
+# is known.
 COUNT_AT_ONCE = 4096
 
 
@@ -210,12 +212,12 @@ class ConsumerRt:
 
     def pending_known(self, ctx: Ctx) -> bool:
         """Whether num_pending is known, counting a slice of it if not: at once when that
-        reads at most the batch's budget (``Ctx.walk_left``, at least COUNT_AT_ONCE
+        reads at most the batch's budget (``Ctx.walk_left``, at least ``Ctx.count_min``
         records), else by a walk of the stream from the consumer's position that goes on
         in later batches (the consumer is due again meanwhile: ``more``)."""
         if self.num_pending_cache is not None:
             return True
-        budget = max(ctx.walk_left, COUNT_AT_ONCE)
+        budget = max(ctx.walk_left, ctx.count_min)
         st = self.stream
         if self.counting is None:
             quick = self._count_within(ctx, budget)
@@ -372,12 +374,12 @@ class ConsumerRt:
                 if self.matches(keys.msg_subject(rec)):
                     return seq, rec
                 walked += 1
-                if walked == SHORT_WALK:
+                if walked == ctx.walk_min:
                     self.scan_floor = seq  # nothing matches up to here
                     subjects = self._matching_subjects(ctx, seq + 1)
                     if subjects is not None:
                         return self._next_of_subjects(ctx, subjects, seq + 1)
-                if walked >= SHORT_WALK and walked >= ctx.walk_left:
+                if walked >= ctx.walk_min and walked >= ctx.walk_left:
                     # The rest of the walk is for the next batch: "due now" (deliver()
                     # ends, and a no_wait request is not answered before the walk ends).
                     self.scan_floor = seq

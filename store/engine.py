@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from store import admin, keys, slices
-from store.consumers import ConsumerRt, PullRequest
+from store.consumers import COUNT_AT_ONCE, SHORT_WALK, ConsumerRt, PullRequest
 from store.ctx import Ctx
 from store.env import Env
 from store.errors import JetStreamError, js_error
@@ -189,6 +189,8 @@ class Engine:
     def apply(self, txn: Any, jobs: list[AnyJob]) -> list[Any]:
         ctx = Ctx(txn, self.env.dbs, self.clock())
         ctx.walk_left = WALK_PER_REMOVAL * self.remove_slice
+        ctx.walk_min = min(SHORT_WALK, self.remove_slice)
+        ctx.count_min = min(COUNT_AT_ONCE, ctx.walk_left)
         # Pull requests live only in memory and are mutated while delivering: keep a copy
         # so an aborted batch restores them exactly (see reset()).
         self._waiting_snapshot = {}

@@ -26,11 +26,13 @@ from store import (
     Store,
 )
 from store.consumers import COUNT_AT_ONCE, SHORT_WALK, SUBJECT_RECORDS_READ
+from store.engine import WALK_PER_REMOVAL
 from store.models import format_time
 from store.subjects import subject_matches
 from tests.store.conftest import SEC, T0, Events, FakeClock
 
-SLICE = 100  # remove_slice: walks of 2 x 100 records per batch, SHORT_WALK at least per call
+SLICE = 100  # remove_slice: walks of 2 x 100 records per batch, 100 at least per search
+WALK_MIN = min(SHORT_WALK, SLICE)  # walked before the subject index is tried
 N = 8 * SUBJECT_RECORDS_READ  # unique subjects: too many to go through the subject index
 
 
@@ -74,8 +76,8 @@ def test_a_long_walk_goes_on_in_later_batches(tmp_path: Path, match: bool) -> No
         if match:
             assert s.publish("s.z", b"end") == PubAck("S", N + 1)
         got, ticks = _pull_until_answered(s, events, "*.z")
-        # A batch walks SHORT_WALK per delivery attempt (a tick makes two) beyond its budget.
-        assert ticks >= (N - SHORT_WALK) // (2 * SHORT_WALK + 2 * SLICE)
+        # A batch walks its budget and WALK_MIN more per search beyond it (a tick makes two).
+        assert ticks >= (N - WALK_MIN) // (WALK_PER_REMOVAL * SLICE + 2 * WALK_MIN)
         if match:
             assert [(type(e), e.msg.seq) for e in got if isinstance(e, Delivery)] == [
                 (Delivery, N + 1)
@@ -105,7 +107,7 @@ def test_without_bounds_the_walk_ends_in_one_batch(tmp_path: Path) -> None:
 def test_few_matching_subjects_are_found_through_their_index(
     tmp_path: Path, filter_: str, subject: str | None
 ) -> None:
-    """Past SHORT_WALK records, the subjects the filter matches (from the subject records)
+    """Past WALK_MIN records, the subjects the filter matches (from the subject records)
     have their next message looked up in the index: answered in the pull's own batch,
     where a walk of the 8,192 records before it would take several."""
     events = Events()
