@@ -24,6 +24,7 @@ from hypothesis.stateful import (
 )
 
 from store import AckKind, Delivery, Store
+from store.engine import REMOVE_SLICE
 from tests.store.conftest import SEC, Events, FakeClock
 
 ACK_WAIT = 10 * SEC
@@ -48,7 +49,12 @@ class ConsumerModel(RuleBasedStateMachine):
 
     def _open(self) -> Store:
         return Store.open(
-            self.dir, clock=self.clock, on_event=self.events, map_size=1 << 22, sync="batch"
+            self.dir,
+            clock=self.clock,
+            on_event=self.events,
+            map_size=1 << 22,
+            sync="batch",
+            remove_slice=self.remove_slice,
         )
 
     def teardown(self) -> None:
@@ -56,6 +62,8 @@ class ConsumerModel(RuleBasedStateMachine):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     retention = "limits"
+    filter_subject = "s.x"
+    remove_slice = REMOVE_SLICE
 
     @initialize()
     def create(self) -> None:
@@ -66,7 +74,7 @@ class ConsumerModel(RuleBasedStateMachine):
                 "durable_name": "c",
                 "ack_policy": "explicit",
                 "ack_wait": ACK_WAIT,
-                "filter_subject": "s.x",
+                "filter_subject": self.filter_subject,
             },
         )
 
@@ -153,7 +161,30 @@ class WorkQueueConsumerModel(ConsumerModel):
     retention = "workqueue"
 
 
-@pytest.mark.parametrize("machine", [ConsumerModel, InterestConsumerModel, WorkQueueConsumerModel])
+class SlicedConsumerModel(ConsumerModel):
+    """The same rules with a wildcard filter (``*.x``: the same messages) and the smallest
+    slices: the search for the next message and num_pending counted afresh (after each
+    reopen) go on over several batches, driven by ticks whenever something is due, as the
+    broker's loop drives them."""
+
+    filter_subject = "*.x"
+    remove_slice = 1
+
+    def _check_deliveries(self) -> None:
+        for _ in range(1_000):
+            due = self.store.next_deadline()
+            if due is None or due > self.clock.now:
+                break
+            self.store.tick(self.clock.now).result(timeout=30)
+        else:
+            raise AssertionError("always due")
+        super()._check_deliveries()
+
+
+@pytest.mark.parametrize(
+    "machine",
+    [ConsumerModel, InterestConsumerModel, WorkQueueConsumerModel, SlicedConsumerModel],
+)
 def test_consumer_against_model(tmp_path: Path, machine: type[ConsumerModel]) -> None:
     machine.root = tmp_path
     run_state_machine_as_test(
