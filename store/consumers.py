@@ -271,14 +271,31 @@ class ConsumerRt:
         if st.last_seq - start < budget:
             return self._count_from(ctx, start)
         if start <= st.first_seq:
-            # Every matching subject counts whole: its records, if there are few enough.
-            n = 0
-            for read, (_, count, _, _) in enumerate(st.filtered_records(ctx, self.filters)):
-                if read >= budget:
-                    return None
-                n += count
-            return n
+            # Every matching subject counts whole: its records, if reading them is cheap.
+            records = self._records_within(ctx, budget)
+            return None if records is None else sum(count for _, count, _ in records)
         return None
+
+    def _records_within(self, ctx: Ctx, limit: int) -> list[tuple[str, int, int]] | None:
+        """``(subject, count, last seq)`` of each subject the filters match, from the
+        subject records under each filter's literal prefix; None if that reads more than
+        ``limit`` records (matching or not)."""
+        st = self.stream
+        st.flush_counts(ctx)  # the records as of this batch
+        cur = ctx.txn.cursor(db=ctx.subjcount_db)
+        found: list[tuple[str, int, int]] = []
+        read = 0
+        for f in self.filters:
+            literal = is_literal(f)
+            for subject, count, _, last in subjindex.records(cur, st.sid, literal_prefix(f)):
+                read += 1
+                if read > limit:
+                    return None
+                if subject == f if literal else subject_matches(f, subject):
+                    found.append((subject, count, last))
+                if literal:
+                    break
+        return found
 
     def _count_pending(self, ctx: Ctx) -> int:
         if self.lps_end and self.delivered_sseq < self.lps_end:
@@ -391,26 +408,14 @@ class ConsumerRt:
             ctx.walk_left -= walked
 
     def _matching_subjects(self, ctx: Ctx, start: int) -> list[str] | None:
-        """The subjects the filters match that have messages at or after ``start``
-        (from the subject records), or None if more than INDEXED_SUBJECTS do or finding
-        them would read more than SUBJECT_RECORDS_READ records."""
-        st = self.stream
-        st.flush_counts(ctx)  # the records as of this batch
-        cur = ctx.txn.cursor(db=ctx.subjcount_db)
-        found: list[str] = []
-        read = 0
-        for f in self.filters:
-            for subject, _, _, last in subjindex.records(cur, st.sid, literal_prefix(f)):
-                read += 1
-                if read > SUBJECT_RECORDS_READ:
-                    return None
-                if last >= start and subject_matches(f, subject):
-                    found.append(subject)
-                    if len(found) > INDEXED_SUBJECTS:
-                        return None
-                if is_literal(f):
-                    break
-        return found
+        """The subjects the filters match that have messages at or after ``start``, or
+        None if more than INDEXED_SUBJECTS do or finding them would read more than
+        SUBJECT_RECORDS_READ subject records."""
+        records = self._records_within(ctx, SUBJECT_RECORDS_READ)
+        if records is None:
+            return None
+        found = [subject for subject, _, last in records if last >= start]
+        return found if len(found) <= INDEXED_SUBJECTS else None
 
     def _next_of_subjects(
         self, ctx: Ctx, subjects: list[str], start: int

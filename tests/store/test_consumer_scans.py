@@ -295,3 +295,19 @@ def test_removals_while_counting_are_counted(tmp_path: Path) -> None:
         for name in ("all", "lit", "wild"):
             info = s.consumer_info("S", name)
             assert info.num_pending == _brute_pending(published, gone, name, BIG // 2 - 1)
+
+
+@pytest.mark.timeout(60)
+def test_a_count_from_the_start_reads_a_bounded_number_of_subject_records(
+    tmp_path: Path,
+) -> None:
+    """From the stream's first message a wildcard consumer's count would add up its
+    subjects' records; over more records than the budget (here ``*.z``, whose empty
+    literal prefix reads every record, matching none of 300) it counts in slices too."""
+    with Store.open(tmp_path / "d", clock=FakeClock(), remove_slice=10) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        s.submit([Publish(f"s.u{i}", b"p") for i in range(300)]).result(timeout=30)
+        commits = s.metrics()["commits"]
+        info = s.create_consumer("S", {"durable_name": "z", "filter_subject": "*.z"})
+        assert info.num_pending == 0
+        assert s.metrics()["commits"] - commits >= 2
