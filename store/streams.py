@@ -22,7 +22,7 @@ from store.ctx import Ctx
 from store.errors import JetStreamError, js_error
 from store.models import StreamConfig
 from store.ops import Headers, PubAck, PurgePlan
-from store.subjects import is_literal, is_valid_subject, matcher, subject_matches
+from store.subjects import is_literal, is_valid_subject, matcher
 from store.subjrecs import SubjectRecords
 
 if TYPE_CHECKING:
@@ -515,18 +515,13 @@ class StreamRt(SubjectRecords):
         matches the wildcard ``plan.pattern``, walking the stream, and the seq to go on
         from (``plan.below``: done). It also stops after ``walk`` records that do not
         match, so a sparse filter is walked over several slices."""
-        pattern = plan.pattern
-        assert pattern is not None
-        matched: dict[bytes, bool] = {}
+        assert plan.pattern is not None
+        matches = matcher((plan.pattern,))
         taken: list[int] = []
         for q, rec in self.seqs_from(ctx, plan.start):
             if q >= plan.below:
                 break
-            subj = keys.msg_subject_bytes(rec)
-            hit = matched.get(subj)
-            if hit is None:
-                hit = matched[subj] = subject_matches(pattern, subj.decode())
-            if hit:
+            if matches(keys.msg_subject(rec)):
                 if len(taken) == take:
                     return taken, q
                 taken.append(q)
@@ -586,18 +581,14 @@ class StreamRt(SubjectRecords):
         older = n - keep
         if older <= 0:
             return self.first_seq
-        matched: dict[bytes, bool] = {}
+        matches = matcher((pattern,))
         walk: Iterator[tuple[int, bytes]]
         if keep <= older:
             walk, wanted = self.seqs_back(ctx, self.last_seq + 1), keep
         else:
             walk, wanted = self.seqs_from(ctx, self.first_seq), older + 1
         for q, rec in walk:
-            subj = keys.msg_subject_bytes(rec)
-            hit = matched.get(subj)
-            if hit is None:
-                hit = matched[subj] = subject_matches(pattern, subj.decode())
-            if hit:
+            if matches(keys.msg_subject(rec)):
                 wanted -= 1
                 if not wanted:
                     return q
@@ -627,9 +618,8 @@ class StreamRt(SubjectRecords):
             if isinstance(found, Generator):
                 found.close()  # its cursor: the removals below go through the same pages
         rest = plan._replace(start=q) if q < plan.below else None
-        batch = taken
         removed = 0
-        for q in batch:
+        for q in taken:
             if self.remove(ctx, q):
                 removed += 1
         if rest is None and plan.compact_to > self.last_seq and not self.messages:
