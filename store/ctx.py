@@ -34,10 +34,11 @@ class Ctx:
     # Records that consumers may still walk in this batch looking for their next messages
     # or counting num_pending (store.consumers: a longer walk goes on in the next batch),
     # and what one search walks before it looks at the subject index / one count may
-    # always read, whatever is left (the engine sets all three from ``remove_slice``).
+    # always read, whatever is left. The engine sets all three from ``remove_slice``; a
+    # context it does not set them on (loading) walks without bounds.
     walk_left: int = keys.MAX_U64
-    walk_min: int = 1024
-    count_min: int = 4096
+    walk_min: int = keys.MAX_U64
+    count_min: int = keys.MAX_U64
     # The databases of the hot path, looked up once per batch, and one cursor on each for
     # point writes and lookups: ``cursor.put(k, v)`` costs about half of
     # ``txn.put(k, v, db=...)`` in py-lmdb. Scans open cursors of their own.
