@@ -454,7 +454,7 @@ class Engine:
         saved = ctx.now
         if op.now is not None:
             ctx.now = op.now
-        limit = self.remove_slice if ctx.may_continue else keys.MAX_U64
+        limit = slices.slice_limit(self, ctx)
         more = False
         try:
             for st in list(self.streams.values()):

@@ -64,7 +64,8 @@ _STREAM_DATA_DBS = (
 )
 
 
-def _limit(eng: Engine, ctx: Ctx) -> int:
+def slice_limit(eng: Engine, ctx: Ctx) -> int:
+    """Removals one operation may make in this batch (all when it cannot go on)."""
     return eng.remove_slice if ctx.may_continue else MAX_U64
 
 
@@ -150,7 +151,7 @@ def purge_more(eng: Engine, ctx: Ctx, op: PurgeMore) -> OpResult:
     st = eng.streams.get(op.stream)
     if st is None or st.sid != op.sid:  # deleted meanwhile: done
         ctx.txn.delete(keys.purge_key(op.sid, op.rid), db=ctx.db(keys.DB_META))
-        return op.reply if op.reply is not None else PurgeResult(op.purged)
+        return _purge_result(op.reply, op.purged)
     return _purge_slice(eng, ctx, st, op.plan, op.purged, op.rid, op.reply)
 
 
@@ -166,7 +167,7 @@ def _purge_slice(
     """One slice of a purge (all of it when the job holds other operations too); ``rid``
     numbers its ``meta`` record (0: none yet, this is the first slice). The result is
     ``reply`` if given (a rollup's PubAck), else the number purged."""
-    n, rest = st.purge_step(ctx, plan, _limit(eng, ctx))
+    n, rest = st.purge_step(ctx, plan, slice_limit(eng, ctx))
     if plan.floor:
         # Consumers that had not reached the purge point move past it.
         floor = st.first_seq - 1
@@ -177,22 +178,25 @@ def _purge_slice(
                 if not c.pending:
                     c.update_ack_floor()
                 ctx.dirty_consumers.add(c)
-    if reply is None:
-        for c in st.consumers.values():
-            c.forget_pending()
+    # (Every removal went through StreamRt.remove: consumers' num_pending follow it.)
     ctx.touched.add(st)
     meta = ctx.db(keys.DB_META)
     if rest is None:
         if rid:
             ctx.txn.delete(keys.purge_key(st.sid, rid), db=meta)
-        return reply if reply is not None else PurgeResult(before + n)
+        return _purge_result(reply, before + n)
     if not rid:
         rid = eng._next_id(ctx)
     ctx.txn.put(keys.purge_key(st.sid, rid), plan_record(rest), db=meta)
     if eng.closing:  # the record stays: the next open goes on (the count so far answers)
-        return reply if reply is not None else PurgeResult(before + n)
+        return _purge_result(reply, before + n)
     ctx.go_on(PurgeMore(st.name, st.sid, rest, before + n, rid, reply))
     return None  # the job is continued, not completed: this result is dropped
+
+
+def _purge_result(reply: PubAck | None, purged: int) -> OpResult:
+    """A rollup's PubAck, else the number purged."""
+    return reply if reply is not None else PurgeResult(purged)
 
 
 # -- the check after a consumer deletion -------------------------------------------------------
@@ -214,7 +218,7 @@ def reevaluate_more(eng: Engine, ctx: Ctx, op: Reevaluate) -> OpResult:
 def reevaluate(eng: Engine, ctx: Ctx, st: StreamRt, start: int) -> OpResult:
     """Queue a slice of an interest stream's messages for the retention check
     (the engine removes those no consumer needs); True when the last slice is queued."""
-    limit = _limit(eng, ctx)
+    limit = slice_limit(eng, ctx)
     n = 0
     found = st.seqs_from(ctx, start)
     try:
@@ -249,7 +253,7 @@ def enforce(eng: Engine, ctx: Ctx, st: StreamRt, start: int, info: bool, gen: in
     enforces the limits as they are now, walking the whole stream."""
     if gen and gen != st.trim_gen:
         return True
-    limit = _limit(eng, ctx)
+    limit = slice_limit(eng, ctx)
     cfg = st.config
     n = 0
     if start and cfg.max_msgs_per_subject > 0:
