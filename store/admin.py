@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import secrets
 import string
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from store import keys, slices
 from store.consumers import ConsumerRt
+from store.counting import EVERY_SUBJECT, LPS_START, lps_slice
 from store.ctx import Ctx
 from store.errors import JetStreamError, js_error
 from store.models import (
@@ -27,6 +29,7 @@ from store.models import (
 )
 from store.ops import (
     CreateConsumer,
+    CreateConsumerMore,
     CreateStream,
     DeleteMsg,
     EnforceLimits,
@@ -231,7 +234,12 @@ def stream_info(eng: Engine, ctx: Ctx, st: StreamRt) -> StreamInfo:
 # -- consumer admin ------------------------------------------------------------------
 
 
-def create_consumer(eng: Engine, ctx: Ctx, op: CreateConsumer) -> OpResult:
+def create_consumer(
+    eng: Engine, ctx: Ctx, op: CreateConsumer, placed: CreateConsumerMore | None = None
+) -> OpResult:
+    """CONSUMER.CREATE. A ``last_per_subject`` consumer is placed first by a walk of its
+    subjects' records (:func:`create_consumer_more`, in slices), which then creates it
+    (``placed``: the finished walk)."""
     st = eng._stream(op.stream)
     cfg = op.config.normalized(st.config.consumer_limits)
     name = cfg.name or cfg.durable_name
@@ -269,9 +277,16 @@ def create_consumer(eng: Engine, ctx: Ctx, op: CreateConsumer) -> OpResult:
             for o in st.consumers.values():
                 if any(subjects_overlap(a, b) for a in cfg.filters for b in o.filters or (">",)):
                     raise js_error("wq_consumer_not_unique")
+    if cfg.deliver_policy == "last_per_subject" and placed is None:
+        walk = CreateConsumerMore(
+            CreateConsumer(op.stream, cfg, op.action), st, st.removals, st.last_seq, LPS_START
+        )
+        return create_consumer_more(eng, ctx, walk)
     cid = eng._next_id(ctx)
     c = ConsumerRt(st, name, cid, cfg, ctx.now)
     initial_position(eng, ctx, st, c)
+    if placed is not None:
+        place_lps(st, c, placed)
     c.update_ack_floor()
     write_consumer_record(eng, ctx, c)
     st.consumers[name] = c
@@ -296,19 +311,47 @@ def initial_position(eng: Engine, ctx: Ctx, st: StreamRt, c: ConsumerRt) -> None
         start = (cfg.opt_start_seq or 1) - 1
     elif dp == "by_start_time":
         start = st.first_at_or_after(ctx, parse_time(cfg.opt_start_time or "")) - 1
-    elif dp == "last_per_subject":
-        lasts = [last for _, _, _, last in st.filtered_records(ctx, c.filters or (">",))]
-        if lasts:
-            start = min(lasts) - 1
-            c.lps_end = max(lasts)
-        else:
-            start = st.last_seq
-        # Pending: each matching subject's last message (none matches after lps_end), so
-        # the count needs no second pass over the records.
-        c.num_pending_cache = len(lasts)
     if dp == "new":
         c.num_pending_cache = 0
     c.delivered_sseq = max(0, start)
+
+
+def create_consumer_more(eng: Engine, ctx: Ctx, op: CreateConsumerMore) -> OpResult:
+    """A slice of the walk that places a new ``last_per_subject`` consumer (all of it when
+    the job holds other operations too, or the store is closing); the last one creates it."""
+    st = eng._stream(op.create.stream)
+    if st is not op.stream_rt:
+        return create_consumer(eng, ctx, op.create)  # the walk starts again on this copy
+    filters = op.create.config.filters or EVERY_SUBJECT
+    scan = op.scan
+    while True:
+        budget = max(ctx.walk_left, ctx.count_min)
+        scan, read = lps_slice(ctx, st, filters, 0, op.cap, scan, budget)
+        ctx.walk_left -= read
+        if scan.pos is None:
+            return create_consumer(eng, ctx, op.create, replace(op, scan=scan))
+        if ctx.may_continue and not eng.closing:
+            ctx.go_on(replace(op, scan=scan))
+            return None
+
+
+def place_lps(st: StreamRt, c: ConsumerRt, walk: CreateConsumerMore) -> None:
+    """Position a new ``last_per_subject`` consumer as its finished walk found: from the
+    lowest of its subjects' last messages, skipping what a later one up to the highest
+    supersedes; num_pending is the subjects found plus the matches stored since the walk
+    began (counted from there), unless messages went meanwhile (counted afresh)."""
+    scan = walk.scan
+    if scan.n:
+        c.delivered_sseq = scan.lo - 1
+        c.lps_end = scan.hi
+    else:
+        c.delivered_sseq = walk.cap
+    if st.removals != walk.removals:
+        c.forget_pending()
+    elif st.last_seq == walk.cap:
+        c.num_pending_cache = scan.n
+    else:
+        c.counting = [walk.cap + 1, walk.cap + 1, scan.n]
 
 
 def update_consumer(

@@ -19,10 +19,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from store import keys, subjindex
+from store import keys
+from store.counting import LpsScan, PendingCounts
 from store.models import ConsumerConfig
 from store.ops import Advisory, Delivery, PullStatus, StoredMsg, ack_subject
-from store.subjects import is_literal, literal_prefix, matcher, subject_matches
+from store.subjects import is_literal
 
 if TYPE_CHECKING:
     from store.ctx import Ctx
@@ -39,15 +40,6 @@ MAX_DELIVERIES_PER_BATCH = 256
 SHORT_WALK = 1024
 INDEXED_SUBJECTS = 64
 SUBJECT_RECORDS_READ = 1024
-# num_pending counted afresh reads at most ``Ctx.walk_left`` records per batch, and at least
-# COUNT_AT_ONCE per call (``Ctx.count_min``; so small streams are counted at once); a
-# longer count goes on in the next batches, and the consumer delivers nothing until it
-# is known.
-COUNT_AT_ONCE = 4096
-
-
-def _everything(subject: str) -> bool:
-    return True
 
 
 class PendingEntry:
@@ -70,8 +62,8 @@ class PullRequest:
     delivered: int = 0
 
 
-class ConsumerRt:
-    """The writer's copy of one consumer."""
+class ConsumerRt(PendingCounts):
+    """The writer's copy of one consumer (its num_pending: :class:`PendingCounts`)."""
 
     def __init__(
         self, stream: StreamRt, name: str, cid: int, config: ConsumerConfig, created_ns: int
@@ -100,6 +92,7 @@ class ConsumerRt:
         self.num_pending_cache: int | None = None
         # A count of num_pending in slices: [from seq, next seq to read, matches so far].
         self.counting: list[int] | None = None
+        self.lps_counting: LpsScan | None = None
         self.more = False  # the last deliver() stopped at its budget with work left
 
     # -- persistence ---------------------------------------------------------------------
@@ -164,18 +157,6 @@ class ConsumerRt:
 
     # -- positions -----------------------------------------------------------------------
 
-    @property
-    def filters(self) -> tuple[str, ...]:
-        return self._filters
-
-    @filters.setter
-    def filters(self, filters: tuple[str, ...]) -> None:
-        self._filters = filters
-        self._matches = matcher(filters) if filters else _everything
-
-    def matches(self, subject: str) -> bool:
-        return self._matches(subject)
-
     def needs(self, seq: int) -> bool:
         """Interest/workqueue retention: does this consumer still need stream seq ``seq``?"""
         if seq <= self.ack_sseq:
@@ -197,167 +178,9 @@ class ConsumerRt:
             return now + backoff[min(count - 1, len(backoff) - 1)]
         return now + (self.config.ack_wait or 0)
 
-    def num_pending(self, ctx: Ctx) -> int:
-        """Messages matching the filter with seq > delivered.stream_seq (spec §1.7); counted
-        at once if not known (see :meth:`pending_known` for the count in slices)."""
-        if self.num_pending_cache is None:
-            self.num_pending_cache = self._count_pending(ctx)
-            self.counting = None
-        return self.num_pending_cache
-
-    def forget_pending(self) -> None:
-        """num_pending must be counted again (positions moved, filters changed)."""
-        self.num_pending_cache = None
-        self.counting = None
-
-    def pending_known(self, ctx: Ctx) -> bool:
-        """Whether num_pending is known, counting a slice of it if not: at once when that
-        reads at most the batch's budget (``Ctx.walk_left``, at least ``Ctx.count_min``
-        records), else by a walk of the stream from the consumer's position that goes on
-        in later batches (the consumer is due again meanwhile: ``more``)."""
-        if self.num_pending_cache is not None:
-            return True
-        budget = max(ctx.walk_left, ctx.count_min)
-        st = self.stream
-        if self.counting is None:
-            quick = self._count_within(ctx, budget)
-            if quick is not None:
-                self.num_pending_cache = quick
-                return True
-            start = self.delivered_sseq + 1
-            self.counting = [start, max(start, st.first_seq), 0]
-        start, pos, n = self.counting
-        matches = self._matches if self.filters else None
-        walked = 0
-        for seq, rec in st.seqs_from(ctx, pos):
-            if matches is None or matches(keys.msg_subject(rec)):
-                n += 1
-            walked += 1
-            if walked >= budget:
-                ctx.walk_left -= walked
-                self.counting = [start, seq + 1, n]
-                self.more = True
-                return False
-        ctx.walk_left -= walked
-        self.counting = None
-        self.num_pending_cache = n
-        return True
-
-    def _count_within(self, ctx: Ctx, budget: int) -> int | None:
-        """:meth:`_count_pending` if it reads about ``budget`` records at most, else None.
-        (A last_per_subject consumer in its first pass is counted at once.)"""
-        if self.lps_end and self.delivered_sseq < self.lps_end:
-            return self._count_pending(ctx)
-        st = self.stream
-        start = max(self.delivered_sseq + 1, st.first_seq)
-        if start > st.last_seq or not st.messages:
-            return 0
-        if not self.filters:
-            gaps = st.last_seq - st.first_seq + 1 != st.messages
-            if gaps and min(start - st.first_seq, st.last_seq - start) > budget:
-                return None
-            return st.stored_from(ctx, start)
-        if all(is_literal(f) for f in self.filters):
-            n = 0
-            for f in self.filters:
-                count, first, last = st.subject_record(ctx, f)
-                if start <= first:
-                    n += count
-                elif start <= last:
-                    if count > budget:
-                        return None
-                    n += st.count_from(ctx, f, start)
-            return n
-        if st.last_seq - start < budget:
-            return self._count_from(ctx, start)
-        if start <= st.first_seq:
-            # Every matching subject counts whole: its records, if reading them is cheap.
-            records = self._records_within(ctx, budget)
-            return None if records is None else sum(count for _, count, _ in records)
-        return None
-
-    def _records_within(self, ctx: Ctx, limit: int) -> list[tuple[str, int, int]] | None:
-        """``(subject, count, last seq)`` of each subject the filters match, from the
-        subject records under each filter's literal prefix; None if that reads more than
-        ``limit`` records (matching or not)."""
-        st = self.stream
-        st.flush_counts(ctx)  # the records as of this batch
-        cur = ctx.txn.cursor(db=ctx.subjcount_db)
-        found: list[tuple[str, int, int]] = []
-        read = 0
-        for f in self.filters:
-            literal = is_literal(f)
-            for subject, count, _, last in subjindex.records(cur, st.sid, literal_prefix(f)):
-                read += 1
-                if read > limit:
-                    return None
-                if subject == f if literal else subject_matches(f, subject):
-                    found.append((subject, count, last))
-                if literal:
-                    break
-        return found
-
-    def _count_pending(self, ctx: Ctx) -> int:
-        if self.lps_end and self.delivered_sseq < self.lps_end:
-            # last_per_subject before its first pass is over: per matching subject, its
-            # last message up to lps_end if not delivered yet, then all after lps_end.
-            return self._lps_pending(ctx) + self._count_from(ctx, self.lps_end + 1)
-        return self._count_from(ctx, self.delivered_sseq + 1)
-
-    def _lps_pending(self, ctx: Ctx) -> int:
-        st = self.stream
-        cur = ctx.txn.cursor(db=ctx.subjects_db)
-        n = 0
-        for subj, _, first, last in st.filtered_records(ctx, self.filters or (">",)):
-            if last > self.lps_end:
-                last = subjindex.prev_seq(cur, st.sid_b, subj.encode(), self.lps_end + 1, first)
-            if last > self.delivered_sseq:
-                n += 1
-        return n
-
-    def _count_from(self, ctx: Ctx, start: int) -> int:
-        """Stored messages matching the filters with seq >= ``start``."""
-        st = self.stream
-        start = max(start, st.first_seq)
-        if start > st.last_seq or not st.messages:
-            return 0
-        if not self.filters:
-            return st.stored_from(ctx, start)
-        if all(is_literal(f) for f in self.filters):
-            return sum(st.count_from(ctx, f, start) for f in self.filters)
-        if st.last_seq - start < st.num_subjects:
-            # Fewer records from start on than subject records to read: count those.
-            matches = self._matches
-            return sum(1 for _, rec in st.seqs_from(ctx, start) if matches(keys.msg_subject(rec)))
-        n = 0
-        straddling: dict[bytes, tuple[int, int, int]] = {}
-        for subj, count, first, last in st.filtered_records(ctx, self.filters):
-            if start <= last:
-                if start <= first:
-                    n += count
-                else:
-                    straddling[subj.encode()] = (count, first, last)
-        # The messages from start on, if spread evenly over the stream's seqs.
-        after = -(-st.messages * (st.last_seq - start + 1) // (st.last_seq - st.first_seq + 1))
-        return n + len(st.seqs_of(ctx, straddling, start, b"", after))
-
-    def on_append(self, seq: int, subject: str) -> None:
-        if (
-            self.num_pending_cache is not None
-            and seq > self.delivered_sseq
-            and self.matches(subject)
-        ):
-            self.num_pending_cache += 1
-
     def on_remove(self, ctx: Ctx, seq: int, subject: str) -> None:
         if seq > self.delivered_sseq:
-            if seq <= self.lps_end:
-                self.forget_pending()  # counted only if its subject's last then
-            elif self.num_pending_cache is not None:
-                if self.matches(subject):
-                    self.num_pending_cache -= 1
-            elif self.counting is not None and seq < self.counting[1] and self.matches(subject):
-                self.counting[2] -= 1  # counted already
+            self.uncount(ctx, seq, subject)
         elif seq in self.pending:
             self._drop_pending(ctx, seq)
             self.update_ack_floor()

@@ -21,7 +21,8 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from store import admin, keys, slices
-from store.consumers import COUNT_AT_ONCE, SHORT_WALK, ConsumerRt, PullRequest
+from store.consumers import SHORT_WALK, ConsumerRt, PullRequest
+from store.counting import COUNT_AT_ONCE
 from store.ctx import Ctx
 from store.env import Env
 from store.errors import JetStreamError, js_error
@@ -35,6 +36,7 @@ from store.ops import (
     AckKind,
     Advisory,
     CreateConsumer,
+    CreateConsumerMore,
     CreateStream,
     DeleteConsumer,
     DeleteMsg,
@@ -300,6 +302,8 @@ class Engine:
                 return admin.consumer_info(self, ctx, self._consumer(op.stream, op.consumer))
             case PurgeMore():
                 return slices.purge_more(self, ctx, op)
+            case CreateConsumerMore():
+                return admin.create_consumer_more(self, ctx, op)
             case EnforceLimits():
                 return admin.enforce_more(self, ctx, op)
             case SweepStream():

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from store.errors import JetStreamError
 from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo, format_time
+
+if TYPE_CHECKING:
+    from store.counting import LpsScan
+    from store.streams import StreamRt
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -212,6 +216,23 @@ class Reevaluate:
 
 
 @dataclass(frozen=True, slots=True)
+class CreateConsumerMore:
+    """Go on placing a new ``last_per_subject`` consumer: the walk of the subject records
+    its filters match (``scan``, store.counting.LpsScan) finds each subject's last message
+    up to ``cap`` (the stream's last seq when it began); the consumer is created by the
+    last slice. ``stream_rt`` and ``removals`` are the writer's copy of the stream and its
+    removal count when the walk began: another copy (the stream re-created, or reloaded
+    after an aborted batch) starts the walk again; another count means messages it may
+    have counted went meanwhile, so the consumer counts its num_pending afresh."""
+
+    create: CreateConsumer  # the request, with the name the consumer gets
+    stream_rt: StreamRt
+    removals: int
+    cap: int
+    scan: LpsScan
+
+
+@dataclass(frozen=True, slots=True)
 class SweepStream:
     """Delete the data left under a deleted stream's ``sid`` (``meta`` sweep record)."""
 
@@ -233,6 +254,7 @@ Op = (
     | GetStreamInfo
     | GetConsumerInfo
     | PurgeMore
+    | CreateConsumerMore
     | EnforceLimits
     | Reevaluate
     | SweepStream

@@ -75,6 +75,7 @@ class StreamRt(SubjectRecords):
         # per limit. ``trim_gen`` numbers the latest such removal (it supersedes others).
         self.trimming = False
         self.trim_gen = 0
+        self.removals = 0  # messages removed since this copy was made (memory only)
 
     def accepts(self, subject: str) -> bool:
         """Does one of the stream's subjects match the literal ``subject``?"""
@@ -449,6 +450,7 @@ class StreamRt(SubjectRecords):
         subject = subj_b.decode()
         cur.delete()  # and the cursor moves to the next record
         self._unindex(ctx, subject, subj_b, seq)
+        self.removals += 1
         self.messages -= 1
         self.bytes -= size
         if not self.messages:

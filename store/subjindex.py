@@ -183,14 +183,19 @@ def record(cur: Any, sid: int, subject: str) -> tuple[int, int, int]:
     return keys.unpack_subject_record(bytes(raw)) if raw else (0, 0, 0)
 
 
-def records(cur: Any, sid: int, prefix: str = "") -> Iterator[tuple[str, int, int, int]]:
+def records(
+    cur: Any, sid: int, prefix: str = "", after: str = ""
+) -> Iterator[tuple[str, int, int, int]]:
     """``(subject, count, first_seq, last_seq)`` of every subject of a stream starting with
-    ``prefix``, in subject byte order, from a cursor on ``subjcount``."""
+    ``prefix``, in subject byte order, from a cursor on ``subjcount``; with ``after``, only
+    the subjects after that one."""
     start = keys.sid_prefix(sid)
     p = start + prefix.encode()
-    if not cur.set_range(p):
+    if not cur.set_range(max(p, start + after.encode())):
         return
     for k, v in cur.iternext():
         if not k.startswith(p):
             return
-        yield (keys.subjcount_subject(k), *keys.unpack_subject_record(bytes(v)))
+        subject = keys.subjcount_subject(k)
+        if subject != after:
+            yield (subject, *keys.unpack_subject_record(bytes(v)))

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from store import keys, subjindex
 from store.ctx import Ctx
-from store.subjects import is_literal, literal_prefix, subject_matches
+from store.subjects import is_literal, literal_prefix, matcher, subject_matches
 
 MAX_CACHED_COUNTS = 50_000  # per stream: the subject-record cache is dropped above this
 # At least this many subjects whose first seq must be found again in one flush: one pass
@@ -24,6 +24,9 @@ SMALL_SUBJECT = 8
 # the sweep runs).
 MAX_SWEPT_LISTS = 16_384
 _pack_counts = keys.pack_subject_counts
+# Where a walk of the subject records a consumer's filters match stands: the index of the
+# filter it is on, and the last subject it read under that filter ("": none yet).
+RecordsPos = tuple[int, str]
 
 
 class SubjectRecords:
@@ -284,6 +287,40 @@ class SubjectRecords:
                     yield f, n, first, last
             else:
                 yield from self.subject_records(ctx, f)
+
+    def records_slice(
+        self, ctx: Ctx, filters: tuple[str, ...], pos: RecordsPos, limit: int
+    ) -> tuple[list[tuple[str, int, int, int]], RecordsPos | None, int]:
+        """:meth:`filtered_records` read in slices: those from ``pos`` on, reading at most
+        ``limit`` subject records (matching or not); where the next slice begins (None:
+        none is left) and how many records this one read. Filters in order, each filter's
+        subjects in byte order."""
+        self.flush_counts(ctx)
+        cur = ctx.txn.cursor(db=ctx.subjcount_db)
+        found: list[tuple[str, int, int, int]] = []
+        read = 0
+        i, after = pos
+        while i < len(filters):
+            f = filters[i]
+            if is_literal(f):
+                if read >= limit:
+                    return found, (i, ""), read
+                read += 1
+                n, first, last = subjindex.record(cur, self.sid, f)
+                if n:
+                    found.append((f, n, first, last))
+            else:
+                matches = matcher((f,))
+                for item in subjindex.records(cur, self.sid, literal_prefix(f), after):
+                    if read >= limit:
+                        return found, (i, after), read
+                    read += 1
+                    after = item[0]
+                    if matches(after):
+                        found.append(item)
+            i += 1
+            after = ""
+        return found, None, read
 
     def _touch(self, ctx: Ctx) -> None:
         """Register the stream with the batch (the engine flushes touched streams)."""

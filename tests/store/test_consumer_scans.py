@@ -25,7 +25,8 @@ from store import (
     PullStatus,
     Store,
 )
-from store.consumers import COUNT_AT_ONCE, SHORT_WALK, SUBJECT_RECORDS_READ
+from store.consumers import SHORT_WALK, SUBJECT_RECORDS_READ
+from store.counting import COUNT_AT_ONCE
 from store.engine import WALK_PER_REMOVAL
 from store.models import format_time
 from store.subjects import subject_matches
