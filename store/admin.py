@@ -186,7 +186,8 @@ def purge(eng: Engine, ctx: Ctx, op: PurgeStream) -> OpResult:
         raise js_error("bad_request")
     if op.filter is not None and not _valid_filter(op.filter):
         raise js_error("bad_request")
-    return slices.purge(eng, ctx, st, st.purge_plan(ctx, op.filter, op.seq, op.keep))
+    plan = st.purge_plan(ctx, op.filter, op.seq, op.keep, op.keep_from)
+    return slices.purge(eng, ctx, st, plan)
 
 
 def delete_msg(eng: Engine, ctx: Ctx, op: DeleteMsg) -> OpResult:

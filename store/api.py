@@ -29,7 +29,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from store import details, keys, subjindex
+from store import details, keepbound, keys, subjindex
 from store.details import Paged
 from store.engine import REMOVE_SLICE, Engine
 from store.env import DEFAULT_MAP_SIZE, Env
@@ -260,8 +260,27 @@ class Store:
         seq: int | None = None,
         keep: int | None = None,
     ) -> int:
-        res: PurgeResult = self._call(PurgeStream(name, filter, seq, keep))
+        """STREAM.PURGE. With ``keep``, where the kept messages begin is found here, from a
+        snapshot, so the writer does not walk for it (store.keepbound)."""
+        keep_from = None
+        if keep is not None and keepbound.keeps(filter, seq, keep):
+            keep_from = self.keep_bound(name, filter, keep)
+        res: PurgeResult = self._call(PurgeStream(name, filter, seq, keep, keep_from))
         return res.purged
+
+    def keep_bound(self, name: str, filter: str | None, keep: int) -> tuple[int, int] | None:
+        """``(sid, seq)``: the stream's id and where its ``keep`` newest messages matching
+        ``filter`` begin, from committed data (``PurgeStream.keep_from``); None for a
+        stream that has stored nothing yet."""
+        with self.env.read() as txn:
+            sid = self._sid(txn, name)
+            raw = txn.get(keys.u64(sid), db=self.env.dbs[keys.DB_SSTATE])
+            if raw is None:
+                return None
+            first, last, messages, *_ = keys.unpack_stream_state(bytes(raw))
+            subject = None if filter == ">" else filter
+            state = (first, last, messages)
+            return sid, keepbound.keep_from(txn, self.env.dbs, sid, state, subject, keep)
 
     def delete_msg(self, stream: str, seq: int) -> None:
         self._call(DeleteMsg(stream, seq))

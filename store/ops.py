@@ -73,6 +73,9 @@ class PurgeStream:
     filter: str | None = None
     seq: int | None = None  # purge strictly below seq
     keep: int | None = None  # keep the newest n
+    # ``(sid, seq)``: where the kept messages begin, found from a snapshot by the caller
+    # (store.keepbound); without it (or for another sid) the writer finds it.
+    keep_from: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

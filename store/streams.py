@@ -17,7 +17,7 @@ from functools import lru_cache
 from itertools import islice
 from typing import TYPE_CHECKING, NamedTuple
 
-from store import keys, subjindex
+from store import keepbound, keys
 from store.ctx import Ctx
 from store.errors import JetStreamError, js_error
 from store.models import StreamConfig
@@ -467,7 +467,12 @@ class StreamRt(SubjectRecords):
         return True
 
     def purge_plan(
-        self, ctx: Ctx, filter_: str | None, below: int | None, keep: int | None
+        self,
+        ctx: Ctx,
+        filter_: str | None,
+        below: int | None,
+        keep: int | None,
+        keep_from: tuple[int, int] | None = None,
     ) -> PurgePlan:
         """STREAM.PURGE: all, or by ``filter_``, below seq ``below``, keeping ``keep`` newest.
 
@@ -475,7 +480,8 @@ class StreamRt(SubjectRecords):
         purge_step` carries it out a slice at a time, each from where the last one stopped:
         walking the stream (with a wildcard filter, matching each record's subject) or a
         literal subject's index. ``keep`` sets the bound where the ``keep`` newest
-        matching messages begin (found by a walk from the nearer end)."""
+        matching messages begin: ``keep_from`` (``(sid, seq)``, found from a snapshot by
+        the caller: store.keepbound) if it is this stream's, else found here."""
         # As nats-server: filter ">" is every subject, seq 0 no bound, keep 0 without a
         # filter all of it (each a purge of the whole stream).
         if filter_ == ">":
@@ -489,12 +495,13 @@ class StreamRt(SubjectRecords):
         bound = self.last_seq + 1 if below is None else min(below, self.last_seq + 1)
         literal = filter_ if filter_ and is_literal(filter_) else None
         pattern = filter_ if filter_ and literal is None else None
-        if keep is not None and not filter_:
-            bound = self._newest_from(ctx, keep)  # the steps walk the stream up to it
-        elif keep is not None and literal is not None:
-            bound = self._subject_newest_from(ctx, literal, keep)
-        elif keep is not None and pattern is not None:
-            bound = self._matching_newest_from(ctx, pattern, keep)
+        if keep is not None:
+            if keep_from is not None and keep_from[0] == self.sid:
+                bound = keep_from[1]
+            else:
+                self.flush_counts(ctx)  # the subject records as of this batch
+                state = (self.first_seq, self.last_seq, self.messages)
+                bound = keepbound.keep_from(ctx.txn, ctx.dbs, self.sid, state, filter_, keep)
         return PurgePlan(
             filter=literal,
             pattern=pattern,
@@ -532,69 +539,6 @@ class StreamRt(SubjectRecords):
                 if not walk:
                     return taken, q + 1
         return taken, plan.below
-
-    def _newest_from(self, ctx: Ctx, keep: int) -> int:
-        """The seq from which the ``keep`` newest stored messages on: a walk of ``keep``
-        records back from the end, or of the others forward from the start, the shorter."""
-        older = self.messages - keep
-        if keep <= 0:
-            return self.last_seq + 1
-        if older <= 0:
-            return self.first_seq
-        cur = ctx.txn.cursor(db=ctx.msgs_db)
-        if keep <= older:
-            # To the newest record (the one before the next stream's first, or the last).
-            if cur.set_range(_pack_msg_key(self.sid, self.last_seq + 1)):
-                cur.prev()
-            else:
-                cur.last()
-            for _ in range(keep - 1):
-                cur.prev()
-        else:
-            cur.set_range(_pack_msg_key(self.sid, self.first_seq))
-            for _ in range(older):
-                cur.next()
-        return keys.split_msg_key(cur.key())[1]
-
-    def _subject_newest_from(self, ctx: Ctx, subject: str, keep: int) -> int:
-        """The seq of the oldest of the ``keep`` newest messages on the literal
-        ``subject`` (``first_seq`` if it has no more than ``keep``): a walk of its index
-        back from its last message or forward from its first, the shorter."""
-        n, first, last = self.subject_record(ctx, subject)
-        older = n - keep
-        if older <= 0:
-            return self.first_seq
-        if keep <= older:
-            cur = ctx.txn.cursor(db=ctx.subjects_db)
-            subj_b = subject.encode()
-            q = last + 1
-            for _ in range(keep):
-                q = subjindex.prev_seq(cur, self.sid_b, subj_b, q, first)
-            return q
-        return next(islice(self.subject_seqs(ctx, subject), older, None))
-
-    def _matching_newest_from(self, ctx: Ctx, pattern: str, keep: int) -> int:
-        """The seq of the oldest of the ``keep`` newest messages whose subject matches the
-        wildcard ``pattern`` (``first_seq`` if no more than ``keep`` match): their number
-        from the subject records, then a walk of the stream from the nearer end."""
-        if keep <= 0:
-            return self.last_seq + 1
-        n = sum(rec[1] for rec in self.subject_records(ctx, pattern))
-        older = n - keep
-        if older <= 0:
-            return self.first_seq
-        matches = matcher((pattern,))
-        walk: Iterator[tuple[int, bytes]]
-        if keep <= older:
-            walk, wanted = self.seqs_back(ctx, self.last_seq + 1), keep
-        else:
-            walk, wanted = self.seqs_from(ctx, self.first_seq), older + 1
-        for q, rec in walk:
-            if matches(keys.msg_subject(rec)):
-                wanted -= 1
-                if not wanted:
-                    return q
-        raise AssertionError("subject records count messages the stream does not hold")
 
     def purge_step(self, ctx: Ctx, plan: PurgePlan, limit: int) -> tuple[int, PurgePlan | None]:
         """Remove at most ``limit`` messages of ``plan``: how many, and the plan that goes
