@@ -49,6 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from store import (
     Ack,
+    ConsumerConfig,
+    ConsumerInfo,
+    CreateConsumer,
     CreateStream,
     DeleteMsg,
     DeleteStream,
@@ -437,9 +440,23 @@ class LongOp(NamedTuple):
 
 
 BIG_CONFIG: Final = {"name": "BIG", "subjects": ["big.>"], "allow_rollup_hdrs": True}
-LONG_OPS: dict[str, Op] = {
+_LPS: Final = {
+    "durable_name": "lps",
+    "ack_policy": "none",
+    "deliver_policy": "last_per_subject",
+    "filter_subject": "big.*",
+}
+# Each an operation submitted as it is, or a call of the Store's API (which may read on
+# the caller's thread before it submits).
+LONG_OPS: dict[str, Op | Callable[[Store], object]] = {
     "purge": PurgeStream("BIG"),
     "purge keeping 1,000 of big.*": PurgeStream("BIG", filter="big.*", keep=1000),
+    "purge keeping half of big.* (Store.purge_stream)": lambda s: s.purge_stream(
+        "BIG", filter="big.*", keep=s.stream_state("BIG").messages // 2
+    ),
+    "create a last_per_subject consumer on big.*": CreateConsumer(
+        "BIG", ConsumerConfig.from_wire(_LPS)
+    ),
     "update to max_msgs 1,000": CreateStream(
         StreamConfig.from_wire({**BIG_CONFIG, "max_msgs": 1000}), True
     ),
@@ -449,6 +466,12 @@ LONG_OPS: dict[str, Op] = {
     "publish with Nats-Rollup: all": Publish("big.0", PAYLOAD, (("Nats-Rollup", "all"),)),
     "delete": DeleteStream("BIG"),
 }
+
+# The LONG_OPS also measured on the stream whose messages each have a subject of their own.
+UNIQUE_LONG_OPS: Final = (
+    "purge keeping half of big.* (Store.purge_stream)",
+    "create a last_per_subject consumer on big.*",
+)
 
 
 class _AppendLoad:
@@ -515,14 +538,23 @@ def long_op_under_load(built: str, op: str, remove_slice: int) -> LongOp:
             load = _AppendLoad(s)
             commits = s.metrics()["commits"]
             t0 = time.perf_counter()
-            fut = s.submit([LONG_OPS[op]])
-            res = fut.result(timeout=600)[0]
+            call = LONG_OPS[op]
+            if callable(call):
+                res: Any = call(s)
+            else:
+                res = s.submit([call]).result(timeout=600)[0]
             t1 = time.perf_counter()
             op_commits = s.metrics()["commits"] - commits
             load.stop()
-            if op.startswith("purge"):
+            if op.startswith("purge keeping half"):
+                assert isinstance(res, int), res
+                assert res > 0, res
+            elif op.startswith("purge"):
                 assert type(res) is PurgeResult, res
                 assert res.purged > 0, res
+            elif op.startswith("create"):
+                assert type(res) is ConsumerInfo, res
+                assert res.num_pending == s.stream_state("BIG").num_subjects, res
             elif op.startswith("publish"):
                 assert type(res) is PubAck, res
                 assert s.stream_state("BIG").messages == 1
@@ -886,6 +918,11 @@ def main(argv: list[str] | None = None) -> int:
             if unique:
                 lo = pull_under_load(d, pull)
                 _print_long_op(f"{pull} on the {rec_n:,} message stream", lo)
+        for op in UNIQUE_LONG_OPS:
+            for slice_ in (REMOVE_SLICE, rec_n * 10):
+                lo = long_op_under_load(d, op, slice_)
+                how = f"slices of {slice_:,}" if slice_ < rec_n else "one transaction"
+                _print_long_op(f"{op}, unique subjects, {how}", lo)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     return 0
