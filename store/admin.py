@@ -39,7 +39,13 @@ from store.ops import (
     PurgeStream,
 )
 from store.streams import StreamRt
-from store.subjects import is_valid_subject, subject_matches, subjects_overlap
+from store.subjects import (
+    is_literal,
+    is_valid_subject,
+    matcher,
+    subject_matches,
+    subjects_overlap,
+)
 
 if TYPE_CHECKING:
     from store.engine import Engine
@@ -238,9 +244,10 @@ def stream_info(eng: Engine, ctx: Ctx, st: StreamRt) -> StreamInfo:
 def create_consumer(
     eng: Engine, ctx: Ctx, op: CreateConsumer, placed: CreateConsumerMore | None = None
 ) -> OpResult:
-    """CONSUMER.CREATE. A ``last_per_subject`` consumer is placed first by a walk of its
-    subjects' records (:func:`create_consumer_more`, in slices), which then creates it
-    (``placed``: the finished walk)."""
+    """CONSUMER.CREATE. A ``last_per_subject`` consumer, and a ``last`` one with wildcard
+    filters whose last match is not among the stream's newest records, is placed first by
+    a walk of its subjects' records (:func:`create_consumer_more`, in slices), which then
+    creates it (``placed``: the finished walk)."""
     st = eng._stream(op.stream)
     cfg = op.config.normalized(st.config.consumer_limits)
     name = cfg.name or cfg.durable_name
@@ -278,16 +285,20 @@ def create_consumer(
             for o in st.consumers.values():
                 if any(subjects_overlap(a, b) for a in cfg.filters for b in o.filters or (">",)):
                     raise js_error("wq_consumer_not_unique")
-    if cfg.deliver_policy == "last_per_subject" and placed is None:
+    dp = cfg.deliver_policy
+    last: int | None = None  # deliver_policy last: the last match, if known
+    if dp == "last" and not all(is_literal(f) for f in cfg.filters):
+        last = st.newest_match(ctx, matcher(cfg.filters), ctx.walk_min)
+    if placed is None and (dp == "last_per_subject" or (dp == "last" and last is None)):
         walk = CreateConsumerMore(
             CreateConsumer(op.stream, cfg, op.action), st, st.removals, st.last_seq, LPS_START
         )
         return create_consumer_more(eng, ctx, walk)
     cid = eng._next_id(ctx)
     c = ConsumerRt(st, name, cid, cfg, ctx.now)
-    initial_position(eng, ctx, st, c)
+    initial_position(eng, ctx, st, c, last)
     if placed is not None:
-        place_lps(st, c, placed)
+        place(st, c, placed)
     c.update_ack_floor()
     write_consumer_record(eng, ctx, c)
     st.consumers[name] = c
@@ -296,14 +307,20 @@ def create_consumer(
     return consumer_info(eng, ctx, c)
 
 
-def initial_position(eng: Engine, ctx: Ctx, st: StreamRt, c: ConsumerRt) -> None:
+def initial_position(
+    eng: Engine, ctx: Ctx, st: StreamRt, c: ConsumerRt, last: int | None = None
+) -> None:
+    """Where a new consumer starts (``last``: its last match, if found by the caller; a
+    placed consumer is moved again by :func:`place`)."""
     cfg = c.config
     dp = cfg.deliver_policy
     start = st.first_seq - 1 if st.first_seq else 0
     if dp == "new":
         start = st.last_seq
     elif dp == "last":
-        if c.filters:
+        if last is not None:
+            pass
+        elif c.filters:
             last = max((st.last_seq_of_subject(ctx, f) for f in c.filters), default=0)
         else:
             last = st.last_seq if st.messages else 0
@@ -318,8 +335,8 @@ def initial_position(eng: Engine, ctx: Ctx, st: StreamRt, c: ConsumerRt) -> None
 
 
 def create_consumer_more(eng: Engine, ctx: Ctx, op: CreateConsumerMore) -> OpResult:
-    """A slice of the walk that places a new ``last_per_subject`` consumer (all of it when
-    the job holds other operations too, or the store is closing); the last one creates it."""
+    """A slice of the walk that places a new consumer (all of it when the job holds other
+    operations too, or the store is closing); the last one creates it."""
     st = eng._stream(op.create.stream)
     if st is not op.stream_rt:
         return create_consumer(eng, ctx, op.create)  # the walk starts again on this copy
@@ -336,23 +353,28 @@ def create_consumer_more(eng: Engine, ctx: Ctx, op: CreateConsumerMore) -> OpRes
             return None
 
 
-def place_lps(st: StreamRt, c: ConsumerRt, walk: CreateConsumerMore) -> None:
-    """Position a new ``last_per_subject`` consumer as its finished walk found: from the
+def place(st: StreamRt, c: ConsumerRt, walk: CreateConsumerMore) -> None:
+    """Position a new consumer as its finished walk found. ``last_per_subject``: from the
     lowest of its subjects' last messages, skipping what a later one up to the highest
-    supersedes; num_pending is the subjects found plus the matches stored since the walk
-    began (counted from there), unless messages went meanwhile (counted afresh)."""
+    supersedes, num_pending the subjects found; ``last``: from the highest, num_pending
+    one. Plus the matches stored since the walk began (counted from there), unless
+    messages went meanwhile (then counted afresh)."""
     scan = walk.scan
-    if scan.n:
+    n = scan.n
+    if not n:
+        c.delivered_sseq = walk.cap
+    elif c.config.deliver_policy == "last":
+        c.delivered_sseq = scan.hi - 1
+        n = 1
+    else:
         c.delivered_sseq = scan.lo - 1
         c.lps_end = scan.hi
-    else:
-        c.delivered_sseq = walk.cap
     if st.removals != walk.removals:
         c.forget_pending()
     elif st.last_seq == walk.cap:
-        c.num_pending_cache = scan.n
+        c.num_pending_cache = n
     else:
-        c.counting = [walk.cap + 1, walk.cap + 1, scan.n]
+        c.counting = [walk.cap + 1, walk.cap + 1, n]
 
 
 def update_consumer(

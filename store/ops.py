@@ -220,10 +220,10 @@ class Reevaluate:
 
 @dataclass(frozen=True, slots=True)
 class CreateConsumerMore:
-    """Go on placing a new ``last_per_subject`` consumer: the walk of the subject records
-    its filters match (``scan``, store.counting.LpsScan) finds each subject's last message
-    up to ``cap`` (the stream's last seq when it began); the consumer is created by the
-    last slice. ``stream_rt`` and ``removals`` are the writer's copy of the stream and its
+    """Go on placing a new ``last_per_subject`` consumer (or a ``last`` one with wildcard
+    filters): the walk of the subject records its filters match (``scan``,
+    store.counting.LpsScan) finds each subject's last message up to ``cap`` (the stream's
+    last seq when it began); the consumer is created by the last slice. ``stream_rt`` and ``removals`` are the writer's copy of the stream and its
     removal count when the walk began: another copy (the stream re-created, or reloaded
     after an aborted batch) starts the walk again; another count means messages it may
     have counted went meanwhile, so the consumer counts its num_pending afresh."""

@@ -178,6 +178,17 @@ class StreamRt(SubjectRecords):
                 lo = q + 1
         return found
 
+    def newest_match(self, ctx: Ctx, matches: Callable[[str], bool], limit: int) -> int | None:
+        """The seq of the newest stored message whose subject ``matches``, looking at the
+        ``limit`` newest records at most: 0 if none matches, None if it is not among them."""
+        for seq, rec in self.seqs_back(ctx, self.last_seq + 1):
+            if matches(keys.msg_subject(rec)):
+                return seq
+            limit -= 1
+            if limit <= 0:
+                return None
+        return 0
+
     def seqs_back(self, ctx: Ctx, before: int) -> Iterator[tuple[int, bytes]]:
         """``(seq, record)`` of stored messages with seq < before, descending."""
         cur = ctx.txn.cursor(db=ctx.db(keys.DB_MSGS))

@@ -3,7 +3,8 @@
 Its creation reads the records of every subject its filters match (each subject's last
 message is what it delivers of it) and so does a count of its num_pending during its first
 pass (after a reopen); both go on over several batches when the records are many, so other
-submissions do not wait for all of them. Sliced, the consumer is placed exactly as in one
+submissions do not wait for all of them. So does the creation of a ``last`` consumer with
+wildcard filters whose last match is not among the stream's newest records. Sliced, the consumer is placed exactly as in one
 transaction; appends and removals landing between the slices are counted; every count
 equals what the consumer then delivers.
 """
@@ -64,12 +65,14 @@ def _fill(s: Store, subjects: Sequence[str]) -> None:
         s.submit([Publish(x, b"p") for x in subjects[start : start + 2000]]).result(timeout=30)
 
 
-def _config(name: str, filters: tuple[str, ...]) -> ConsumerConfig:
+def _config(
+    name: str, filters: tuple[str, ...], policy: str = "last_per_subject"
+) -> ConsumerConfig:
     return ConsumerConfig.from_wire(
         {
             "durable_name": name,
             "ack_policy": "none",
-            "deliver_policy": "last_per_subject",
+            "deliver_policy": policy,
             "filter_subjects": list(filters),
         }
     )
@@ -291,3 +294,47 @@ def test_closing_finishes_the_walk(tmp_path: Path) -> None:
     assert info.num_pending == len(expected)
     with _open(tmp_path / "d") as s:
         assert s.consumer_info("S", "c").num_pending == len(expected)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("filters", [("t.*",), ("t.*", "s.a"), ("*.none",), ("s.*",)])
+def test_deliver_last_with_wildcard_filters(tmp_path: Path, filters: tuple[str, ...]) -> None:
+    """deliver_policy ``last``: the last match, found among the newest records or by the
+    walk of the subject records in slices, as in one transaction; appends and removals
+    during the walk are counted (num_pending equals what it then delivers)."""
+    subjects = _published()
+    stored = dict(enumerate(subjects, 1))
+    matching = [q for q, x in stored.items() if matches_any(filters, x)]
+    events = Events()
+    for remove_slice in (SLICE, 100 * UNIQUE):
+        with _open(tmp_path / str(remove_slice), events, remove_slice) as s:
+            _fill(s, subjects)
+            commits = s.metrics()["commits"]
+            made = s.create_consumer("S", _config("c", filters, "last"))
+            if remove_slice == SLICE and filters == ("*.none",):  # no match: the walk
+                assert s.metrics()["commits"] - commits >= UNIQUE // (2 * SLICE)
+            seqs = [d.msg.seq for d in _drain(s, events, "c")]
+            assert seqs == matching[-1:]
+            assert made.num_pending == len(seqs)
+            assert made.delivered.stream_seq == (matching[-1] - 1 if matching else len(stored))
+    rng = random.Random(2)
+    ops: list[Any] = [DeleteMsg("S", q) for q in rng.sample(matching, min(5, len(matching)))]
+    ops += [Publish(rng.choice(["t.1", "s.a", "s.b", "x.y"]), b"n") for _ in range(100)]
+    rng.shuffle(ops)
+    with _open(tmp_path / "race", events) as s:
+        _fill(s, subjects)
+        create = s.submit([CreateConsumer("S", _config("c", filters, "last"))])
+        chain = _Chain(s, ops)
+        [info] = create.result(timeout=60)
+        assert isinstance(info, ConsumerInfo)
+        chain.wait()
+        pending = s.consumer_info("S", "c").num_pending
+        msgs = [d.msg for d in _drain(s, events, "c")]
+        assert pending == len(msgs)
+        assert all(matches_any(filters, m.subject) for m in msgs)
+        assert len([m for m in msgs if m.seq <= len(subjects)]) <= 1
+        assert [m.seq for m in msgs if m.seq > len(subjects)] == [
+            q
+            for q in range(len(subjects) + 1, s.stream_state("S").last_seq + 1)
+            if matches_any(filters, s.get_msg("S", q).subject)
+        ]
