@@ -462,11 +462,12 @@ class ConsumerRt(PendingCounts):
         if self.config.ack_policy == "all":
             # Everything up to seq, a +TERM too (as nats-server 2.15.1 does, measured).
             term_entry = self.pending.get(seq) if term else None
-            for s in list(self.pending):
+            for s in self.pending:  # in stream order: up to seq only
                 if s > seq:
                     break
-                self._drop_pending(ctx, s)
                 released.append(s)
+            for s in released:
+                self._drop_pending(ctx, s)
             if term_entry is not None:
                 ctx.events.append(
                     Advisory(
