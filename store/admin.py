@@ -287,7 +287,7 @@ def create_consumer(
                     raise js_error("wq_consumer_not_unique")
     dp = cfg.deliver_policy
     last: int | None = None  # deliver_policy last: the last match, if known
-    if dp == "last" and not all(is_literal(f) for f in cfg.filters):
+    if placed is None and dp == "last" and not all(is_literal(f) for f in cfg.filters):
         last = st.newest_match(ctx, matcher(cfg.filters), ctx.walk_min)
     if placed is None and (dp == "last_per_subject" or (dp == "last" and last is None)):
         walk = CreateConsumerMore(
