@@ -16,6 +16,7 @@ code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
@@ -54,7 +55,7 @@ def keep_from(
             return first_seq
         if last_seq - first_seq + 1 == messages:  # no gaps
             return first_seq + older
-        return _walk(txn, dbs, sid, state, None, keep, older)
+        return _walk(txn.cursor(db=dbs[keys.DB_MSGS]), sid, state, None, keep, older)
     subjcount = txn.cursor(db=dbs[keys.DB_SUBJCOUNT])
     if is_literal(filter_):
         n, first, last = subjindex.record(subjcount, sid, filter_)
@@ -78,22 +79,20 @@ def keep_from(
     older = n - keep
     if older <= 0:
         return first_seq
-    return _walk(txn, dbs, sid, state, filter_, keep, older)
+    return _walk(txn.cursor(db=dbs[keys.DB_MSGS]), sid, state, matches, keep, older)
 
 
 def _walk(
-    txn: Any,
-    dbs: dict[bytes, Any],
+    cur: Any,
     sid: int,
     state: tuple[int, int, int],
-    filter_: str | None,
+    matches: Callable[[str], bool] | None,
     keep: int,
     older: int,
 ) -> int:
-    """:func:`keep_from` by a walk of the message records from the nearer end."""
+    """:func:`keep_from` by a walk of the message records (``cur``: a cursor on them) from
+    the nearer end, counting those whose subject ``matches`` (None: every one)."""
     first_seq, last_seq, _ = state
-    matches = matcher((filter_,)) if filter_ is not None else None
-    cur = txn.cursor(db=dbs[keys.DB_MSGS])
     prefix = keys.sid_prefix(sid)
     backward = keep <= older
     if backward:
