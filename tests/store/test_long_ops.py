@@ -303,10 +303,8 @@ def test_closing_leaves_a_deleted_streams_data_to_the_next_open(tmp_path: Path) 
         _fill(s, N)
         sid = _sid(s, "S")
         deletion = s.submit([DeleteStream("S")])
-        while not deletion.done():  # until the stream is gone (its first transaction)
-            if s.stream_names() == []:
-                break
-            time.sleep(0.0005)
+        _first_slice_committed(s)
+        assert s.stream_names() == []  # gone in the first transaction
     finally:
         s.close()
     assert deletion.result(timeout=1) == [True]
@@ -408,12 +406,19 @@ def close_during(
             s.create_consumer("S", {"durable_name": "c", "ack_policy": "explicit"})
         sid = _sid(s, "S")
         done = s.submit([op])
-        while not _meta_keys(s.env, marker(sid)):
-            assert not done.done()
-            time.sleep(0.0005)
+        _first_slice_committed(s)
+        assert _meta_keys(s.env, marker(sid))
+        assert not done.done()
     finally:
         s.close()
     return done, sid
+
+
+def _first_slice_committed(s: Store) -> None:
+    """Return once the first slice of the long operation submitted just before has
+    committed: a job submitted now commits with that slice or in the batch after it, which
+    comes before the next slice (store.writer)."""
+    s.submit([Tick()]).result(timeout=30)
 
 
 def _meta_keys(env: Env, prefix: bytes) -> list[bytes]:

@@ -8,7 +8,6 @@ or a close between slices: the next open goes on (``meta`` trim record, store.sl
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from store import (
     Store,
     StreamConfig,
     StreamInfo,
+    Tick,
     keys,
 )
 from store.env import Env
@@ -266,9 +266,9 @@ def test_the_removal_goes_on_after_an_aborted_batch(tmp_path: Path) -> None:
         sid = _sid(s, "S")
         s.update_stream({"name": "S", "subjects": ["s.>"], "max_msgs": N - 20})  # the first
         update = s.submit([_update(max_msgs=100)])
-        while not _meta_keys(s.env, keys.trim_key(sid)):  # its first slice committed
-            assert not update.done()
-            time.sleep(0.0005)  # (polls the writer thread's commit: no event marks a slice)
+        s.submit([Tick()]).result(timeout=30)  # commits before the update's next slice
+        assert _meta_keys(s.env, keys.trim_key(sid))  # its first slice committed
+        assert not update.done()
         size = s.env.map_size
         [ack] = s.submit([Publish("s.big", bytes(4 << 20))]).result(timeout=30)
         assert ack == PubAck("S", N + 1)
