@@ -420,7 +420,10 @@ def delete_consumer(
     for req in c.waiting:
         ctx.events.append(PullStatus(st.name, name, req.reply, 409, "Consumer Deleted"))
     c.waiting.clear()
-    slices.delete_prefix(ctx, keys.DB_PENDING, keys.u64(c.cid))
+    if len(c.pending) <= eng.remove_slice:
+        slices.delete_prefix(ctx, keys.DB_PENDING, keys.u64(c.cid))
+    else:
+        slices.sweep_apart(eng, ctx, c.cid)
     ctx.txn.delete(keys.u64(c.cid), db=ctx.db(keys.DB_CSTATE))
     ctx.txn.delete(keys.consumer_key(st.sid, name), db=ctx.db(keys.DB_CONSUMERS))
     del st.consumers[name]

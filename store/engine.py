@@ -93,7 +93,7 @@ class Engine:
         self._with_waiting: set[tuple[str, str]] = set()
         self._waiting_snapshot: dict[tuple[str, str], list[PullRequest]] = {}
         self._unfinished: list[tuple[AnyJob, Op]] = []
-        self.sweeps: list[int] = []  # sids of deleted streams with data left (at load)
+        self.sweeps: list[int] = []  # ids of deleted streams / consumers with data left (at load)
         self.rechecks: list[Reevaluate] = []  # consumer-deletion checks to go on with
         self.purges: list[PurgeMore] = []  # purges to go on with
         self.trims: list[EnforceLimits] = []  # excess over lowered limits to go on removing

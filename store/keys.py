@@ -13,9 +13,11 @@ a consumer id from the same counter. Times are Unix nanoseconds (u64), 0 = no ti
 +===============+======================================+============================================+
 | ``meta``      | ``b"schema"``                        | u32 schema version (``SCHEMA_VERSION``)    |
 |               | ``b"next_id"``                       | u64 next stream/consumer id to hand out    |
-|               | ``b"sweep/"``, u64 sid               | empty: a deleted stream whose data under   |
-|               |                                      | this sid is still being removed (in        |
-|               |                                      | slices; resumed when the store opens)      |
+|               | ``b"sweep/"``, u64 id                | empty: a deleted stream whose data under   |
+|               |                                      | this sid (or a deleted consumer whose      |
+|               |                                      | ``pending`` entries under this cid) is     |
+|               |                                      | still being removed (in slices; resumed    |
+|               |                                      | when the store opens; ids are unique)      |
 |               | ``b"recheck/"``, u64 sid             | u64 seq: an interest stream                |
 |               |                                      | whose messages from seq on are still to be |
 |               |                                      | checked after a consumer was deleted (in   |

@@ -10,7 +10,8 @@ layouts in store.keys) in the same transaction as its slice, and ``Store.open`` 
 every one it finds:
 
 - a deleted stream's data under its sid (the stream is gone in the first transaction):
-  ``sweep`` record;
+  ``sweep`` record; so are the pending entries of a deleted consumer that had more than
+  ``remove_slice`` of them, in a job of their own (the deletion answers at once);
 - a purge (its plan, whose bound is fixed when it begins), or the removal of the messages
   a ``Nats-Rollup`` message replaces (a purge below its seq): ``purge`` record;
 - after a consumer of an interest stream is deleted, the check of every message
@@ -41,6 +42,7 @@ from store.ops import (
     SweepStream,
 )
 from store.streams import StreamRt
+from store.writer import CallbackJob
 
 if TYPE_CHECKING:
     from store.engine import Engine
@@ -54,13 +56,15 @@ SWEEP_KEYS_PER_MSG = 4
 # removal does; 4 made slices of 120-220 ms there).
 WALK_PER_REMOVAL = 1
 
-# The databases holding a stream's data under keys that start with its sid.
-_STREAM_DATA_DBS = (
+# The databases a sweep empties under an id: a stream's data under its sid, a consumer's
+# pending entries under its cid (stream and consumer ids come from one counter).
+_SWEPT_DBS = (
     keys.DB_MSGS,
     keys.DB_SUBJECTS,
     keys.DB_SUBJCOUNT,
     keys.DB_DEDUPE,
     keys.DB_DEDUPESEQ,
+    keys.DB_PENDING,
 )
 
 
@@ -96,12 +100,26 @@ def begin_sweep(eng: Engine, ctx: Ctx, sid: int) -> OpResult:
     return sweep(eng, ctx, sid)
 
 
+def sweep_apart(eng: Engine, ctx: Ctx, cid: int) -> None:
+    """A deleted consumer's pending entries under ``cid``, too many for this batch: record
+    their sweep and run it in slices, in a job of its own that nobody waits for."""
+    ctx.txn.put(keys.sweep_key(cid), b"", db=ctx.db(keys.DB_META))
+    if not eng.closing:  # (else the next open goes on with the record)
+        op = SweepStream(cid)
+        ctx.unfinished.append((CallbackJob([op], _ignore), op))
+
+
+def _ignore(results: list[OpResult] | BaseException) -> None:
+    pass
+
+
 def sweep(eng: Engine, ctx: Ctx, sid: int) -> OpResult:
-    """Remove a slice of a deleted stream's data (all of it when the job holds other
-    operations too); True once nothing is left."""
+    """Remove a slice of a deleted stream's data, or of a deleted consumer's pending
+    entries (``sid`` its cid), all of it when the job holds other operations too; True
+    once nothing is left."""
     budget = SWEEP_KEYS_PER_MSG * eng.remove_slice if ctx.may_continue else MAX_U64
     prefix = keys.sid_prefix(sid)
-    for dbname in _STREAM_DATA_DBS:
+    for dbname in _SWEPT_DBS:
         budget -= delete_prefix(ctx, dbname, prefix, budget)
         if budget <= 0:
             if eng.closing:

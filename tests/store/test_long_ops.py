@@ -31,6 +31,7 @@ from store import (
     keys,
 )
 from store.env import Env
+from store.slices import SWEEP_KEYS_PER_MSG
 from tests.store.conftest import SEC, FakeClock, start_child
 
 SLICE = 100
@@ -292,6 +293,65 @@ def test_expiry_runs_in_slices(tmp_path: Path) -> None:
         assert s.metrics()["commits"] - commits >= N // SLICE
         state = s.stream_state("S")
         assert (state.messages, state.first_seq) == (1, N + 1)
+
+
+def _pending_keys(env: Env) -> int:
+    with env.read() as txn:
+        return sum(1 for _ in txn.cursor(db=env.dbs[keys.DB_PENDING]).iternext(values=False))
+
+
+def _with_pending(path: Path, n: int) -> Store:
+    """A store with stream S of N messages and consumer c holding ``n`` of them pending."""
+    s = Store.open(path, sync="batch", remove_slice=10)
+    s.create_stream({"name": "S", "subjects": ["s.>"]})
+    _fill(s, N)
+    s.create_consumer("S", {"durable_name": "c", "ack_policy": "explicit", "max_ack_pending": -1})
+    s.submit([Pull("S", "c", "inbox", batch=n)]).result(timeout=30)
+    while s.consumer_info("S", "c").num_ack_pending < n:
+        s.tick().result(timeout=30)  # (256 deliveries a batch)
+    assert _pending_keys(s.env) == n
+    return s
+
+
+@pytest.mark.timeout(60)
+def test_a_deleted_consumers_pending_entries_go_in_slices(tmp_path: Path) -> None:
+    """More than remove_slice of them: the deletion answers at once, and they are removed
+    in slices of their own (a job nobody waits for); a few go with the deletion."""
+    with _with_pending(tmp_path / "d", 1000) as s:
+        commits = s.metrics()["commits"]
+        s.delete_consumer("S", "c")
+        assert s.consumer_names("S") == []
+        for _ in range(1000):
+            if not _pending_keys(s.env) and not _meta_keys(s.env, keys.META_SWEEP_PREFIX):
+                break
+            s.submit([Tick()]).result(timeout=30)  # a slice runs between two of these
+        assert _pending_keys(s.env) == 0
+        assert _meta_keys(s.env, keys.META_SWEEP_PREFIX) == []
+        assert s.metrics()["commits"] - commits >= 1000 // (SWEEP_KEYS_PER_MSG * 10)
+    with _with_pending(tmp_path / "e", 10) as s:
+        commits = s.metrics()["commits"]
+        s.delete_consumer("S", "c")
+        assert _pending_keys(s.env) == 0
+        assert s.metrics()["commits"] - commits == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_deleted_consumers_pending_sweep_resumes_after_a_close(tmp_path: Path) -> None:
+    s = _with_pending(tmp_path / "d", 1000)
+    try:
+        s.delete_consumer("S", "c")
+    finally:
+        s.close()  # mid-sweep or not: what is left is recorded
+    left = Env(tmp_path / "d", sync=True, readonly=True)
+    try:
+        assert (_pending_keys(left) > 0) == bool(_meta_keys(left, keys.META_SWEEP_PREFIX))
+    finally:
+        left.close()
+    with Store.open(tmp_path / "d") as s:
+        for f in s.resumed:
+            f.result(timeout=30)
+        assert _pending_keys(s.env) == 0
+        assert _meta_keys(s.env, keys.META_SWEEP_PREFIX) == []
 
 
 def test_closing_leaves_a_deleted_streams_data_to_the_next_open(tmp_path: Path) -> None:
