@@ -296,8 +296,9 @@ def create_consumer(
         return create_consumer_more(eng, ctx, walk)
     cid = eng._next_id(ctx)
     c = ConsumerRt(st, name, cid, cfg, ctx.now)
-    initial_position(eng, ctx, st, c, last)
-    if placed is not None:
+    if placed is None:
+        initial_position(eng, ctx, st, c, last)
+    else:
         place(st, c, placed)
     c.update_ack_floor()
     write_consumer_record(eng, ctx, c)
@@ -311,7 +312,7 @@ def initial_position(
     eng: Engine, ctx: Ctx, st: StreamRt, c: ConsumerRt, last: int | None = None
 ) -> None:
     """Where a new consumer starts (``last``: its last match, if found by the caller; a
-    placed consumer is moved again by :func:`place`)."""
+    placed one starts where :func:`place` puts it)."""
     cfg = c.config
     dp = cfg.deliver_policy
     start = st.first_seq - 1 if st.first_seq else 0
