@@ -16,8 +16,9 @@ is known. A count in slices is one of:
   after ``lps_end``, counted as above. A removal in ``(delivered_sseq, lps_end]`` takes
   its subject off the count if the subject was counted and has no other message there.
 
-The same walk of subject records places a new ``last_per_subject`` consumer
-(:func:`lps_slice`; store.admin runs it in slices before the consumer exists).
+The same walk of subject records places a new ``last_per_subject`` consumer, and a
+``last`` one with wildcard filters (:func:`lps_slice`; store.admin runs it in slices
+before the consumer exists).
 """
 
 from __future__ import annotations
