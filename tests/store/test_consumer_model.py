@@ -8,38 +8,28 @@ reopens of the store.
 
 from __future__ import annotations
 
-import itertools
-import shutil
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     initialize,
     invariant,
     rule,
     run_state_machine_as_test,
 )
 
-from store import AckKind, Delivery, Store
-from store.engine import REMOVE_SLICE
-from tests.store.conftest import SEC, Events, FakeClock
+from store import AckKind, Delivery
+from tests.store.conftest import SEC
+from tests.store.machine import StoreMachine
 
 ACK_WAIT = 10 * SEC
 
 
-class ConsumerModel(RuleBasedStateMachine):
-    root: Path  # set by the pytest test below to its tmp_path
-    _n = itertools.count()
-
+class ConsumerModel(StoreMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.dir = self.root / f"run{next(self._n)}"
-        self.clock = FakeClock()
-        self.events = Events()
-        self.store = self._open()
         self.stored: set[int] = set()
         self.last = 0
         self.delivered_seq = 0
@@ -47,23 +37,8 @@ class ConsumerModel(RuleBasedStateMachine):
         self.acked: set[int] = set()
         self.others: set[int] = set()  # stored messages the consumer's filter excludes
 
-    def _open(self) -> Store:
-        return Store.open(
-            self.dir,
-            clock=self.clock,
-            on_event=self.events,
-            map_size=1 << 22,
-            sync="batch",
-            remove_slice=self.remove_slice,
-        )
-
-    def teardown(self) -> None:
-        self.store.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
     retention = "limits"
     filter_subject = "s.x"
-    remove_slice = REMOVE_SLICE
 
     @initialize()
     def create(self) -> None:
@@ -131,11 +106,6 @@ class ConsumerModel(RuleBasedStateMachine):
         self.store.tick(self.clock.advance(secs * SEC)).result(timeout=30)
         self._check_deliveries()
 
-    @rule()
-    def reopen(self) -> None:
-        self.store.close()
-        self.store = self._open()
-
     @invariant()
     def info_matches(self) -> None:
         info = self.store.consumer_info("S", "c")
@@ -171,13 +141,7 @@ class SlicedConsumerModel(ConsumerModel):
     remove_slice = 1
 
     def _check_deliveries(self) -> None:
-        for _ in range(1_000):
-            due = self.store.next_deadline()
-            if due is None or due > self.clock.now:
-                break
-            self.store.tick(self.clock.now).result(timeout=30)
-        else:
-            raise AssertionError("always due")
+        self.tick_while_due()
         super()._check_deliveries()
 
 

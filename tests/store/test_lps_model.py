@@ -12,23 +12,20 @@ after it; then the matches after the position.
 
 from __future__ import annotations
 
-import itertools
-import shutil
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     initialize,
     invariant,
     rule,
     run_state_machine_as_test,
 )
 
-from store import Delivery, PullStatus, Store
-from tests.store.conftest import Events, FakeClock
+from store import Delivery, PullStatus
+from tests.store.machine import StoreMachine
 
 SUBJECTS = ["s.a", "s.b", "s.c", "s.d", "t.x"]  # t.x: outside the filter
 FILTER = "s.*"
@@ -38,41 +35,19 @@ def _matches(subject: str) -> bool:
     return subject.startswith("s.")
 
 
-class LpsModel(RuleBasedStateMachine):
-    root: Path  # set by the pytest test below to its tmp_path
-    _n = itertools.count()
+class LpsModel(StoreMachine):
+    remove_slice = 1
 
     def __init__(self) -> None:
         super().__init__()
-        self.dir = self.root / f"run{next(self._n)}"
-        self.clock = FakeClock()
-        self.events = Events()
-        self.store = self._open()
         self.stored: dict[int, str] = {}
         self.pos = 0  # the consumer's position (the last match it delivered or skipped)
         self.hi = 0  # where its first pass ends
-
-    def _open(self) -> Store:
-        return Store.open(
-            self.dir, clock=self.clock, on_event=self.events, map_size=1 << 22, remove_slice=1
-        )
-
-    def teardown(self) -> None:
-        self.store.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def _publish(self, subject: str) -> None:
         ack = self.store.publish(subject, b"p")
         assert ack is not None
         self.stored[ack.seq] = subject
-
-    def _tick_while_due(self) -> None:
-        for _ in range(10_000):
-            due = self.store.next_deadline()
-            if due is None or due > self.clock.now:
-                return
-            self.store.tick(self.clock.now).result(timeout=30)
-        raise AssertionError("always due")
 
     @initialize(first=st.lists(st.sampled_from(SUBJECTS), max_size=12))
     def create(self, first: list[str]) -> None:
@@ -138,14 +113,9 @@ class LpsModel(RuleBasedStateMachine):
                     status.append(e.code)
             if len(got) == batch or status:
                 break
-            self._tick_while_due()
+            self.tick_while_due()
         assert got == expected
         assert status == ([404] if ended else [])
-
-    @rule()
-    def reopen(self) -> None:
-        self.store.close()
-        self.store = self._open()
 
     @invariant()
     def num_pending_matches(self) -> None:

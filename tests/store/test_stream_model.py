@@ -11,15 +11,12 @@ last-by-subject all equal the model's.
 
 from __future__ import annotations
 
-import itertools
-import shutil
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     initialize,
     invariant,
     precondition,
@@ -27,22 +24,18 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from store import JetStreamError, PubAck, Publish, Store, keys
+from store import JetStreamError, PubAck, Publish, keys
 from store.subjects import subject_matches
-from tests.store.conftest import FakeClock
+from tests.store.machine import StoreMachine
 
 SUBJECTS = ["s.a", "s.b", "s.c.d"]
 
 
-class StreamModel(RuleBasedStateMachine):
-    root: Path  # set by the pytest test below to its tmp_path
-    _n = itertools.count()
+class StreamModel(StoreMachine):
+    remove_slice = 2
 
     def __init__(self) -> None:
         super().__init__()
-        self.dir = self.root / f"run{next(self._n)}"
-        self.clock = FakeClock()
-        self.store = self._open()
         self.msgs: dict[int, tuple[str, bytes]] = {}
         self.last = 0
         self.whole_purged = False
@@ -50,15 +43,6 @@ class StreamModel(RuleBasedStateMachine):
         self.hlen: dict[int, int] = {}
         self.max_msgs = -1
         self.mmps = -1
-
-    def _open(self) -> Store:
-        return Store.open(
-            self.dir, clock=self.clock, map_size=1 << 22, sync="batch", remove_slice=2
-        )
-
-    def teardown(self) -> None:
-        self.store.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     @initialize(max_msgs=st.sampled_from([-1, 3, 6]), mmps=st.sampled_from([-1, 1, 2]))
     def create(self, max_msgs: int, mmps: int) -> None:
@@ -215,11 +199,6 @@ class StreamModel(RuleBasedStateMachine):
         while max_msgs > 0 and len(self.msgs) > max_msgs:
             del self.msgs[min(self.msgs)]
         assert info.state.messages == len(self.msgs)
-
-    @rule()
-    def reopen(self) -> None:
-        self.store.close()
-        self.store = self._open()
 
     @invariant()
     def matches_model(self) -> None:
