@@ -8,8 +8,12 @@ Usage: ``python -m tests.store.sweep_child <dir> [stream|consumer|purge|trim]``.
 ``b`` (on ``d.b``); the deletion of ``b`` is submitted and ``SWEEPING`` printed once its
 first slice of checks is committed (its ``meta`` recheck record written). ``purge``: as
 ``stream``, then a purge of ``d.*`` keeping the newest ``KEEP``. ``trim``: as ``stream``,
-then an update to ``max_msgs_per_subject`` 2 and ``max_msgs`` ``KEEP``. Then it waits;
-the parent kills it with SIGKILL on ``SWEEPING``.
+then an update to ``max_msgs_per_subject`` 2 and ``max_msgs`` ``KEEP``. ``place``: each
+message on a subject of its own, then the creation of a ``last_per_subject`` consumer
+``l`` on ``d.*`` (its placing walk in slices; no ``meta`` record: ``SWEEPING`` once a job
+submitted after it has committed). ``pending``: consumer ``p`` with every message
+pending, then its deletion (its pending entries swept apart: a ``meta`` sweep record).
+Then it waits; the parent kills it with SIGKILL on ``SWEEPING``.
 """
 
 from __future__ import annotations
@@ -18,13 +22,17 @@ import sys
 import time
 
 from store import (
+    ConsumerConfig,
+    CreateConsumer,
     CreateStream,
     DeleteConsumer,
     DeleteStream,
     Publish,
+    Pull,
     PurgeStream,
     Store,
     StreamConfig,
+    Tick,
     keys,
 )
 from store.env import Env
@@ -54,7 +62,11 @@ def main(path: str, mode: str) -> None:
     for start in range(0, N, 2000):
         ops = [
             Publish(
-                f"d.{'ab'[i % 2]}" if mode == "consumer" else f"d.{i % 50}",
+                f"d.{'ab'[i % 2]}"
+                if mode == "consumer"
+                else f"d.{i}"
+                if mode == "place"
+                else f"d.{i % 50}",
                 b"x" * 40,
                 (("Nats-Msg-Id", f"m{i}"),) if i % 10 else (),
             )
@@ -66,7 +78,27 @@ def main(path: str, mode: str) -> None:
         raw = txn.get(b"D", db=env.dbs[keys.DB_STREAMS])
         sid = keys.unpack_named_record(bytes(raw), keys.STREAM_RECORD_VERSION)[0]
     print(f"SID {sid}", flush=True)
-    if mode == "consumer":
+    if mode == "place":
+        lps = {"durable_name": "l", "deliver_policy": "last_per_subject", "filter_subject": "d.*"}
+        done = store.submit([CreateConsumer("D", ConsumerConfig.from_wire(lps))])
+        store.submit([Tick()]).result(timeout=60)  # commits before the walk's next slice
+        if done.done():
+            print("FINISHED TOO SOON", flush=True)
+            return
+        print("SWEEPING", flush=True)
+        done.result(timeout=120)
+        print("FINISHED", flush=True)
+        return
+    if mode == "pending":
+        store.create_consumer(
+            "D", {"durable_name": "p", "ack_policy": "explicit", "max_ack_pending": -1}
+        )
+        store.submit([Pull("D", "p", "inbox", batch=N)]).result(timeout=60)
+        while store.consumer_info("D", "p").num_ack_pending < N:
+            store.tick().result(timeout=60)
+        done = store.submit([DeleteConsumer("D", "p")])
+        marker = keys.META_SWEEP_PREFIX
+    elif mode == "consumer":
         done = store.submit([DeleteConsumer("D", "b")])
         marker = keys.recheck_key(sid)
     elif mode == "purge":
@@ -81,7 +113,7 @@ def main(path: str, mode: str) -> None:
         done = store.submit([DeleteStream("D")])
         marker = keys.sweep_key(sid)
     while not _recorded(env, marker):
-        if done.done():
+        if done.done() and mode != "pending":  # (answered at once; its sweep goes on)
             print("FINISHED TOO SOON", flush=True)
             return
         time.sleep(0.001)

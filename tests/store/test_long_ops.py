@@ -33,6 +33,7 @@ from store import (
 from store.env import Env
 from store.slices import SWEEP_KEYS_PER_MSG
 from tests.store.conftest import SEC, FakeClock, start_child
+from tests.store.sweep_child import N as SWEPT_N
 
 SLICE = 100
 EXPLICIT = {"ack_policy": "explicit"}
@@ -444,6 +445,36 @@ def test_a_deletion_cut_short_by_a_crash_is_finished_at_the_next_open(tmp_path: 
     with Store.open(path) as s, s.env.read() as txn:
         cur = txn.cursor(db=s.env.dbs[keys.DB_META])
         assert not any(keys.read_sweep_key(bytes(k)) for k in cur.iternext(values=False))
+
+
+@pytest.mark.timeout(120)
+def test_a_placing_walk_cut_short_by_a_crash_leaves_no_consumer(tmp_path: Path) -> None:
+    """A last_per_subject consumer's creation killed mid-walk: it never existed (the walk
+    writes nothing until its last slice); created again, it is placed over every subject."""
+    path = tmp_path / "d"
+    _killed_between_slices(path, "place")
+    with Store.open(path) as s:
+        assert s.consumer_names("D") == []
+        assert s.resumed == []
+        lps = {"durable_name": "l", "deliver_policy": "last_per_subject", "filter_subject": "d.*"}
+        assert s.create_consumer("D", lps).num_pending == SWEPT_N
+
+
+@pytest.mark.timeout(120)
+def test_a_pending_sweep_cut_short_by_a_crash_goes_on_at_the_next_open(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    _killed_between_slices(path, "pending")
+    env = Env(path, sync=True, readonly=True)
+    try:
+        assert 0 < _pending_keys(env) < SWEPT_N  # killed mid-sweep
+        assert len(_meta_keys(env, keys.META_SWEEP_PREFIX)) == 1
+    finally:
+        env.close()
+    with Store.open(path) as s:
+        assert s.consumer_names("D") == []
+        assert [f.result(timeout=60) for f in s.resumed] == [[True]]  # the sweep, resumed
+        assert _pending_keys(s.env) == 0
+        assert _meta_keys(s.env, keys.META_SWEEP_PREFIX) == []
 
 
 def close_during(
