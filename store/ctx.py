@@ -13,6 +13,7 @@ from store import keys
 if TYPE_CHECKING:
     from store.consumers import ConsumerRt
     from store.streams import StreamRt
+    from store.subjrecs import SubjectRecords
 
 
 @dataclass
@@ -25,6 +26,7 @@ class Ctx:
     events: list[Any] = field(default_factory=list)
     retention_check: list[tuple[StreamRt, int]] = field(default_factory=list)
     touched: set[StreamRt] = field(default_factory=set)
+    cached: set[SubjectRecords] = field(default_factory=set)  # whose record cache grew
     dirty_consumers: set[ConsumerRt] = field(default_factory=set)
     # The job whose operation is being applied, and the jobs to continue in the
     # next batch with the operation that goes on with each (store.writer: long operations

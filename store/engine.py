@@ -248,6 +248,8 @@ class Engine:
                 st.flush_counts(ctx)
                 st.save_state(ctx)
                 self._refresh_deadline(st)
+        for recs in ctx.cached:
+            recs.bound_cache()
         self._publish_deadline()
 
     def _publish_deadline(self) -> None:

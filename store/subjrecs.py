@@ -79,6 +79,7 @@ class SubjectRecords:
             raw = ctx.subjcount_cur.get(key or keys.subjcount_key(self.sid, subject))
             rec = list(keys.unpack_subject_record(bytes(raw))) if raw else [0, 0, 0]
             self._subj[subject] = rec
+            ctx.cached.add(self)  # the engine bounds the cache when the batch ends
         return rec
 
     def subject_count(self, ctx: Ctx, subject: str) -> int:
@@ -106,8 +107,13 @@ class SubjectRecords:
                     cur.delete()
                 del recs[subject]
         dirty.clear()
-        if len(recs) > MAX_CACHED_COUNTS:
-            recs.clear()
+
+    def bound_cache(self) -> None:
+        """Drop the cached records when there are more than MAX_CACHED_COUNTS (and the seq
+        lists with them). The engine calls it when a batch ends, after the flush: any
+        cached record is then as written, and no caller holds one."""
+        if len(self._subj) > MAX_CACHED_COUNTS and not self._dirty:
+            self._subj.clear()
             self._seqs.clear()
 
     def _resolve_firsts(self, ctx: Ctx) -> None:

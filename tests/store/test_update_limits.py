@@ -25,6 +25,7 @@ from store import (
     StreamInfo,
     Tick,
     keys,
+    subjrecs,
 )
 from store.env import Env
 from tests.store.conftest import SEC, FakeClock
@@ -278,3 +279,20 @@ def test_the_removal_goes_on_after_an_aborted_batch(tmp_path: Path) -> None:
         assert info.state.messages == 100
         assert _contents(s)[-1] == (N + 1, "s.big")
         assert _meta_keys(s.env, keys.META_TRIM_PREFIX) == []
+
+
+@pytest.mark.timeout(60)
+def test_the_subject_record_cache_stays_bounded_when_only_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An update to max_msgs_per_subject 1 over subjects of one message each reads every
+    subject's record and changes none: the writer's cache of them is still dropped when
+    it outgrows MAX_CACHED_COUNTS (it grew to every subject: 1,000,000 lists on a big
+    stream, and Python's full collections with them to 0.1 s)."""
+    monkeypatch.setattr(subjrecs, "MAX_CACHED_COUNTS", 100)
+    with Store.open(tmp_path / "d", sync="batch", remove_slice=50) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        s.submit([Publish(f"s.{i}", b"p") for i in range(2000)]).result(timeout=30)
+        info = s.update_stream({"name": "S", "subjects": ["s.>"], "max_msgs_per_subject": 1})
+        assert info.state.messages == 2000
+        assert len(s._engine.streams["S"]._subj) <= 100 + 2 * 50
