@@ -120,7 +120,10 @@ class ConsumerRt(PendingCounts):
                 self.pending[seq] = e
                 if not e.exhausted:
                     self.num_ack_pending += 1
-                    heapq.heappush(self.deadlines, (deadline, seq))
+                    if deadline == NEVER:  # NAKed: it was queued for redelivery
+                        heapq.heappush(self.redeliver, seq)
+                    else:
+                        heapq.heappush(self.deadlines, (deadline, seq))
 
     def save(self, ctx: Ctx) -> None:
         ctx.txn.put(
@@ -171,6 +174,18 @@ class ConsumerRt(PendingCounts):
         else:
             self.ack_sseq = self.delivered_sseq
             self.ack_cseq = self.delivered_cseq
+
+    def _push_deadline(self, deadline: int, seq: int) -> None:
+        """Schedule ``seq``'s ack deadline. Entries of messages acked or re-timed since are
+        dropped lazily (when they reach the top), so behind one message left unacked they
+        pile up — one per delivery for its whole ack wait: when they outnumber the live
+        ones, the heap is rebuilt from the pending entries (amortised O(1) a push)."""
+        heap = self.deadlines
+        heapq.heappush(heap, (deadline, seq))
+        if len(heap) > 2 * len(self.pending) + 1024:
+            heap = [(e.deadline, q) for q, e in self.pending.items() if e.deadline != NEVER]
+            heapq.heapify(heap)
+            self.deadlines = heap
 
     def ack_deadline(self, now: int, count: int) -> int:
         backoff = self.config.backoff
@@ -357,7 +372,7 @@ class ConsumerRt(PendingCounts):
                 e.cseq = cseq
                 count = e.count
                 e.deadline = self.ack_deadline(ctx.now, count)
-                heapq.heappush(self.deadlines, (e.deadline, seq))
+                self._push_deadline(e.deadline, seq)
                 self._put_pending(ctx, seq, e)
             else:
                 count = 1
@@ -368,7 +383,7 @@ class ConsumerRt(PendingCounts):
                     e = PendingEntry(cseq, 1, self.ack_deadline(ctx.now, 1), False)
                     self.pending[seq] = e
                     self.num_ack_pending += 1
-                    heapq.heappush(self.deadlines, (e.deadline, seq))
+                    self._push_deadline(e.deadline, seq)
                     self._put_pending(ctx, seq, e)
                     if len(self.pending) == 1:
                         # Filtered-out sequences below it are "not needed": the floor
@@ -503,7 +518,7 @@ class ConsumerRt(PendingCounts):
         # exhausted by the next delivery, which does not send it.)
         if delay_ns > 0:
             e.deadline = ctx.now + delay_ns
-            heapq.heappush(self.deadlines, (e.deadline, seq))
+            self._push_deadline(e.deadline, seq)
         else:
             e.deadline = NEVER
             heapq.heappush(self.redeliver, seq)
@@ -516,7 +531,7 @@ class ConsumerRt(PendingCounts):
         if e is None or e.exhausted:
             return
         e.deadline = self.ack_deadline(ctx.now, e.count)
-        heapq.heappush(self.deadlines, (e.deadline, seq))
+        self._push_deadline(e.deadline, seq)
         self._put_pending(ctx, seq, e)
 
     # -- timers --------------------------------------------------------------------------

@@ -53,7 +53,9 @@ class ConsumerModel(StoreMachine):
             },
         )
 
-    def _check_deliveries(self) -> None:
+    def _check_deliveries(self) -> list[int]:
+        """Check the deliveries made since the last call; the redelivered seqs among them."""
+        redelivered: list[int] = []
         for e in self.events.take():
             if not isinstance(e, Delivery):
                 continue
@@ -69,7 +71,9 @@ class ConsumerModel(StoreMachine):
             else:
                 assert seq in self.pending
                 assert self.pending[seq] <= self.clock.now, "redelivered before its deadline"
+                redelivered.append(seq)
             self.pending[seq] = self.clock.now + ACK_WAIT
+        return redelivered
 
     @rule(n=st.integers(1, 3), subject=st.sampled_from(["s.x", "s.y"]))
     def publish(self, n: int, subject: str) -> None:
@@ -85,8 +89,11 @@ class ConsumerModel(StoreMachine):
 
     @rule(batch=st.integers(1, 4))
     def pull(self, batch: int) -> None:
+        self.tick_while_due()  # as the broker's loop: ack deadlines passed meanwhile
+        due = sorted(q for q, deadline in self.pending.items() if deadline <= self.clock.now)
         self.store.pull("S", "c", "inbox", batch=batch, no_wait=True)
-        self._check_deliveries()
+        # Redeliveries go first, in stream order (a NAKed message too, after a reopen).
+        assert self._check_deliveries() == due[:batch]
 
     @rule(data=st.data(), kind=st.sampled_from([AckKind.ACK, AckKind.TERM, AckKind.NAK]))
     def ack(self, data: st.DataObject, kind: AckKind) -> None:
@@ -140,9 +147,9 @@ class SlicedConsumerModel(ConsumerModel):
     filter_subject = "*.x"
     remove_slice = 1
 
-    def _check_deliveries(self) -> None:
+    def _check_deliveries(self) -> list[int]:
         self.tick_while_due()
-        super()._check_deliveries()
+        return super()._check_deliveries()
 
 
 @pytest.mark.parametrize(

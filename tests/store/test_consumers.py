@@ -805,3 +805,41 @@ def test_nak_after_max_deliver_deliveries_is_not_redelivered(
     assert _seqs(evs) == [2]  # message 2's ack wait ran out: redelivered
     assert not [a for a in evs if isinstance(a, Advisory)]
     assert store.consumer_info("S", "c").num_ack_pending == 1
+
+
+def test_a_nak_queued_at_a_restart_is_redelivered_after_it(tmp_path: Path) -> None:
+    """A message NAKed without a delay and not yet redelivered when the store closes is
+    redelivered first after it reopens (it stayed ack-pending forever)."""
+    events = Events()
+    with Store.open(tmp_path / "d", clock=FakeClock(), on_event=events) as s:
+        _stream(s)
+        _consumer(s)
+        _fill(s, "s.a", "s.a")
+        assert _seqs(_pull(s, events)) == [1]
+        s.ack("S", "c", 1, AckKind.NAK)
+    with Store.open(tmp_path / "d", clock=FakeClock(), on_event=events) as s:
+        got = [e for e in _pull(s, events, batch=2, no_wait=True) if isinstance(e, Delivery)]
+        assert [(e.msg.seq, e.delivered_count) for e in got] == [(1, 2), (2, 1)]
+
+
+def test_deadlines_of_acked_messages_do_not_pile_up(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    """One message left unacked while thousands are delivered and acked: the heap of ack
+    deadlines stays about the size of what is pending (it held one entry per delivery for
+    the whole ack wait), and the unacked one is still redelivered when its wait ends."""
+    _stream(store)
+    _consumer(store, max_ack_pending=-1, ack_wait=30 * SEC)
+    n = MAX_DELIVERIES_PER_BATCH  # (a pull of that many is filled in its own batch)
+    for _ in range(20):
+        store.submit([Publish("s.a", b"p") for _ in range(n)]).result(timeout=30)
+        seqs = _seqs(_pull(store, events, batch=n))
+        assert len(seqs) == n
+        store.submit([Ack("S", "c", q, AckKind.ACK) for q in seqs if q != 1]).result(timeout=30)
+    c = store._engine.streams["S"].consumers["c"]
+    assert len(c.pending) == 1
+    assert len(c.deadlines) <= 2 * len(c.pending) + 1024 + n
+    clock.advance(31 * SEC)
+    store.tick(clock.now).result(timeout=30)
+    got = [e for e in _pull(store, events) if isinstance(e, Delivery)]
+    assert [(e.msg.seq, e.delivered_count) for e in got] == [(1, 2)]
