@@ -53,9 +53,11 @@ class ConsumerModel(StoreMachine):
             },
         )
 
-    def _check_deliveries(self) -> list[int]:
-        """Check the deliveries made since the last call; the redelivered seqs among them."""
+    def _check_deliveries(self) -> tuple[list[int], list[int]]:
+        """Check the deliveries made since the last call: the seqs redelivered, and those
+        delivered for the first time."""
         redelivered: list[int] = []
+        new: list[int] = []
         for e in self.events.take():
             if not isinstance(e, Delivery):
                 continue
@@ -68,12 +70,13 @@ class ConsumerModel(StoreMachine):
                 skipped = [s for s in self.stored if self.delivered_seq < s < seq]
                 assert not skipped, "a new message was skipped"
                 self.delivered_seq = seq
+                new.append(seq)
             else:
                 assert seq in self.pending
                 assert self.pending[seq] <= self.clock.now, "redelivered before its deadline"
                 redelivered.append(seq)
             self.pending[seq] = self.clock.now + ACK_WAIT
-        return redelivered
+        return redelivered, new
 
     @rule(n=st.integers(1, 3), subject=st.sampled_from(["s.x", "s.y"]))
     def publish(self, n: int, subject: str) -> None:
@@ -91,9 +94,13 @@ class ConsumerModel(StoreMachine):
     def pull(self, batch: int) -> None:
         self.tick_while_due()  # as the broker's loop: ack deadlines passed meanwhile
         due = sorted(q for q, deadline in self.pending.items() if deadline <= self.clock.now)
+        waiting = sorted(q for q in self.stored if q > self.delivered_seq)
         self.store.pull("S", "c", "inbox", batch=batch, no_wait=True)
-        # Redeliveries go first, in stream order (a NAKed message too, after a reopen).
-        assert self._check_deliveries() == due[:batch]
+        # Redeliveries go first, in stream order (a NAKed message too, after a reopen);
+        # then new messages fill the request.
+        redelivered, new = self._check_deliveries()
+        assert redelivered == due[:batch]
+        assert new == waiting[: batch - len(redelivered)]
 
     @rule(data=st.data(), kind=st.sampled_from([AckKind.ACK, AckKind.TERM, AckKind.NAK]))
     def ack(self, data: st.DataObject, kind: AckKind) -> None:
@@ -147,7 +154,7 @@ class SlicedConsumerModel(ConsumerModel):
     filter_subject = "*.x"
     remove_slice = 1
 
-    def _check_deliveries(self) -> list[int]:
+    def _check_deliveries(self) -> tuple[list[int], list[int]]:
         self.tick_while_due()
         return super()._check_deliveries()
 
