@@ -292,6 +292,10 @@ class ConsumerRt(PendingCounts):
         md = cfg.max_deliver
         budget = MAX_DELIVERIES_PER_BATCH
         self.more = False
+        if self.deadlines and self.deadlines[0][0] <= ctx.now:
+            # Ack waits that ended before the timer's Tick came: redelivered first all the
+            # same (a pull racing the Tick would otherwise get newer messages ahead).
+            self.expire_acks(ctx)
         if (
             self.num_pending_cache is None
             and (self.waiting if not cfg.is_push else self.push_bound)

@@ -92,7 +92,6 @@ class ConsumerModel(StoreMachine):
 
     @rule(batch=st.integers(1, 4))
     def pull(self, batch: int) -> None:
-        self.tick_while_due()  # as the broker's loop: ack deadlines passed meanwhile
         due = sorted(q for q, deadline in self.pending.items() if deadline <= self.clock.now)
         waiting = sorted(q for q in self.stored if q > self.delivered_seq)
         self.store.pull("S", "c", "inbox", batch=batch, no_wait=True)
