@@ -114,6 +114,26 @@ class ConsumerModel(StoreMachine):
             self.acked.add(seq)
         self._check_deliveries()
 
+    @rule(data=st.data(), delay=st.integers(1, 20))
+    def nak_later(self, data: st.DataObject, delay: int) -> None:
+        """``-NAK`` with a delay: due again ``delay`` seconds from now."""
+        if not self.pending:
+            return
+        seq = data.draw(st.sampled_from(sorted(self.pending)))
+        self.store.ack("S", "c", seq, AckKind.NAK, delay_ns=delay * SEC)
+        self.pending[seq] = self.clock.now + delay * SEC
+        self._check_deliveries()
+
+    @rule(data=st.data())
+    def in_progress(self, data: st.DataObject) -> None:
+        """``+WPI``: the ack wait starts again."""
+        if not self.pending:
+            return
+        seq = data.draw(st.sampled_from(sorted(self.pending)))
+        self.store.ack("S", "c", seq, AckKind.WPI)
+        self.pending[seq] = self.clock.now + ACK_WAIT
+        self._check_deliveries()
+
     @rule(secs=st.integers(1, 15))
     def advance(self, secs: int) -> None:
         self.store.tick(self.clock.advance(secs * SEC)).result(timeout=30)
