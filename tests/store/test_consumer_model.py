@@ -36,9 +36,13 @@ class ConsumerModel(StoreMachine):
         self.pending: dict[int, int] = {}  # seq -> deadline
         self.acked: set[int] = set()
         self.others: set[int] = set()  # stored messages the consumer's filter excludes
+        self.counts: dict[int, int] = {}  # seq -> deliveries
+        self.exhausted: set[int] = set()  # delivered max_deliver times, due again: dropped
 
     retention = "limits"
     filter_subject = "s.x"
+    max_deliver = 0
+    examples = 50  # runs of the machine
 
     @initialize()
     def create(self) -> None:
@@ -50,6 +54,7 @@ class ConsumerModel(StoreMachine):
                 "ack_policy": "explicit",
                 "ack_wait": ACK_WAIT,
                 "filter_subject": self.filter_subject,
+                "max_deliver": self.max_deliver or -1,
             },
         )
 
@@ -64,6 +69,9 @@ class ConsumerModel(StoreMachine):
             seq = e.msg.seq
             assert seq in self.stored
             assert seq not in self.acked
+            assert seq not in self.exhausted
+            assert e.delivered_count == self.counts.get(seq, 0) + 1
+            self.counts[seq] = e.delivered_count
             if e.delivered_count == 1:
                 assert seq > self.delivered_seq
                 assert seq not in self.pending
@@ -92,25 +100,39 @@ class ConsumerModel(StoreMachine):
 
     @rule(batch=st.integers(1, 4))
     def pull(self, batch: int) -> None:
-        due = sorted(q for q, deadline in self.pending.items() if deadline <= self.clock.now)
+        # Redeliveries go first, in stream order (a NAKed message too, after a reopen);
+        # one delivered max_deliver times is dropped when its turn comes; then new
+        # messages fill the request.
+        due: list[int] = []
+        dropped: list[int] = []
+        for q in sorted(q for q, deadline in self.pending.items() if deadline <= self.clock.now):
+            if len(due) == batch:
+                break
+            if self.max_deliver and self.counts[q] >= self.max_deliver:
+                dropped.append(q)
+            else:
+                due.append(q)
         waiting = sorted(q for q in self.stored if q > self.delivered_seq)
         self.store.pull("S", "c", "inbox", batch=batch, no_wait=True)
-        # Redeliveries go first, in stream order (a NAKed message too, after a reopen);
-        # then new messages fill the request.
+        for q in dropped:
+            del self.pending[q]
+            self.exhausted.add(q)
         redelivered, new = self._check_deliveries()
-        assert redelivered == due[:batch]
+        assert redelivered == due
         assert new == waiting[: batch - len(redelivered)]
 
     @rule(data=st.data(), kind=st.sampled_from([AckKind.ACK, AckKind.TERM, AckKind.NAK]))
     def ack(self, data: st.DataObject, kind: AckKind) -> None:
-        if not self.pending:
+        if not self.pending and not self.exhausted:
             return
-        seq = data.draw(st.sampled_from(sorted(self.pending)))
+        seq = data.draw(st.sampled_from(sorted(self.pending.keys() | self.exhausted)))
         self.store.ack("S", "c", seq, kind)
         if kind is AckKind.NAK:
-            self.pending[seq] = self.clock.now
+            if seq in self.pending:  # (an exhausted one stays as it is)
+                self.pending[seq] = self.clock.now
         else:
-            del self.pending[seq]
+            self.pending.pop(seq, None)
+            self.exhausted.discard(seq)
             self.acked.add(seq)
         self._check_deliveries()
 
@@ -144,7 +166,8 @@ class ConsumerModel(StoreMachine):
         info = self.store.consumer_info("S", "c")
         assert info.num_ack_pending == len(self.pending)
         assert info.delivered.stream_seq == self.delivered_seq
-        floor = min(self.pending) - 1 if self.pending else self.delivered_seq
+        unacked = self.pending.keys() | self.exhausted
+        floor = min(unacked) - 1 if unacked else self.delivered_seq
         assert info.ack_floor.stream_seq == floor
         assert info.num_pending == sum(1 for s in self.stored if s > self.delivered_seq)
         in_stream = {m.seq for m in self.store.iter_msgs("S")}
@@ -164,6 +187,21 @@ class WorkQueueConsumerModel(ConsumerModel):
     retention = "workqueue"
 
 
+class MaxDeliverConsumerModel(ConsumerModel):
+    """A message is delivered at most twice: due a third time, it is dropped (more runs:
+    that takes a few steps to reach)."""
+
+    max_deliver = 2
+    examples = 200
+
+
+class DeliverOnceConsumerModel(MaxDeliverConsumerModel):
+    """At most once: a NAK or an ack wait that ends drops it at the next pull."""
+
+    max_deliver = 1
+    examples = 100
+
+
 class SlicedConsumerModel(ConsumerModel):
     """The same rules with a wildcard filter (``*.x``: the same messages) and the smallest
     slices: the search for the next message and num_pending counted afresh (after each
@@ -180,10 +218,18 @@ class SlicedConsumerModel(ConsumerModel):
 
 @pytest.mark.parametrize(
     "machine",
-    [ConsumerModel, InterestConsumerModel, WorkQueueConsumerModel, SlicedConsumerModel],
+    [
+        ConsumerModel,
+        InterestConsumerModel,
+        WorkQueueConsumerModel,
+        MaxDeliverConsumerModel,
+        DeliverOnceConsumerModel,
+        SlicedConsumerModel,
+    ],
 )
 def test_consumer_against_model(tmp_path: Path, machine: type[ConsumerModel]) -> None:
     machine.root = tmp_path
     run_state_machine_as_test(
-        machine, settings=settings(max_examples=50, stateful_step_count=30, deadline=None)
+        machine,
+        settings=settings(max_examples=machine.examples, stateful_step_count=30, deadline=None),
     )
