@@ -43,6 +43,7 @@ class ConsumerModel(StoreMachine):
     filter_subject = "s.x"
     max_deliver = 0
     examples = 50  # runs of the machine
+    push = False  # a push consumer (deliver subject d.x), bound as the broker binds it
 
     @initialize()
     def create(self) -> None:
@@ -55,8 +56,15 @@ class ConsumerModel(StoreMachine):
                 "ack_wait": ACK_WAIT,
                 "filter_subject": self.filter_subject,
                 "max_deliver": self.max_deliver or -1,
+                **({"deliver_subject": "d.x"} if self.push else {}),
             },
         )
+        self._bind()
+
+    def _bind(self) -> None:
+        if self.push:
+            self.store.set_push_interest("S", "c", True)
+            self._check_deliveries()
 
     def _check_deliveries(self) -> tuple[list[int], list[int]]:
         """Check the deliveries made since the last call: the seqs redelivered, and those
@@ -100,6 +108,8 @@ class ConsumerModel(StoreMachine):
 
     @rule(batch=st.integers(1, 4))
     def pull(self, batch: int) -> None:
+        if self.push:
+            return
         # Redeliveries go first, in stream order (a NAKed message too, after a reopen);
         # one delivered max_deliver times is dropped when its turn comes; then new
         # messages fill the request.
@@ -179,6 +189,40 @@ class ConsumerModel(StoreMachine):
             assert in_stream == self.stored - self.acked
 
 
+class PushConsumerModel(ConsumerModel):
+    """A bound push consumer: whatever is due goes out in the batch that makes it due
+    (an append, a NAK, the Tick that ends an ack wait) — checked after every step. Its
+    binding is memory only: after a reopen the broker binds it again."""
+
+    push = True
+    bound = True
+
+    @rule()
+    def reopen(self) -> None:
+        self.store.close()
+        self.store = self._open()
+        if self.bound:
+            self._bind()
+
+    @rule()
+    def unbind(self) -> None:
+        """The deliver subject's last subscriber goes: nothing goes out meanwhile."""
+        self.store.set_push_interest("S", "c", False)
+        self.bound = False
+        assert self._check_deliveries() == ([], [])
+
+    @rule()
+    def bind(self) -> None:
+        self.bound = True
+        self._bind()
+
+    @invariant()
+    def everything_due_went_out(self) -> None:
+        if self.bound:
+            assert all(deadline > self.clock.now for deadline in self.pending.values())
+            assert self.delivered_seq == max(self.stored, default=0)
+
+
 class InterestConsumerModel(ConsumerModel):
     retention = "interest"
 
@@ -222,6 +266,7 @@ class SlicedConsumerModel(ConsumerModel):
         ConsumerModel,
         InterestConsumerModel,
         WorkQueueConsumerModel,
+        PushConsumerModel,
         MaxDeliverConsumerModel,
         DeliverOnceConsumerModel,
         SlicedConsumerModel,
