@@ -44,6 +44,7 @@ class ConsumerModel(StoreMachine):
     max_deliver = 0
     examples = 50  # runs of the machine
     push = False  # a push consumer (deliver subject d.x), bound as the broker binds it
+    ack_policy = "explicit"
 
     @initialize()
     def create(self) -> None:
@@ -52,7 +53,7 @@ class ConsumerModel(StoreMachine):
             "S",
             {
                 "durable_name": "c",
-                "ack_policy": "explicit",
+                "ack_policy": self.ack_policy,
                 "ack_wait": ACK_WAIT,
                 "filter_subject": self.filter_subject,
                 "max_deliver": self.max_deliver or -1,
@@ -141,9 +142,12 @@ class ConsumerModel(StoreMachine):
             if seq in self.pending:  # (an exhausted one stays as it is)
                 self.pending[seq] = self.clock.now
         else:
-            self.pending.pop(seq, None)
-            self.exhausted.discard(seq)
-            self.acked.add(seq)
+            # ack_policy all: everything up to it (a +TERM too, as nats-server 2.15.1).
+            gone = [q for q in self.pending.keys() | self.exhausted if q <= seq]
+            for q in gone if self.ack_policy == "all" else [seq]:
+                self.pending.pop(q, None)
+                self.exhausted.discard(q)
+                self.acked.add(q)
         self._check_deliveries()
 
     @rule(data=st.data(), delay=st.integers(1, 20))
@@ -231,6 +235,10 @@ class WorkQueueConsumerModel(ConsumerModel):
     retention = "workqueue"
 
 
+class AckAllConsumerModel(ConsumerModel):
+    ack_policy = "all"
+
+
 class MaxDeliverConsumerModel(ConsumerModel):
     """A message is delivered at most twice: due a third time, it is dropped (more runs:
     that takes a few steps to reach)."""
@@ -267,6 +275,7 @@ class SlicedConsumerModel(ConsumerModel):
         InterestConsumerModel,
         WorkQueueConsumerModel,
         PushConsumerModel,
+        AckAllConsumerModel,
         MaxDeliverConsumerModel,
         DeliverOnceConsumerModel,
         SlicedConsumerModel,
