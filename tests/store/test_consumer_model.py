@@ -45,6 +45,7 @@ class ConsumerModel(StoreMachine):
     examples = 50  # runs of the machine
     push = False  # a push consumer (deliver subject d.x), bound as the broker binds it
     ack_policy = "explicit"
+    backoff: tuple[int, ...] = ()  # ack waits by delivery count (the last one repeats)
 
     @initialize()
     def create(self) -> None:
@@ -55,6 +56,7 @@ class ConsumerModel(StoreMachine):
                 "durable_name": "c",
                 "ack_policy": self.ack_policy,
                 "ack_wait": ACK_WAIT,
+                **({"backoff": list(self.backoff)} if self.backoff else {}),
                 "filter_subject": self.filter_subject,
                 "max_deliver": self.max_deliver or -1,
                 **({"deliver_subject": "d.x"} if self.push else {}),
@@ -92,8 +94,14 @@ class ConsumerModel(StoreMachine):
                 assert seq in self.pending
                 assert self.pending[seq] <= self.clock.now, "redelivered before its deadline"
                 redelivered.append(seq)
-            self.pending[seq] = self.clock.now + ACK_WAIT
+            self.pending[seq] = self.clock.now + self._wait(seq)
         return redelivered, new
+
+    def _wait(self, seq: int) -> int:
+        """The ack wait of ``seq``'s latest delivery."""
+        if not self.backoff:
+            return ACK_WAIT
+        return self.backoff[min(self.counts[seq], len(self.backoff)) - 1]
 
     @rule(n=st.integers(1, 3), subject=st.sampled_from(["s.x", "s.y"]))
     def publish(self, n: int, subject: str) -> None:
@@ -167,7 +175,7 @@ class ConsumerModel(StoreMachine):
             return
         seq = data.draw(st.sampled_from(sorted(self.pending)))
         self.store.ack("S", "c", seq, AckKind.WPI)
-        self.pending[seq] = self.clock.now + ACK_WAIT
+        self.pending[seq] = self.clock.now + self._wait(seq)
         self._check_deliveries()
 
     @rule(secs=st.integers(1, 15))
@@ -239,6 +247,10 @@ class AckAllConsumerModel(ConsumerModel):
     ack_policy = "all"
 
 
+class BackoffConsumerModel(ConsumerModel):
+    backoff = (3 * SEC, 8 * SEC, 20 * SEC)
+
+
 class MaxDeliverConsumerModel(ConsumerModel):
     """A message is delivered at most twice: due a third time, it is dropped (more runs:
     that takes a few steps to reach)."""
@@ -276,6 +288,7 @@ class SlicedConsumerModel(ConsumerModel):
         WorkQueueConsumerModel,
         PushConsumerModel,
         AckAllConsumerModel,
+        BackoffConsumerModel,
         MaxDeliverConsumerModel,
         DeliverOnceConsumerModel,
         SlicedConsumerModel,
