@@ -278,9 +278,8 @@ class Store:
             if raw is None:
                 return None
             first, last, messages, *_ = keys.unpack_stream_state(bytes(raw))
-            subject = None if filter == ">" else filter
             state = (first, last, messages)
-            return sid, keepbound.keep_from(txn, self.env.dbs, sid, state, subject, keep)
+            return sid, keepbound.keep_from(txn, self.env.dbs, sid, state, filter, keep)
 
     def delete_msg(self, stream: str, seq: int) -> None:
         self._call(DeleteMsg(stream, seq))

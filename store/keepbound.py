@@ -43,13 +43,13 @@ def keep_from(
     keep: int,
 ) -> int:
     """The seq from which the ``keep`` newest messages of stream ``sid`` matching
-    ``filter_`` (None: all) on, as ``txn`` sees them; ``state`` is the stream's
+    ``filter_`` (None or ``>``: all) on, as ``txn`` sees them; ``state`` is the stream's
     ``(first_seq, last_seq, messages)``. The first seq when no more than ``keep`` match;
     one past the last when ``keep`` is 0."""
     first_seq, last_seq, messages = state
     if keep <= 0:
         return last_seq + 1
-    if filter_ is None:
+    if filter_ is None or filter_ == ">":
         older = messages - keep
         if older <= 0:
             return first_seq
