@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -117,27 +116,55 @@ def test_a_purge_runs_in_slices_with_other_jobs_committing_between(tmp_path: Pat
         assert info.num_pending == 1
 
 
+class SubmitInsideBatch(FakeClock):
+    """A clock that, once armed, submits a job from inside the ``nth`` batch applied after
+    that: the engine reads the clock on the writer thread as it begins applying a batch,
+    so the job is queued while that batch runs, every time, with no sleeping."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store: Store | None = None
+        self.ops: list[Op] = []
+        self.nth = 0
+        self.job: Future[list[OpResult]] | None = None
+        self.stored_at_submit = -1
+        self.stored_at_done = -1
+        self.sid = 0
+
+    def __call__(self) -> int:
+        if self.nth and threading.current_thread().name == "jetmq-store-writer":
+            self.nth -= 1
+            if not self.nth:
+                assert self.store is not None
+                self.stored_at_submit = _stored(self.store.env, self.sid)
+                self.job = self.store.submit(self.ops)
+                self.job.add_done_callback(self._done)
+        return self.now
+
+    def _done(self, _: Future[list[OpResult]]) -> None:
+        assert self.store is not None
+        self.stored_at_done = _stored(self.store.env, self.sid)
+
+
 @pytest.mark.timeout(60)
 def test_a_job_submitted_during_a_slice_waits_for_that_slice_only(tmp_path: Path) -> None:
     """It commits in a batch of its own before the next slice (joining the next slice's
     batch, it would wait for that whole slice too)."""
-    n, size = 40_000, 4_000  # slices of some milliseconds, so the job lands inside one
-    with Store.open(tmp_path / "d", sync="batch", remove_slice=size) as s:
+    n = 5 * SLICE
+    clock = SubmitInsideBatch()
+    with Store.open(tmp_path / "d", sync="batch", remove_slice=SLICE, clock=clock) as s:
         s.create_stream({"name": "S", "subjects": ["s.>"]})
         s.create_stream({"name": "T", "subjects": ["t.>"]})
         _fill(s, n)
-        sid = _sid(s, "S")
+        clock.store, clock.sid, clock.ops = s, _sid(s, "S"), [Publish("t.x", b"y")]
+        clock.nth = 2  # the purge's first slice, then inside its second
         purge = s.submit([PurgeStream("S")])
-        while _stored(s.env, sid) == n:  # the first slice is committed, the second runs
-            time.sleep(0.0005)
-        time.sleep(0.005)  # into the second slice (≈20 ms), not between two
-        at_submit = _stored(s.env, sid)
-        stored_then: list[int] = []
-        done = s.submit([Publish("t.x", b"y")])
-        done.add_done_callback(lambda _: stored_then.append(_stored(s.env, sid)))
-        assert done.result(timeout=30)[0] == PubAck("T", 1)
         assert purge.result(timeout=30) == [PurgeResult(n)]
-        assert stored_then[0] >= at_submit - size
+        assert clock.job is not None
+        assert clock.job.result(timeout=30)[0] == PubAck("T", 1)
+    # Queued while the second slice ran: committed right after it, before the third.
+    assert clock.stored_at_submit == n - SLICE
+    assert clock.stored_at_done == n - 2 * SLICE
 
 
 @pytest.mark.parametrize(
