@@ -27,6 +27,8 @@ _pack_counts = keys.pack_subject_counts
 # Where a walk of the subject records a consumer's filters match stands: the index of the
 # filter it is on, and the last subject it read under that filter ("": none yet).
 RecordsPos = tuple[int, str]
+# Subject records :meth:`SubjectRecords.filtered_records` reads per call of records_slice.
+RECORDS_CHUNK = 1024
 
 
 class SubjectRecords:
@@ -284,15 +286,13 @@ class SubjectRecords:
         self, ctx: Ctx, filters: tuple[str, ...]
     ) -> Iterator[tuple[str, int, int, int]]:
         """:meth:`subject_records` of the subjects matching any of ``filters`` (which do not
-        overlap, as consumer filters): one lookup per literal filter, the keys under its
-        literal prefix per wildcard one (every record only for a leading wildcard)."""
-        for f in filters:
-            if is_literal(f):
-                n, first, last = self.subject_record(ctx, f)
-                if n:
-                    yield f, n, first, last
-            else:
-                yield from self.subject_records(ctx, f)
+        overlap, as consumer filters), in the order of :meth:`records_slice`, which reads
+        them a chunk at a time: one lookup per literal filter, the keys under its literal
+        prefix per wildcard one (every record only for a leading wildcard)."""
+        pos: RecordsPos | None = (0, "")
+        while pos is not None:
+            found, pos, _ = self.records_slice(ctx, filters, pos, RECORDS_CHUNK)
+            yield from found
 
     def records_slice(
         self, ctx: Ctx, filters: tuple[str, ...], pos: RecordsPos, limit: int
