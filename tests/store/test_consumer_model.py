@@ -3,7 +3,7 @@
 Invariants: new messages go out once each in stream order; an acked message is never
 delivered again; redeliveries happen only after ack_wait or a NAK; the consumer's
 num_ack_pending, ack floor, delivered position and num_pending match the model, across
-reopens of the store.
+reopens of the store and deletions of messages (pending ones among them).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from store import AckKind, Delivery
+from store import AckKind, Delivery, PurgeStream
 from tests.store.conftest import SEC
 from tests.store.machine import StoreMachine
 
@@ -178,6 +178,39 @@ class ConsumerModel(StoreMachine):
         self.pending[seq] = self.clock.now + self._wait(seq)
         self._check_deliveries()
 
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        """A message deleted from the stream: not delivered any more; one still pending
+        (or delivered max_deliver times) leaves the consumer's pending as if acked, as
+        nats-server processes it (its ack floor moves past it)."""
+        in_stream = sorted(self._in_stream())
+        if not in_stream:
+            return
+        seq = data.draw(st.sampled_from(in_stream))
+        self.store.delete_msg("S", seq)
+        self.stored.discard(seq)
+        self.others.discard(seq)
+        self.pending.pop(seq, None)
+        self.exhausted.discard(seq)
+        self._check_deliveries()
+
+    @rule(data=st.data(), whole=st.booleans())
+    def purge(self, data: st.DataObject, whole: bool) -> None:
+        """The stream purged below a seq (or whole): the consumer moves to the stream's
+        first seq after it (its delivered position and ack floor), and whatever it had
+        pending below that goes, as nats-server's consumer purge. Past the end, the stream
+        moves on to the seq purged below."""
+        below = self.last + 1 if whole else data.draw(st.integers(1, self.last + 2))
+        self.store.submit([PurgeStream("S", seq=None if whole else below)]).result(timeout=30)
+        for kept in (self.stored, self.others):
+            kept -= {q for q in kept if q < below}
+        first = min(self._in_stream(), default=max(self.last + 1, below))
+        for q in [q for q in self.pending if q < first]:
+            del self.pending[q]
+        self.exhausted -= {q for q in self.exhausted if q < first}
+        self.delivered_seq = max(self.delivered_seq, first - 1)
+        self._check_deliveries()
+
     @rule(secs=st.integers(1, 15))
     def advance(self, secs: int) -> None:
         self.store.tick(self.clock.advance(secs * SEC)).result(timeout=30)
@@ -192,13 +225,16 @@ class ConsumerModel(StoreMachine):
         floor = min(unacked) - 1 if unacked else self.delivered_seq
         assert info.ack_floor.stream_seq == floor
         assert info.num_pending == sum(1 for s in self.stored if s > self.delivered_seq)
-        in_stream = {m.seq for m in self.store.iter_msgs("S")}
+        assert {m.seq for m in self.store.iter_msgs("S")} == self._in_stream()
+
+    def _in_stream(self) -> set[int]:
+        """The messages the stream holds."""
         if self.retention == "limits":
-            assert in_stream == self.stored | self.others
-        elif self.retention == "workqueue":  # stored regardless; removed on first ack/term
-            assert in_stream == (self.stored - self.acked) | self.others
-        else:  # interest: s.y has no interest (not stored), acked s.x messages are removed
-            assert in_stream == self.stored - self.acked
+            return self.stored | self.others
+        if self.retention == "workqueue":  # stored regardless; removed on first ack/term
+            return (self.stored - self.acked) | self.others
+        # interest: s.y has no interest (not stored), acked s.x messages are removed
+        return self.stored - self.acked
 
 
 class PushConsumerModel(ConsumerModel):
@@ -232,7 +268,7 @@ class PushConsumerModel(ConsumerModel):
     def everything_due_went_out(self) -> None:
         if self.bound:
             assert all(deadline > self.clock.now for deadline in self.pending.values())
-            assert self.delivered_seq == max(self.stored, default=0)
+            assert all(q <= self.delivered_seq for q in self.stored)  # none left to send
 
 
 class InterestConsumerModel(ConsumerModel):
