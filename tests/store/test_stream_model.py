@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 
 from store import JetStreamError, PubAck, Publish, keys
 from store.subjects import subject_matches
+from tests.store.conftest import SEC
 from tests.store.machine import StoreMachine
 
 SUBJECTS = ["s.a", "s.b", "s.c.d"]
@@ -33,13 +34,15 @@ SUBJECTS = ["s.a", "s.b", "s.c.d"]
 
 class StreamModel(StoreMachine):
     remove_slice = 2
+    duplicate_window = 120 * SEC  # the default (this model's clock stands still)
 
     def __init__(self) -> None:
         super().__init__()
         self.msgs: dict[int, tuple[str, bytes]] = {}
         self.last = 0
         self.whole_purged = False
-        self.dedupe: dict[str, int] = {}
+        self.dedupe: dict[str, tuple[int, int]] = {}  # msg id -> (seq, time)
+        self.times: dict[int, int] = {}  # seq -> time stored
         self.hlen: dict[int, int] = {}
         self.max_msgs = -1
         self.mmps = -1
@@ -49,17 +52,22 @@ class StreamModel(StoreMachine):
         self.max_msgs, self.mmps = max_msgs, mmps
         self._create()
 
+    def _config(self) -> dict[str, object]:
+        return {
+            "name": "S",
+            "subjects": ["s.>"],
+            "max_msgs": self.max_msgs,
+            "max_msgs_per_subject": self.mmps,
+            "allow_rollup_hdrs": True,
+        }
+
     def _create(self) -> None:
-        max_msgs, mmps = self.max_msgs, self.mmps
-        self.store.create_stream(
-            {
-                "name": "S",
-                "subjects": ["s.>"],
-                "max_msgs": max_msgs,
-                "max_msgs_per_subject": mmps,
-                "allow_rollup_hdrs": True,
-            }
-        )
+        self.store.create_stream(self._config())
+
+    def _stored(self, seq: int, subject: str, payload: bytes, hlen: int) -> None:
+        self.msgs[seq] = (subject, payload)
+        self.hlen[seq] = hlen
+        self.times[seq] = self.clock.now
 
     def _remove_oldest_of(self, subject: str, keep: int) -> None:
         seqs = sorted(s for s, (subj, _) in self.msgs.items() if subj == subject)
@@ -80,15 +88,15 @@ class StreamModel(StoreMachine):
             headers.append(("Nats-Rollup", rollup))
         ack = self.store.publish(subject, payload, tuple(headers))
         assert isinstance(ack, PubAck)
-        if msg_id and msg_id in self.dedupe:
-            assert (ack.seq, ack.duplicate) == (self.dedupe[msg_id], True)
+        original = self.dedupe.get(msg_id or "")
+        if original is not None and original[1] + self.duplicate_window > self.clock.now:
+            assert (ack.seq, ack.duplicate) == (original[0], True)
             return
         self.last += 1
         assert (ack.seq, ack.duplicate) == (self.last, False)
-        self.msgs[self.last] = (subject, payload)
-        self.hlen[self.last] = len(keys.encode_headers(tuple(headers)))
+        self._stored(self.last, subject, payload, len(keys.encode_headers(tuple(headers))))
         if msg_id:
-            self.dedupe[msg_id] = self.last
+            self.dedupe[msg_id] = (self.last, self.clock.now)
         if self.mmps > 0:
             self._remove_oldest_of(subject, self.mmps)
         while self.max_msgs > 0 and len(self.msgs) > self.max_msgs:
@@ -173,8 +181,7 @@ class StreamModel(StoreMachine):
             assert isinstance(r, PubAck)
             self.last += 1
             assert r.seq == self.last
-            self.msgs[self.last] = (subj, payload)
-            self.hlen[self.last] = 0
+            self._stored(self.last, subj, payload, 0)
             if self.mmps > 0:
                 self._remove_oldest_of(subj, self.mmps)
             while self.max_msgs > 0 and len(self.msgs) > self.max_msgs:
@@ -184,21 +191,17 @@ class StreamModel(StoreMachine):
     def update_limits(self, max_msgs: int, mmps: int) -> None:
         """A stream update: the excess goes (two messages per slice) before it answers."""
         self.max_msgs, self.mmps = max_msgs, mmps
-        info = self.store.update_stream(
-            {
-                "name": "S",
-                "subjects": ["s.>"],
-                "max_msgs": max_msgs,
-                "max_msgs_per_subject": mmps,
-                "allow_rollup_hdrs": True,
-            }
-        )
+        info = self.store.update_stream(self._config())
         if mmps > 0:
             for subject in SUBJECTS:
                 self._remove_oldest_of(subject, mmps)
         while max_msgs > 0 and len(self.msgs) > max_msgs:
             del self.msgs[min(self.msgs)]
+        self._expire()  # an update enforces every limit, max_age too
         assert info.state.messages == len(self.msgs)
+
+    def _expire(self) -> None:
+        """Remove the messages older than max_age (none here: no max_age)."""
 
     @invariant()
     def matches_model(self) -> None:
@@ -225,8 +228,56 @@ class StreamModel(StoreMachine):
             assert self.store.last_by_subject("S", subj).seq == want
 
 
+class TimedStreamModel(StreamModel):
+    """The same with time passing in steps of about the limits' size, so their
+    boundaries are met: ``max_age`` expires the oldest messages when the store is ticked
+    (in slices of two, ticking while something is due, as the broker's loop does; a late
+    tick expires nothing meanwhile) and when the stream is updated and a msg id is a duplicate only within
+    ``duplicate_window`` of its first publish, ticked or not."""
+
+    max_age = 4 * SEC
+    duplicate_window = 2 * SEC
+
+    def _config(self) -> dict[str, object]:
+        return {
+            **super()._config(),
+            "max_age": self.max_age,
+            "duplicate_window": self.duplicate_window,
+        }
+
+    @rule(
+        n=st.integers(1, 3),
+        subject=st.sampled_from(SUBJECTS),
+        msg_id=st.none() | st.sampled_from(["m1", "m2", "m3"]),
+    )
+    def publish_some(self, n: int, subject: str, msg_id: str | None) -> None:
+        """More publishes per step, so the limits have messages to expire and ids to match."""
+        for i in range(n):
+            self.publish(subject, bytes([i]), msg_id, None)
+
+    @rule(secs=st.integers(1, 3), tick=st.booleans())
+    def advance(self, secs: int, tick: bool) -> None:
+        self.clock.advance(secs * SEC)
+        if tick:
+            self.tick_while_due()
+            self._expire()
+
+    def _expire(self) -> None:
+        now = self.clock.now
+        for seq in [q for q in self.msgs if self.times[q] + self.max_age <= now]:
+            del self.msgs[seq]
+
+
 def test_stream_against_model(tmp_path: Path) -> None:
     StreamModel.root = tmp_path
     run_state_machine_as_test(
         StreamModel, settings=settings(max_examples=100, stateful_step_count=25, deadline=None)
+    )
+
+
+def test_stream_with_time_against_model(tmp_path: Path) -> None:
+    TimedStreamModel.root = tmp_path
+    run_state_machine_as_test(
+        TimedStreamModel,
+        settings=settings(max_examples=150, stateful_step_count=40, deadline=None),
     )
