@@ -2,7 +2,8 @@
 
 The store removes at most two messages per transaction (``remove_slice=2``), so purges,
 the deletion of the stream, updates that lower its limits and their continuations across
-batches are part of every run.
+batches are part of every run. A second machine lets time pass (``max_age`` and
+``duplicate_window`` of a few seconds, an injected clock).
 
 Invariant after every step: the stored messages (seq, subject, payload), the state
 counters (messages, bytes, first/last seq, num_deleted, num_subjects) and
