@@ -292,10 +292,7 @@ class ConsumerRt(PendingCounts):
         md = cfg.max_deliver
         budget = MAX_DELIVERIES_PER_BATCH
         self.more = False
-        if self.deadlines and self.deadlines[0][0] <= ctx.now:
-            # Ack waits that ended before the timer's Tick came: redelivered first all the
-            # same (a pull racing the Tick would otherwise get newer messages ahead).
-            self.expire_acks(ctx)
+        self._expire_overdue_acks(ctx)
         if (
             self.num_pending_cache is None
             and (self.waiting if not cfg.is_push else self.push_bound)
@@ -416,14 +413,24 @@ class ConsumerRt(PendingCounts):
                     # Filled, or its max_bytes used up exactly: it ends without a status
                     # (as nats-server 2.15.1, measured).
                     self.waiting.popleft()
+                elif len(self.waiting) > 1:
+                    # To the back: waiting requests take one message each in turn (as
+                    # nats-server's wait queue, measured against 2.15.1).
+                    self.waiting.rotate(-1)
         # no_wait requests that could not be filled end now: 404 even after some messages
-        # (as nats-server 2.15.1, measured). One held back by max_ack_pending too: the
+        # (as nats-server 2.15.1, measured); one with ``expires`` that has had none yet
+        # waits for its first (or its expiry). One held back by max_ack_pending too: the
         # server keeps it waiting without a status until its inbox loses interest, which
         # the store cannot see (store/DESIGN.md).
-        while self.waiting and self.waiting[0].no_wait and not self._has_work(ctx):
-            req = self.waiting.popleft()
-            ctx.events.append(self._status(req, 404, "No Messages", ctx))
-            changed = True
+        if any(r.no_wait for r in self.waiting) and not self._has_work(ctx):
+            keep: deque[PullRequest] = deque()
+            for req in self.waiting:
+                if req.no_wait and (req.delivered or not req.expires_at):
+                    ctx.events.append(self._status(req, 404, "No Messages", ctx))
+                    changed = True
+                else:
+                    keep.append(req)
+            self.waiting = keep
         return changed
 
     def _pull_size(self, ctx: Ctx, seq: int, rec: bytes, redelivery: bool) -> int:
@@ -445,11 +452,37 @@ class ConsumerRt(PendingCounts):
         )
         return keys.msg_content_len(rec) + len(reply)
 
-    def _has_work(self, ctx: Ctx) -> bool:
+    def _queued_for_redelivery(self) -> set[int]:
+        """The seqs waiting in the redelivery queue (skipping its stale entries)."""
+        out = set()
         for s in self.redeliver:
             e = self.pending.get(s)
             if e is not None and not e.exhausted and e.deadline == NEVER:
-                return True
+                out.add(s)
+        return out
+
+    def no_wait_refusal(self, ctx: Ctx, expires: bool) -> tuple[int, str] | None:
+        """nats-server's answer to a ``no_wait`` pull before it queues it (measured against
+        2.15.1): 404 when there is nothing to deliver (with ``expires``, it waits for the
+        first message instead); 408 "Requests Pending" when the requests already waiting
+        would take everything there is. None: it is queued. (While num_pending is being
+        counted in slices, there is taken to be enough for it.)"""
+        self._expire_overdue_acks(ctx)
+        queued = len(self._queued_for_redelivery())
+        if not queued and self._next_new(ctx) is None and not self.more:
+            return None if expires else (404, "No Messages")
+        known = self.num_pending_cache
+        if self.waiting and known is not None and known + queued < self._waiting_batches():
+            return 408, "Requests Pending"
+        return None
+
+    def _waiting_batches(self) -> int:
+        """The messages the waiting pull requests have yet to take."""
+        return sum(r.batch for r in self.waiting)
+
+    def _has_work(self, ctx: Ctx) -> bool:
+        if self._queued_for_redelivery():
+            return True
         if self.config.ack_policy != "none":
             max_ap = self.config.max_ack_pending or -1
             if max_ap > 0 and self.num_ack_pending >= max_ap:
@@ -539,6 +572,13 @@ class ConsumerRt(PendingCounts):
         self._put_pending(ctx, seq, e)
 
     # -- timers --------------------------------------------------------------------------
+
+    def _expire_overdue_acks(self, ctx: Ctx) -> None:
+        """Ack waits that ended before the timer's Tick came: queued for redelivery all the
+        same (a pull racing the Tick would otherwise get newer messages ahead, or a no_wait
+        one a 404)."""
+        if self.deadlines and self.deadlines[0][0] <= ctx.now:
+            self.expire_acks(ctx)
 
     def expire_acks(self, ctx: Ctx) -> bool:
         """Move pending messages whose ack deadline passed to the redelivery queue (those

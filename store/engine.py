@@ -443,6 +443,11 @@ class Engine:
         if cfg.max_bytes and op.max_bytes > cfg.max_bytes:
             status(409, f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}")
             return None
+        if op.no_wait:
+            refusal = c.no_wait_refusal(ctx, op.expires_ns > 0)
+            if refusal is not None:
+                status(*refusal)
+                return None
         if cfg.max_waiting and len(c.waiting) >= cfg.max_waiting:
             status(409, "Exceeded MaxWaiting")
             return None

@@ -444,6 +444,63 @@ def test_no_wait_ends_with_404_after_some_messages_too(store: Store, events: Eve
     assert _statuses(evs) == [(404, "No Messages")]
 
 
+def _replies(evs: list[Any]) -> list[tuple[str, int | str]]:
+    """Each event's inbox with its stream seq (a delivery) or status code."""
+    return [
+        (e.reply, e.msg.seq if isinstance(e, Delivery) else f"{e.code} {e.description}")
+        for e in evs
+        if isinstance(e, Delivery | PullStatus)
+    ]
+
+
+def test_waiting_requests_take_one_message_each_in_turn(store: Store, events: Events) -> None:
+    """As nats-server's wait queue: a request that still wants more goes to the back."""
+    _stream(store)
+    _consumer(store)
+    store.pull("S", "c", "a", batch=3)
+    store.pull("S", "c", "b", batch=1)
+    store.pull("S", "c", "x", batch=2)
+    store.submit([Publish("s.a", b"")] * 5).result(timeout=10)
+    assert _replies(events.take()) == [("a", 1), ("b", 2), ("x", 3), ("a", 4), ("x", 5)]
+    assert store.consumer_info("S", "c").num_waiting == 1  # a wants one more
+
+
+def test_no_wait_behind_a_waiting_request(store: Store, events: Events) -> None:
+    """Answered before it queues (nats-server 2.15.1, measured): 404 when nothing is there;
+    408 "Requests Pending" when the requests ahead take everything there is."""
+    _stream(store)
+    _consumer(store, max_ack_pending=1)
+    store.pull("S", "c", "a", batch=3)
+    store.pull("S", "c", "b", no_wait=True)
+    assert _replies(events.take()) == [("b", "404 No Messages")]
+    _fill(store, "s.a", "s.b")  # a takes one; max_ack_pending holds the other back
+    store.pull("S", "c", "b", batch=3, no_wait=True)
+    store.pull("S", "c", "d", batch=3, no_wait=True, expires_ns=SEC)
+    assert _replies(events.take()) == [
+        ("a", 1),
+        ("b", "408 Requests Pending"),
+        ("d", "408 Requests Pending"),
+    ]
+    assert store.consumer_info("S", "c").num_waiting == 1
+
+
+def test_no_wait_with_expires_waits_for_its_first_message(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    """Then it ends with 404 if unfilled; with no message before it expires, 408."""
+    _stream(store)
+    _consumer(store)
+    store.pull("S", "c", "d", batch=3, no_wait=True, expires_ns=5 * SEC)
+    assert _replies(events.take()) == []
+    assert store.consumer_info("S", "c").num_waiting == 1
+    _fill(store, "s.a")
+    assert _replies(events.take()) == [("d", 1), ("d", "404 No Messages")]
+    store.pull("S", "c", "e", batch=3, no_wait=True, expires_ns=5 * SEC)
+    store.tick(clock.advance(5 * SEC)).result(timeout=10)
+    assert _replies(events.take()) == [("e", "408 Request Timeout")]
+    assert store.consumer_info("S", "c").num_waiting == 0
+
+
 def test_a_pull_without_a_batch_is_a_batch_of_one(store: Store, events: Events) -> None:
     _stream(store)
     _fill(store, "s.a", "s.b")

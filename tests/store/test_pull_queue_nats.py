@@ -1,0 +1,187 @@
+"""Differential test: pull requests that queue behind each other, on our store and on a
+real nats-server (as in test_against_nats.py).
+
+Each scenario makes a stream and one explicit-ack pull consumer on both, then runs the same
+steps: pull requests (batch, ``expires``, ``no_wait``), publishes and waits (real time for
+the server; the store's injected clock advanced and ticked). Every request's outcome — the
+stream seqs delivered to its inbox, then the status that ended it, if any — and the
+consumer's num_waiting must agree. The server's behaviour found this way: a ``no_wait``
+request is answered 404 at once when nothing is there, whatever waits ahead of it; 408
+"Requests Pending" when the requests ahead would take everything there is; with
+``expires`` it waits for its first message instead of a 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from store import Delivery, PullStatus, Store
+from tests.store.conftest import SEC, Events, FakeClock
+from tests.store.test_against_nats import _free_port, _nats_server
+
+Step = tuple[Any, ...]  # ("pull", inbox, request JSON) | ("pub", n) | ("wait", seconds)
+Outcomes = dict[str, list[str]]  # inbox -> its delivered seqs, then its status
+
+WAIT = {"expires": 30 * SEC}  # a request that waits (longer than any scenario)
+SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
+    # no_wait behind a waiting request, nothing there: 404 at once, before and after.
+    (
+        {},
+        [
+            ("pull", "a", {"batch": 5, **WAIT}),
+            ("pull", "b", {"batch": 1, "no_wait": True}),
+            ("pub", 2),
+            ("pull", "c", {"batch": 1, "no_wait": True}),
+        ],
+    ),
+    # no_wait with expires and nothing there waits for its first message, then 404.
+    ({}, [("pull", "d", {"batch": 3, "no_wait": True, "expires": 2 * SEC}), ("pub", 1)]),
+    # ... or for its expiry: 408.
+    ({}, [("pull", "d", {"batch": 3, "no_wait": True, "expires": SEC}), ("wait", 2)]),
+    # no_wait with expires and one message there: it, then 404.
+    ({}, [("pub", 1), ("pull", "e", {"batch": 3, "no_wait": True, "expires": 2 * SEC})]),
+    # Held back by max_ack_pending, the waiting request would take all there is: 408.
+    (
+        {"max_ack_pending": 1},
+        [
+            ("pub", 4),
+            ("pull", "a", {"batch": 5, **WAIT}),
+            ("pull", "b", {"batch": 1, "no_wait": True}),
+            ("pull", "c", {"batch": 5, "no_wait": True}),
+            ("pull", "f", {"batch": 1, "no_wait": True, "expires": 3 * SEC}),
+        ],
+    ),
+    # Two waiting requests, served in order.
+    (
+        {},
+        [
+            ("pull", "a", {"batch": 2, **WAIT}),
+            ("pull", "b", {"batch": 1, "no_wait": True, "expires": 5 * SEC}),
+            ("pub", 3),
+        ],
+    ),
+    # max_waiting reached: a waiting request is refused 409, a no_wait one with nothing
+    # there is answered 404.
+    (
+        {"max_waiting": 1},
+        [
+            ("pull", "a", {"batch": 2, **WAIT}),
+            ("pull", "b", {"batch": 1, **WAIT}),
+            ("pull", "c", {"batch": 1, "no_wait": True}),
+        ],
+    ),
+]
+
+
+def _status_text(code: str | int, description: str) -> str:
+    return f"{code} {description}"
+
+
+async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Step]) -> Outcomes:
+    await nc.request(
+        f"$JS.API.STREAM.CREATE.{name}",
+        json.dumps({"name": name, "subjects": [f"{name}.>"]}).encode(),
+        timeout=10,
+    )
+    ccfg = {"durable_name": "c", "ack_policy": "explicit", **cfg}
+    await nc.request(
+        f"$JS.API.CONSUMER.CREATE.{name}.c",
+        json.dumps({"stream_name": name, "config": ccfg}).encode(),
+        timeout=10,
+    )
+    out: Outcomes = {}
+    for step in steps:
+        if step[0] == "pull":
+            inbox = step[1]
+            got = out.setdefault(inbox, [])
+
+            async def cb(msg: Msg, got: list[str] = got) -> None:
+                headers = msg.headers or {}
+                if "Status" in headers:
+                    got.append(_status_text(headers["Status"], headers.get("Description", "")))
+                else:
+                    got.append(str(msg.metadata.sequence.stream))
+
+            await nc.subscribe(f"in.{name}.{inbox}", cb=cb)
+            await nc.publish(
+                f"$JS.API.CONSUMER.MSG.NEXT.{name}.c",
+                json.dumps(step[2]).encode(),
+                reply=f"in.{name}.{inbox}",
+            )
+        elif step[0] == "pub":
+            for _ in range(step[1]):
+                await nc.request(f"{name}.x", b"m", timeout=10)
+        else:
+            await asyncio.sleep(step[1] + 0.5)
+        await asyncio.sleep(0.3)  # the server's answers arrive
+    info = await nc.request(f"$JS.API.CONSUMER.INFO.{name}.c", b"", timeout=10)
+    out["num_waiting"] = [str(json.loads(info.data).get("num_waiting", 0))]
+    answered = {k: list(v) for k, v in out.items()}  # (the deletion answers the rest 409)
+    await nc.request(f"$JS.API.STREAM.DELETE.{name}", b"", timeout=10)
+    return answered
+
+
+def _on_store(path: Path, cfg: dict[str, Any], steps: list[Step]) -> Outcomes:
+    clock, events = FakeClock(), Events()
+    out: Outcomes = {}
+    with Store.open(path, sync="batch", clock=clock, on_event=events) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"]})
+        s.create_consumer("S", {"durable_name": "c", "ack_policy": "explicit", **cfg})
+        for step in steps:
+            if step[0] == "pull":
+                req = step[2]
+                out[step[1]] = []
+                s.pull(
+                    "S",
+                    "c",
+                    step[1],
+                    batch=req["batch"],
+                    expires_ns=req.get("expires", 0),
+                    no_wait=req.get("no_wait", False),
+                )
+            elif step[0] == "pub":
+                for _ in range(step[1]):
+                    s.publish("s.x", b"m")
+            else:
+                s.tick(clock.advance(step[1] * SEC)).result(timeout=30)
+            for e in events.take():
+                if isinstance(e, Delivery):
+                    out[e.reply].append(str(e.msg.seq))
+                elif isinstance(e, PullStatus):
+                    out[e.reply].append(_status_text(e.code, e.description))
+        out["num_waiting"] = [str(s.consumer_info("S", "c").num_waiting)]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_queued_pull_requests_answer_as_nats_server_does(tmp_path: Path) -> None:
+    port = _free_port()
+    server = _nats_server(tmp_path / "nats", port)
+
+    async def on_server() -> list[Outcomes]:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=10)
+        try:
+            return [
+                await _on_server(nc, f"Q{i}", cfg, steps)
+                for i, (cfg, steps) in enumerate(SCENARIOS)
+            ]
+        finally:
+            await nc.close()
+
+    try:
+        theirs = asyncio.run(on_server())
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    ours = [_on_store(tmp_path / f"s{i}", cfg, steps) for i, (cfg, steps) in enumerate(SCENARIOS)]
+    for scenario, a, b in zip(SCENARIOS, theirs, ours, strict=True):
+        assert (scenario, b) == (scenario, a)
