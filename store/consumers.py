@@ -426,7 +426,10 @@ class ConsumerRt(PendingCounts):
             keep: deque[PullRequest] = deque()
             for req in self.waiting:
                 if req.no_wait and (req.delivered or not req.expires_at):
-                    ctx.events.append(self._status(req, 404, "No Messages", ctx))
+                    # (no pending counts: nats-server's 404 carries none, measured)
+                    ctx.events.append(
+                        PullStatus(self.stream.name, self.name, req.reply, 404, "No Messages")
+                    )
                     changed = True
                 else:
                     keep.append(req)

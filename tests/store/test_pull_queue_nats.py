@@ -4,7 +4,8 @@ real nats-server (as in test_against_nats.py).
 Each scenario makes a stream and one explicit-ack pull consumer on both, then runs the same
 steps: pull requests (batch, ``expires``, ``no_wait``), publishes and waits (real time for
 the server; the store's injected clock advanced and ticked). Every request's outcome — the
-stream seqs delivered to its inbox, then the status that ended it, if any — and the
+stream seqs delivered to its inbox, then the status that ended it, if any, with the
+messages it says the request had yet to take — and the
 consumer's num_waiting must agree. The server's behaviour found this way: a ``no_wait``
 request is answered 404 at once when nothing is there, whatever waits ahead of it; 408
 "Requests Pending" when the requests ahead would take everything there is; with
@@ -81,8 +82,9 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
 ]
 
 
-def _status_text(code: str | int, description: str) -> str:
-    return f"{code} {description}"
+def _status_text(code: str | int, description: str, pending: str | int | None) -> str:
+    """A status as text, with the messages it says the request had yet to take, if any."""
+    return f"{code} {description}" + (f" (pending {pending})" if pending else "")
 
 
 async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Step]) -> Outcomes:
@@ -106,7 +108,13 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
             async def cb(msg: Msg, got: list[str] = got) -> None:
                 headers = msg.headers or {}
                 if "Status" in headers:
-                    got.append(_status_text(headers["Status"], headers.get("Description", "")))
+                    got.append(
+                        _status_text(
+                            headers["Status"],
+                            headers.get("Description", ""),
+                            headers.get("Nats-Pending-Messages"),
+                        )
+                    )
                 else:
                     got.append(str(msg.metadata.sequence.stream))
 
@@ -156,7 +164,7 @@ def _on_store(path: Path, cfg: dict[str, Any], steps: list[Step]) -> Outcomes:
                 if isinstance(e, Delivery):
                     out[e.reply].append(str(e.msg.seq))
                 elif isinstance(e, PullStatus):
-                    out[e.reply].append(_status_text(e.code, e.description))
+                    out[e.reply].append(_status_text(e.code, e.description, e.pending_msgs))
         out["num_waiting"] = [str(s.consumer_info("S", "c").num_waiting)]
     return out
 
