@@ -323,8 +323,11 @@ class Store:
         expires_ns: int = 0,
         no_wait: bool = False,
         max_bytes: int = 0,
+        idle_heartbeat_ns: int = 0,
     ) -> None:
-        self._call(Pull(stream, consumer, reply, batch, expires_ns, no_wait, max_bytes))
+        self._call(
+            Pull(stream, consumer, reply, batch, expires_ns, no_wait, max_bytes, idle_heartbeat_ns)
+        )
 
     def set_push_interest(self, stream: str, consumer: str, bound: bool) -> None:
         self._call(SetPushInterest(stream, consumer, bound))

@@ -59,6 +59,8 @@ class PullRequest:
     expires_at: int  # 0 = never
     no_wait: bool
     max_bytes: int  # remaining; 0 = no limit
+    heartbeat: int = 0  # idle_heartbeat (ns); 0 = none
+    next_beat: int = 0  # when its next idle heartbeat is due, unless a message comes first
     delivered: int = 0
 
 
@@ -409,6 +411,8 @@ class ConsumerRt(PendingCounts):
             if req is not None:
                 req.delivered += 1
                 req.batch -= 1
+                if req.heartbeat:
+                    req.next_beat = ctx.now + req.heartbeat
                 if req.batch <= 0 or req.max_bytes < 0:
                     # Filled, or its max_bytes used up exactly: it ends without a status
                     # (as nats-server 2.15.1, measured).
@@ -611,12 +615,27 @@ class ConsumerRt(PendingCounts):
         )
 
     def expire_requests(self, ctx: Ctx) -> None:
+        """Requests whose ``expires`` passed end with 408; the others that have waited
+        ``idle_heartbeat`` since their last message or heartbeat get a heartbeat."""
         keep: deque[PullRequest] = deque()
         for req in self.waiting:
             if req.expires_at and req.expires_at <= ctx.now:
                 ctx.events.append(self._status(req, 408, "Request Timeout", ctx))
-            else:
-                keep.append(req)
+                continue
+            if req.heartbeat and req.next_beat <= ctx.now:
+                req.next_beat = ctx.now + req.heartbeat
+                ctx.events.append(
+                    PullStatus(
+                        self.stream.name,
+                        self.name,
+                        req.reply,
+                        100,
+                        "Idle Heartbeat",
+                        last_consumer_seq=self.delivered_cseq,
+                        last_stream_seq=self.delivered_sseq,
+                    )
+                )
+            keep.append(req)
         self.waiting = keep
 
     def inactive_deadline(self) -> int:
@@ -643,8 +662,9 @@ class ConsumerRt(PendingCounts):
             best = d
             break
         for req in self.waiting:
-            if req.expires_at and (not best or req.expires_at < best):
-                best = req.expires_at
+            for due in (req.expires_at, req.next_beat):
+                if due and (not best or due < best):
+                    best = due
         ia = self.inactive_deadline()
         if ia and (not best or ia < best):
             best = ia

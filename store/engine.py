@@ -431,8 +431,12 @@ class Engine:
             status(409, "Consumer is push based")
             return None
         batch = max(op.batch, 1)  # as nats-server 2.15.1 (measured): no batch is one
-        if op.expires_ns < 0 or op.max_bytes < 0:
+        if op.expires_ns < 0 or op.max_bytes < 0 or op.idle_heartbeat_ns < 0:
             status(400, "Bad Request - negative value")
+            return None
+        if op.idle_heartbeat_ns and 2 * op.idle_heartbeat_ns > op.expires_ns:
+            # Measured against nats-server 2.15.1: no expires at all is "too large" too.
+            status(400, "Bad Request - heartbeat value too large")
             return None
         if cfg.max_batch and batch > cfg.max_batch:
             status(409, f"Exceeded MaxRequestBatch of {cfg.max_batch}")
@@ -452,7 +456,12 @@ class Engine:
             status(409, "Exceeded MaxWaiting")
             return None
         expires_at = ctx.now + op.expires_ns if op.expires_ns else 0
-        c.waiting.append(PullRequest(op.reply, batch, expires_at, op.no_wait, op.max_bytes))
+        hb = op.idle_heartbeat_ns
+        c.waiting.append(
+            PullRequest(
+                op.reply, batch, expires_at, op.no_wait, op.max_bytes, hb, ctx.now + hb if hb else 0
+            )
+        )
         self._with_waiting.add((c.stream.name, c.name))
         c.last_activity_ns = ctx.now
         ctx.touched.add(c.stream)

@@ -132,6 +132,8 @@ class Pull(NamedTuple):
     expires_ns: int = 0
     no_wait: bool = False
     max_bytes: int = 0
+    # While it waits, a "100 Idle Heartbeat" status this often when nothing came (0: none).
+    idle_heartbeat_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +326,7 @@ def ack_subject(
 
 @dataclass(frozen=True, slots=True)
 class PullStatus:
-    """A status message for a pull request (404 / 408 / 409), spec §1.9.3."""
+    """A status message for a pull request (100 / 400 / 404 / 408 / 409), spec §1.9.3."""
 
     stream: str
     consumer: str
@@ -333,6 +335,9 @@ class PullStatus:
     description: str
     pending_msgs: int = 0
     pending_bytes: int = 0
+    # 100 Idle Heartbeat: the consumer's last delivery (Nats-Last-Consumer / -Stream).
+    last_consumer_seq: int = 0
+    last_stream_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -501,6 +501,44 @@ def test_no_wait_with_expires_waits_for_its_first_message(
     assert store.consumer_info("S", "c").num_waiting == 0
 
 
+def test_idle_heartbeats_while_a_request_waits(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    """Every idle_heartbeat since its last message or heartbeat, with the consumer's last
+    delivery; none past its expiry. More than half the expiry is refused, as nats-server."""
+    _stream(store)
+    _consumer(store)
+    store.pull("S", "c", "h", batch=5, expires_ns=5 * SEC, idle_heartbeat_ns=SEC)
+    assert store.next_deadline() == T0 + SEC
+
+    def tick_at(ns: int) -> list[tuple[str, int, int]]:
+        clock.now = T0 + ns
+        store.tick(clock.now).result(timeout=10)
+        return [
+            (f"{e.code}", e.last_consumer_seq, e.last_stream_seq)
+            for e in events.take()
+            if isinstance(e, PullStatus)
+        ]
+
+    assert tick_at(SEC) == [("100", 0, 0)]
+    clock.now = T0 + 3 * SEC // 2
+    _fill(store, "s.a")
+    assert _seqs(events.take()) == [1]
+    assert store.next_deadline() == T0 + 5 * SEC // 2  # from the message on
+    assert tick_at(2 * SEC) == []
+    assert tick_at(5 * SEC // 2) == [("100", 1, 1)]
+    assert tick_at(9 * SEC // 2) == [("100", 1, 1)]  # late: one, then on from here
+    assert tick_at(5 * SEC) == [("408", 0, 0)]
+    assert store.consumer_info("S", "c").num_waiting == 0
+    for expires in (SEC, 0):
+        assert _statuses(_pull(store, events, expires_ns=expires, idle_heartbeat_ns=SEC)) == [
+            (400, "Bad Request - heartbeat value too large")
+        ]
+    assert _statuses(_pull(store, events, expires_ns=SEC, idle_heartbeat_ns=-1)) == [
+        (400, "Bad Request - negative value")
+    ]
+
+
 def test_a_pull_without_a_batch_is_a_batch_of_one(store: Store, events: Events) -> None:
     _stream(store)
     _fill(store, "s.a", "s.b")

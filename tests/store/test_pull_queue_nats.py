@@ -2,14 +2,17 @@
 real nats-server (as in test_against_nats.py).
 
 Each scenario makes a stream and one explicit-ack pull consumer on both, then runs the same
-steps: pull requests (batch, ``expires``, ``no_wait``), publishes and waits (real time for
-the server; the store's injected clock advanced and ticked). Every request's outcome — the
+steps: pull requests (batch, ``expires``, ``no_wait``, ``idle_heartbeat``), publishes and
+waits (real time for the server; for the store, its injected clock moved to each timer as
+it falls due, and ticked there). Idle heartbeats in a row count once (how many fit in a
+wait is timing), with the last delivery they carry. Every request's outcome — the
 stream seqs delivered to its inbox, then the status that ended it, if any, with the
 messages it says the request had yet to take — and the
 consumer's num_waiting must agree. The server's behaviour found this way: a ``no_wait``
 request is answered 404 at once when nothing is there, whatever waits ahead of it; 408
 "Requests Pending" when the requests ahead would take everything there is; with
-``expires`` it waits for its first message instead of a 404.
+``expires`` it waits for its first message instead of a 404; a heartbeat more than half
+the expiry, or with none, is refused 400.
 """
 
 from __future__ import annotations
@@ -69,6 +72,25 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
             ("pub", 3),
         ],
     ),
+    # Idle heartbeats while a request waits, from its last message on; then its expiry.
+    (
+        {},
+        [
+            ("pull", "h", {"batch": 5, "expires": 5 * SEC, "idle_heartbeat": SEC}),
+            ("wait", 1.5),
+            ("pub", 1),
+            ("wait", 4),
+        ],
+    ),
+    # A heartbeat more than half the expiry (or with none) is refused.
+    (
+        {},
+        [
+            ("pull", "a", {"batch": 1, "expires": 2 * SEC, "idle_heartbeat": 1_500_000_000}),
+            ("pull", "b", {"batch": 1, "no_wait": True, "idle_heartbeat": SEC}),
+            ("pull", "c", {"batch": 1, "idle_heartbeat": SEC}),
+        ],
+    ),
     # max_waiting reached: a waiting request is refused 409, a no_wait one with nothing
     # there is answered 404.
     (
@@ -82,9 +104,16 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
 ]
 
 
-def _status_text(code: str | int, description: str, pending: str | int | None) -> str:
-    """A status as text, with the messages it says the request had yet to take, if any."""
-    return f"{code} {description}" + (f" (pending {pending})" if pending else "")
+def _status_text(code: str | int, description: str, extra: str | int | None) -> str:
+    """A status as text, with the messages it says the request had yet to take, or a
+    heartbeat's last delivery, if any."""
+    return f"{code} {description}" + (f" ({extra})" if extra else "")
+
+
+def _add(got: list[str], item: str) -> None:
+    """Heartbeats in a row count once: how many fit in a wait is a matter of timing."""
+    if not (got and item == got[-1] and item.startswith("100 ")):
+        got.append(item)
 
 
 async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Step]) -> Outcomes:
@@ -108,12 +137,14 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
             async def cb(msg: Msg, got: list[str] = got) -> None:
                 headers = msg.headers or {}
                 if "Status" in headers:
-                    got.append(
-                        _status_text(
-                            headers["Status"],
-                            headers.get("Description", ""),
-                            headers.get("Nats-Pending-Messages"),
-                        )
+                    last = headers.get("Nats-Last-Consumer")
+                    extra = (
+                        f"last {last}/{headers.get('Nats-Last-Stream')}"
+                        if last is not None
+                        else headers.get("Nats-Pending-Messages")
+                    )
+                    _add(
+                        got, _status_text(headers["Status"], headers.get("Description", ""), extra)
                     )
                 else:
                     got.append(str(msg.metadata.sequence.stream))
@@ -154,17 +185,27 @@ def _on_store(path: Path, cfg: dict[str, Any], steps: list[Step]) -> Outcomes:
                     batch=req["batch"],
                     expires_ns=req.get("expires", 0),
                     no_wait=req.get("no_wait", False),
+                    idle_heartbeat_ns=req.get("idle_heartbeat", 0),
                 )
             elif step[0] == "pub":
                 for _ in range(step[1]):
                     s.publish("s.x", b"m")
-            else:
-                s.tick(clock.advance(step[1] * SEC)).result(timeout=30)
+            else:  # time passes: every timer that falls due in it fires on time
+                until = clock.now + int(step[1] * SEC)
+                while (due := s.next_deadline()) is not None and due <= until:
+                    clock.now = due
+                    s.tick(due).result(timeout=30)
+                clock.now = until
             for e in events.take():
                 if isinstance(e, Delivery):
                     out[e.reply].append(str(e.msg.seq))
                 elif isinstance(e, PullStatus):
-                    out[e.reply].append(_status_text(e.code, e.description, e.pending_msgs))
+                    extra = (
+                        f"last {e.last_consumer_seq}/{e.last_stream_seq}"
+                        if e.code == 100
+                        else e.pending_msgs
+                    )
+                    _add(out[e.reply], _status_text(e.code, e.description, extra))
         out["num_waiting"] = [str(s.consumer_info("S", "c").num_waiting)]
     return out
 
