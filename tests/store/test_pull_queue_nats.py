@@ -91,6 +91,18 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
             ("pull", "c", {"batch": 1, "idle_heartbeat": SEC}),
         ],
     ),
+    # A waiting request's max_bytes (one message is ≈ 45 bytes here): the message that
+    # does not fit ends it with 409.
+    ({}, [("pull", "m", {"batch": 5, "max_bytes": 60, **WAIT}), ("pub", 2)]),
+    # ... while taking turns with another request.
+    (
+        {},
+        [
+            ("pull", "a", {"batch": 3, "max_bytes": 100, **WAIT}),
+            ("pull", "b", {"batch": 3, **WAIT}),
+            ("pub", 5),
+        ],
+    ),
     # max_waiting reached: a waiting request is refused 409, a no_wait one with nothing
     # there is answered 404.
     (
@@ -168,28 +180,30 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
     return answered
 
 
-def _on_store(path: Path, cfg: dict[str, Any], steps: list[Step]) -> Outcomes:
+def _on_store(path: Path, name: str, cfg: dict[str, Any], steps: list[Step]) -> Outcomes:
+    """The steps on our store, with the server's names (max_bytes counts them)."""
     clock, events = FakeClock(), Events()
     out: Outcomes = {}
     with Store.open(path, sync="batch", clock=clock, on_event=events) as s:
-        s.create_stream({"name": "S", "subjects": ["s.>"]})
-        s.create_consumer("S", {"durable_name": "c", "ack_policy": "explicit", **cfg})
+        s.create_stream({"name": name, "subjects": [f"{name}.>"]})
+        s.create_consumer(name, {"durable_name": "c", "ack_policy": "explicit", **cfg})
         for step in steps:
             if step[0] == "pull":
                 req = step[2]
                 out[step[1]] = []
                 s.pull(
-                    "S",
+                    name,
                     "c",
                     step[1],
                     batch=req["batch"],
                     expires_ns=req.get("expires", 0),
                     no_wait=req.get("no_wait", False),
+                    max_bytes=req.get("max_bytes", 0),
                     idle_heartbeat_ns=req.get("idle_heartbeat", 0),
                 )
             elif step[0] == "pub":
                 for _ in range(step[1]):
-                    s.publish("s.x", b"m")
+                    s.publish(f"{name}.x", b"m")
             else:  # time passes: every timer that falls due in it fires on time
                 until = clock.now + int(step[1] * SEC)
                 while (due := s.next_deadline()) is not None and due <= until:
@@ -206,7 +220,7 @@ def _on_store(path: Path, cfg: dict[str, Any], steps: list[Step]) -> Outcomes:
                         else e.pending_msgs
                     )
                     _add(out[e.reply], _status_text(e.code, e.description, extra))
-        out["num_waiting"] = [str(s.consumer_info("S", "c").num_waiting)]
+        out["num_waiting"] = [str(s.consumer_info(name, "c").num_waiting)]
     return out
 
 
@@ -231,6 +245,9 @@ def test_queued_pull_requests_answer_as_nats_server_does(tmp_path: Path) -> None
     finally:
         server.terminate()
         server.wait(timeout=30)
-    ours = [_on_store(tmp_path / f"s{i}", cfg, steps) for i, (cfg, steps) in enumerate(SCENARIOS)]
+    ours = [
+        _on_store(tmp_path / f"s{i}", f"Q{i}", cfg, steps)
+        for i, (cfg, steps) in enumerate(SCENARIOS)
+    ]
     for scenario, a, b in zip(SCENARIOS, theirs, ours, strict=True):
         assert (scenario, b) == (scenario, a)
