@@ -450,6 +450,7 @@ class Engine:
         if op.no_wait:
             refusal = c.no_wait_refusal(ctx, op.expires_ns > 0)
             if refusal is not None:
+                c.last_activity_ns = ctx.now  # it still counts against inactive_threshold
                 status(*refusal)
                 return None
         if cfg.max_waiting and len(c.waiting) >= cfg.max_waiting:

@@ -501,6 +501,21 @@ def test_no_wait_with_expires_waits_for_its_first_message(
     assert store.consumer_info("S", "c").num_waiting == 0
 
 
+def test_no_wait_polls_keep_an_ephemeral_consumer_alive(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    """A no_wait pull answered 404 at once is activity all the same (as nats-server)."""
+    _stream(store)
+    store.create_consumer(
+        "S", {"name": "e", "ack_policy": "explicit", "inactive_threshold": 5 * SEC}
+    )
+    for _ in range(4):
+        store.tick(clock.advance(3 * SEC)).result(timeout=10)
+        assert _statuses(_pull(store, events, c="e", no_wait=True)) == [(404, "No Messages")]
+    store.tick(clock.advance(5 * SEC)).result(timeout=10)
+    assert store.consumer_names("S") == []
+
+
 def test_idle_heartbeats_while_a_request_waits(
     store: Store, events: Events, clock: FakeClock
 ) -> None:
