@@ -31,7 +31,8 @@ from store import Delivery, PullStatus, Store
 from tests.store.conftest import SEC, Events, FakeClock
 from tests.store.test_against_nats import _free_port, _nats_server
 
-Step = tuple[Any, ...]  # ("pull", inbox, request JSON) | ("pub", n) | ("wait", seconds)
+# ("pull", inbox, request JSON) | ("pub", n) | ("wait", seconds) | ("ack", stream seq)
+Step = tuple[Any, ...]
 Outcomes = dict[str, list[str]]  # inbox -> its delivered seqs, then its status
 
 WAIT = {"expires": 30 * SEC}  # a request that waits (longer than any scenario)
@@ -103,6 +104,18 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
             ("pub", 5),
         ],
     ),
+    # Held back by max_ack_pending, waiting requests take turns as acks make room.
+    (
+        {"max_ack_pending": 1},
+        [
+            ("pub", 4),
+            ("pull", "a", {"batch": 2, **WAIT}),
+            ("pull", "b", {"batch": 2, **WAIT}),
+            ("ack", 1),
+            ("ack", 2),
+            ("ack", 3),
+        ],
+    ),
     # max_waiting reached: a waiting request is refused 409, a no_wait one with nothing
     # there is answered 404.
     (
@@ -141,6 +154,7 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
         timeout=10,
     )
     out: Outcomes = {}
+    acks: dict[int, str] = {}  # stream seq -> its ack subject
     for step in steps:
         if step[0] == "pull":
             inbox = step[1]
@@ -160,6 +174,7 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
                     )
                 else:
                     got.append(str(msg.metadata.sequence.stream))
+                    acks[msg.metadata.sequence.stream] = msg.reply
 
             await nc.subscribe(f"in.{name}.{inbox}", cb=cb)
             await nc.publish(
@@ -170,6 +185,8 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
         elif step[0] == "pub":
             for _ in range(step[1]):
                 await nc.request(f"{name}.x", b"m", timeout=10)
+        elif step[0] == "ack":
+            await nc.request(acks[step[1]], b"+ACK", timeout=10)
         else:
             await asyncio.sleep(step[1] + 0.5)
         await asyncio.sleep(0.3)  # the server's answers arrive
@@ -204,6 +221,8 @@ def _on_store(path: Path, name: str, cfg: dict[str, Any], steps: list[Step]) -> 
             elif step[0] == "pub":
                 for _ in range(step[1]):
                     s.publish(f"{name}.x", b"m")
+            elif step[0] == "ack":
+                s.ack(name, "c", step[1])
             else:  # time passes: every timer that falls due in it fires on time
                 until = clock.now + int(step[1] * SEC)
                 while (due := s.next_deadline()) is not None and due <= until:
