@@ -2,8 +2,8 @@
 real nats-server (as in test_against_nats.py).
 
 Each scenario makes a stream and one explicit-ack pull consumer on both, then runs the same
-steps: pull requests (batch, ``expires``, ``no_wait``, ``idle_heartbeat``), publishes and
-waits (real time for the server; for the store, its injected clock moved to each timer as
+steps: pull requests (batch, ``expires``, ``no_wait``, ``idle_heartbeat``), publishes,
+acks and waits (real time for the server; for the store, its injected clock moved to each timer as
 it falls due, and ticked there). Idle heartbeats in a row count once (how many fit in a
 wait is timing), with the last delivery they carry. Every request's outcome — the
 stream seqs delivered to its inbox, then the status that ended it, if any, with the
@@ -155,6 +155,7 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
     )
     out: Outcomes = {}
     acks: dict[int, str] = {}  # stream seq -> its ack subject
+    delivered = asyncio.Event()  # set by every delivery
     for step in steps:
         if step[0] == "pull":
             inbox = step[1]
@@ -175,6 +176,7 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
                 else:
                     got.append(str(msg.metadata.sequence.stream))
                     acks[msg.metadata.sequence.stream] = msg.reply
+                    delivered.set()
 
             await nc.subscribe(f"in.{name}.{inbox}", cb=cb)
             await nc.publish(
@@ -186,6 +188,11 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
             for _ in range(step[1]):
                 await nc.request(f"{name}.x", b"m", timeout=10)
         elif step[0] == "ack":
+            # The message must have come first (the store delivered it by now): a loaded
+            # machine may hold the server's delivery back past the pause below.
+            while step[1] not in acks:
+                delivered.clear()
+                await asyncio.wait_for(delivered.wait(), timeout=5)
             await nc.request(acks[step[1]], b"+ACK", timeout=10)
         else:
             await asyncio.sleep(step[1] + 0.5)
