@@ -87,7 +87,9 @@ def ack_from_payload(reply: AckReply, payload: bytes, next_reply: str = "") -> A
     arg = arg.strip()
 
     def mk(kind: AckKind, **kw: Any) -> Ack:
-        return Ack(reply.stream, reply.consumer, reply.stream_seq, kind, **kw)
+        return Ack(
+            reply.stream, reply.consumer, reply.stream_seq, kind, cseq=reply.consumer_seq, **kw
+        )
 
     if head in ("", "+ACK", "+OK"):
         return mk(AckKind.ACK)

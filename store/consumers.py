@@ -2,10 +2,10 @@
 
 Writer thread only. A :class:`ConsumerRt` is the writer's copy of one consumer: its
 config, its delivered / ack-floor positions, the pending map
-``stream seq -> (consumer seq, delivery count, ack deadline, exhausted)`` (mirrored in
-the ``pending`` database), the redelivery queue (a heap of stream seqs: redeliveries go
-out in stream order, before new messages) and the waiting pull requests (memory only:
-a pull request does not survive a restart, as in nats-server).
+``stream seq -> (first delivery's consumer seq, delivery count, ack deadline, exhausted)``
+(mirrored in the ``pending`` database), the redelivery queue (a heap of stream seqs:
+redeliveries go out in stream order, before new messages) and the waiting pull requests
+(memory only: a pull request does not survive a restart, as in nats-server).
 
 ``pending`` is a dict whose insertion order is stream order: a new delivery always has a
 higher stream seq than anything pending, and a redelivery updates its entry in place. So
@@ -371,8 +371,7 @@ class ConsumerRt(PendingCounts):
             self.last_delivered_ns = ctx.now
             if redelivery:
                 e = self.pending[seq]
-                e.count += 1
-                e.cseq = cseq
+                e.count += 1  # (its cseq stays the first delivery's, as nats-server's)
                 count = e.count
                 e.deadline = self.ack_deadline(ctx.now, count)
                 self._push_deadline(e.deadline, seq)
@@ -511,14 +510,21 @@ class ConsumerRt(PendingCounts):
 
     # -- acks ----------------------------------------------------------------------------
 
-    def ack(self, ctx: Ctx, seq: int, term: bool = False, reason: str = "") -> list[int]:
-        """``+ACK`` / ``+TERM``: returns the stream seqs released (for retention)."""
+    def ack(
+        self, ctx: Ctx, seq: int, cseq: int = 0, term: bool = False, reason: str = ""
+    ) -> list[int]:
+        """``+ACK`` / ``+TERM`` of stream seq ``seq`` (``cseq``: the consumer seq of the
+        delivery acked, 0 if not known): returns the stream seqs released (for retention)."""
         self.last_ack_ns = ctx.now
         self.last_activity_ns = ctx.now
         released: list[int] = []
         if self.config.ack_policy == "none":
             return released
         if self.config.ack_policy == "all":
+            if cseq and (cseq <= self.ack_cseq or seq <= self.ack_sseq):
+                # From a delivery at or below the floor (an earlier delivery of a message
+                # redelivered since): nothing, as nats-server 2.15.1 (measured).
+                return released
             # Everything up to seq, a +TERM too (as nats-server 2.15.1 does, measured).
             term_entry = self.pending.get(seq) if term else None
             for s in self.pending:  # in stream order: up to seq only
@@ -539,6 +545,11 @@ class ConsumerRt(PendingCounts):
                         ctx.now,
                     )
                 )
+            if cseq and self.pending:
+                # The floor is the acked delivery's, as nats-server's (after redeliveries
+                # it is not the one below the first pending message).
+                self.ack_cseq, self.ack_sseq = cseq, seq
+                return released
         else:
             e = self._drop_pending(ctx, seq)
             if e is not None:

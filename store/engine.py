@@ -409,7 +409,7 @@ class Engine:
         ctx.dirty_consumers.add(c)
         kind = op.kind
         if kind in (AckKind.ACK, AckKind.NEXT, AckKind.TERM):
-            released = c.ack(ctx, op.seq, term=kind is AckKind.TERM, reason=op.reason)
+            released = c.ack(ctx, op.seq, op.cseq, term=kind is AckKind.TERM, reason=op.reason)
             for s in released:
                 ctx.retention_check.append((c.stream, s))
             if kind is AckKind.NEXT and op.next_reply:

@@ -73,9 +73,10 @@ a consumer id from the same counter. Times are Unix nanoseconds (u64), 0 = no ti
 |               |                                      | stream seq, last delivery time, last ack   |
 |               |                                      | time, last-per-subject end seq (0 = none)  |
 +---------------+--------------------------------------+--------------------------------------------+
-| ``pending``   | u64 cid, u64 stream seq              | pending ack: u64 consumer seq, u32         |
-|               |                                      | delivery count, u64 ack deadline, u8 flags |
-|               |                                      | (bit 0: max deliveries reached)            |
+| ``pending``   | u64 cid, u64 stream seq              | pending ack: u64 consumer seq of its first |
+|               |                                      | delivery (the ack floor's), u32 delivery   |
+|               |                                      | count, u64 ack deadline, u8 flags (bit 0:  |
+|               |                                      | max deliveries reached)                    |
 +---------------+--------------------------------------+--------------------------------------------+
 
 Why the ``subjects`` index leads with the epoch: a commit stores messages with

@@ -96,7 +96,9 @@ class Ack(NamedTuple):
     """An ack for ``seq`` (stream sequence) on a consumer. Result: ``None``.
 
     ``delay_ns`` is the ``-NAK`` delay; ``reason`` the ``+TERM`` reason. For ``+NXT``,
-    ``next_reply`` and ``next_batch`` register a pull request after the ack.
+    ``next_reply`` and ``next_batch`` register a pull request after the ack. ``cseq`` is
+    the consumer seq of the delivery whose reply subject the ack came to (0: not known);
+    with ``ack_policy: all`` it becomes the ack floor's, as in nats-server.
     """
 
     stream: str
@@ -107,6 +109,7 @@ class Ack(NamedTuple):
     reason: str = ""
     next_reply: str = ""
     next_batch: int = 1
+    cseq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from store import (
     PullStatus,
     Store,
 )
+from store.acks import ack_from_payload, parse_ack_reply
 from store.consumers import MAX_DELIVERIES_PER_BATCH
 from store.models import format_time
 from store.writer import Job
@@ -268,6 +269,63 @@ def test_ack_policy_all_acks_everything_below(store: Store, events: Events) -> N
     store.ack("S", "c", 2)
     info = store.consumer_info("S", "c")
     assert (info.ack_floor.stream_seq, info.num_ack_pending) == (2, 1)
+
+
+def _floor(store: Store) -> tuple[int, int]:
+    info = store.consumer_info("S", "c")
+    return info.ack_floor.consumer_seq, info.ack_floor.stream_seq
+
+
+def _redeliver_all(store: Store, events: Events, clock: FakeClock, n: int) -> list[Delivery]:
+    """Deliver messages 1..n, let their ack wait (10 s) run out, pull them again."""
+    first = [e for e in _pull(store, events, batch=n) if isinstance(e, Delivery)]
+    store.tick(clock.advance(10 * SEC)).result(timeout=10)
+    again = [e for e in _pull(store, events, batch=n) if isinstance(e, Delivery)]
+    assert [e.consumer_seq for e in first + again] == list(range(1, 2 * n + 1))
+    return first + again
+
+
+def test_ack_floor_keeps_the_first_delivery_consumer_seq(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    # As nats-server 2.15.1 (test_redelivery_nats.py): a redelivery does not change the
+    # consumer seq the floor takes from a pending message.
+    _stream(store)
+    _fill(store, "s.a", "s.b", "s.c")
+    _consumer(store, ack_wait=10 * SEC)
+    _redeliver_all(store, events, clock, 3)  # consumer seqs 1-3, then 4-6
+    store.ack("S", "c", 1)
+    assert _floor(store) == (1, 1)  # message 2 pending: first delivered as consumer seq 2
+    store.ack("S", "c", 2)
+    assert _floor(store) == (2, 2)
+    store.ack("S", "c", 3)
+    assert _floor(store) == (6, 3)  # nothing pending: the last delivery
+
+
+def test_ack_all_floor_is_the_acked_delivery(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    # As nats-server 2.15.1 (test_redelivery_nats.py): the ack's own delivery gives the
+    # floor, and an ack from a delivery at or below the floor does nothing.
+    _stream(store)
+    _fill(store, "s.a", "s.b", "s.c")
+    _consumer(store, ack_policy="all", ack_wait=10 * SEC)
+    ds = _redeliver_all(store, events, clock, 3)
+    by_cseq = {e.consumer_seq: e for e in ds}
+
+    def ack(cseq: int) -> None:
+        r = parse_ack_reply(by_cseq[cseq].ack_subject)
+        store.submit([ack_from_payload(r, b"+ACK")]).result(timeout=10)
+
+    ack(4)  # message 1's second delivery
+    assert _floor(store) == (4, 1)
+    ack(2)  # message 2's first delivery: below the floor
+    info = store.consumer_info("S", "c")
+    assert (_floor(store), info.num_ack_pending) == ((4, 1), 2)
+    ack(5)  # message 2's second delivery
+    assert _floor(store) == (5, 2)
+    store.ack("S", "c", 3)  # consumer seq not known: nothing pending, the last delivery
+    assert _floor(store) == (6, 3)
 
 
 # -- redelivery ------------------------------------------------------------------------------

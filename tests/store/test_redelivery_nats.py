@@ -1,0 +1,468 @@
+"""Differential test: acks and redeliveries over time, on our store and on a real
+nats-server (as in test_against_nats.py).
+
+Each scenario makes a stream and one pull consumer (explicit acks, ``ack_wait`` of a
+second, unless the scenario sets ``ack_wait``, ``backoff``, ``max_deliver``,
+``max_ack_pending`` or ``ack_policy``) on both, then runs the same steps on one timeline:
+publishes, pull requests, acks of every kind sent to the reply subject of a message's
+latest delivery, or its first (``+ACK``, ``-NAK`` with and without a delay, ``+WPI``,
+``+TERM`` with a reason, ``+NXT``), consumer info, and waits. The store gets each ack as
+the broker hands it over: reply subject and payload parsed by ``store.acks``.
+
+The server runs the steps in real time, each at its moment of the timeline; the store's
+injected clock is moved to each moment, firing every timer that falls due on the way. No
+timer falls due within 0.1 s of a step that acts (the store side checks it), so the
+server's latency does not change the order. Compared: each request's deliveries (stream
+seq and delivery count) in order, the advisories (max deliveries, terminated), and at
+each info step the consumer's delivered and ack floor sequences, num_ack_pending,
+num_redelivered, num_pending and num_waiting. Found this way: a pending message keeps the
+consumer seq of its first delivery for the ack floor; with ``ack_policy: all`` the floor
+is the acked delivery's, and an ack from a delivery at or below it does nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from store import Advisory, Delivery, PullStatus, Store
+from store.acks import ack_from_payload, parse_ack_reply
+from tests.store.conftest import SEC, T0, Events, FakeClock
+from tests.store.test_against_nats import _free_port, _nats_server
+
+# ("pub", n) | ("pull", inbox, batch) | ("ack", stream seq, payload[, inbox for +NXT])
+# | ("ack-first", stream seq, payload): to the reply subject of its first delivery
+# | ("info",) | ("wait", seconds)
+Step = tuple[Any, ...]
+Outcomes = dict[str, list[str]]  # inbox, "info" or "advisories" -> what came, in order
+
+STEP_S = 0.3  # every step but a wait takes this long on the timeline
+MARGIN_NS = SEC // 10  # no timer falls due closer than this to a step that acts
+WAIT_NS = 60 * SEC  # a pull request's expiry: longer than any scenario
+SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
+    # ack_wait (1 s) runs out: redelivered in stream order, the delivery count going up.
+    # (Moments on the timeline, and the timers between them, in the comments.)
+    (
+        {},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub", 2),  # 0.3: delivered
+            ("info",),  # 0.6
+            ("wait", 0.8),  # 0.9; both again at 1.3
+            ("info",),  # 1.7
+            ("ack", 1, "+ACK"),  # 2.0; seq 2 again at 2.3
+            ("wait", 0.4),
+            ("info",),  # 2.7
+        ],
+    ),
+    # -NAK: again at once; with a delay (JSON or a Go duration), after it.
+    (
+        {"ack_wait": 5 * SEC},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub", 3),  # 0.3
+            ("ack", 1, "-NAK"),  # 0.6: again at once
+            ("ack", 2, '-NAK {"delay": 1000000000}'),  # 0.9: again at 1.9
+            ("ack", 3, "-NAK 2s"),  # 1.2: again at 3.2
+            ("info",),  # 1.5
+            ("wait", 0.4),
+            ("info",),  # 2.2
+            ("wait", 1.0),
+            ("info",),  # 3.5
+        ],
+    ),
+    # +WPI restarts the ack wait.
+    (
+        {},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub", 1),  # 0.3: due at 1.3
+            ("wait", 0.4),
+            ("ack", 1, "+WPI"),  # 1.0: due at 2.0 instead
+            ("wait", 0.4),
+            ("info",),  # 1.7
+            ("wait", 0.5),  # 2.0: again
+            ("info",),  # 2.5
+        ],
+    ),
+    # +TERM: gone from pending, with an advisory; the ack floor moves past it.
+    (
+        {},
+        [
+            ("pull", "a", 10),
+            ("pub", 3),
+            ("ack", 1, "+TERM gone bad"),
+            ("ack", 3, "+TERM"),
+            ("info",),
+            ("ack", 2, "+ACK"),
+            ("info",),
+        ],
+    ),
+    # max_deliver: delivered twice, then an advisory and no more.
+    (
+        {"max_deliver": 2},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub", 2),  # 0.3
+            ("ack", 2, "+ACK"),  # 0.6
+            ("wait", 1.2),  # 0.9; seq 1 again at 1.3, given up at 2.3
+            ("info",),  # 2.1
+            ("wait", 1.0),
+            ("info",),  # 3.4
+            ("pub", 1),  # 3.7
+            ("info",),  # 4.0
+        ],
+    ),
+    # max_deliver reached through NAKs.
+    (
+        {"max_deliver": 2},
+        [
+            ("pull", "a", 10),
+            ("pub", 1),
+            ("ack", 1, "-NAK"),
+            ("ack", 1, "-NAK"),
+            ("info",),
+            ("wait", 1.0),
+            ("info",),
+        ],
+    ),
+    # backoff: the waits between deliveries, the last one repeated; then max_deliver.
+    (
+        {"backoff": [SEC, 2 * SEC], "max_deliver": 4},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub", 1),  # 0.3; again at 1.3, 3.3, 5.3
+            ("wait", 1.2),
+            ("info",),  # 1.8
+            ("wait", 1.4),
+            ("info",),  # 3.5
+            ("wait", 2.0),
+            ("info",),  # 5.8
+        ],
+    ),
+    # backoff after a -NAK and a +WPI: the wait for the delivery count reached.
+    (
+        {"backoff": [SEC, 2 * SEC], "max_deliver": 5},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub", 1),  # 0.3
+            ("ack", 1, "-NAK"),  # 0.6: again at once, due at 2.6
+            ("wait", 0.6),
+            ("info",),  # 1.5
+            ("ack", 1, "+WPI"),  # 1.8: due at 3.8
+            ("info",),  # 2.1
+            ("wait", 1.0),
+            ("info",),  # 3.4
+            ("wait", 0.4),  # 3.7; again at 3.8
+            ("info",),  # 4.1
+        ],
+    ),
+    # ack_policy all: an ack acks everything below it.
+    (
+        {"ack_policy": "all"},
+        [
+            ("pull", "a", 10),
+            ("pub", 4),
+            ("ack", 3, "+ACK"),
+            ("info",),
+            ("ack", 4, "-NAK"),
+            ("info",),
+        ],
+    ),
+    # ack_policy all after redeliveries.
+    (
+        {"ack_policy": "all"},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub", 4),  # 0.3; all again at 1.3
+            ("wait", 1.2),
+            ("info",),  # 1.8
+            ("ack", 2, "+ACK"),  # 2.1
+            ("info",),  # 2.4; 3 and 4 again at 2.3
+            ("ack", 4, "+ACK"),  # 2.7
+            ("info",),  # 3.0
+        ],
+    ),
+    # ack_policy all from an earlier delivery's reply subject, at or below the floor.
+    (
+        {"ack_policy": "all", "ack_wait": 2 * SEC},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub", 3),  # 0.3; all again at 2.3
+            ("wait", 2.0),
+            ("ack", 1, "+ACK"),  # 2.6: the floor is its second delivery's (4)
+            ("ack-first", 2, "+ACK"),  # 2.9: delivery 2, below the floor
+            ("info",),  # 3.2
+            ("ack-first", 3, "+ACK"),  # 3.5
+            ("info",),  # 3.8; 2 and 3 again at 4.3
+        ],
+    ),
+    # Out-of-order acks: the floor moves once the gap is filled.
+    (
+        {},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub", 4),  # 0.3
+            ("ack", 2, "+ACK"),  # 0.6
+            ("ack", 4, "+ACK"),  # 0.9
+            ("info",),  # 1.2; 1 and 3 again at 1.3
+            ("ack", 1, "+ACK"),  # 1.5
+            ("info",),  # 1.8
+            ("ack", 3, "+ACK"),  # 2.1
+            ("info",),  # 2.4
+        ],
+    ),
+    # Redeliveries go before new messages, held back by max_ack_pending.
+    (
+        {"max_ack_pending": 2, "ack_wait": 2 * SEC},
+        [
+            ("pub", 4),  # 0
+            ("pull", "a", 3),  # 0.3: 1, 2
+            ("ack", 2, "-NAK"),  # 0.6: 2 again (due 2.6)
+            ("ack", 1, "+ACK"),  # 0.9
+            ("info",),  # 1.2
+            ("pull", "b", 5),  # 1.5: 3 (due 3.5)
+            ("info",),  # 1.8
+            ("wait", 0.7),  # 2.1; 2 again at 2.6
+            ("info",),  # 2.8
+            ("ack", 3, "+ACK"),  # 3.1: 4
+            ("ack", 2, "+ACK"),  # 3.4
+            ("info",),  # 3.7
+        ],
+    ),
+    # An ack wait runs out with no request waiting: acked before it goes again.
+    (
+        {},
+        [
+            ("pub", 2),  # 0
+            ("pull", "a", 2),  # 0.3: due at 1.3
+            ("wait", 1.2),
+            ("info",),  # 1.8
+            ("ack", 1, "+ACK"),  # 2.1
+            ("info",),  # 2.4
+            ("pull", "b", 5),  # 2.7: 2 again
+            ("info",),  # 3.0
+        ],
+    ),
+    # +NXT: the ack, then the next messages to the inbox it names.
+    (
+        {},
+        [
+            ("pub", 3),
+            ("pull", "a", 1),
+            ("ack", 1, "+NXT", "n"),
+            ("ack", 2, "+NXT 2", "m"),
+            ("info",),
+        ],
+    ),
+]
+
+
+def _info_text(d: dict[str, Any]) -> str:
+    dl, fl = d["delivered"], d["ack_floor"]
+    return (
+        f"delivered {dl['consumer_seq']}/{dl['stream_seq']}"
+        f" floor {fl['consumer_seq']}/{fl['stream_seq']}"
+        f" ack_pending {d.get('num_ack_pending', 0)}"
+        f" redelivered {d.get('num_redelivered', 0)}"
+        f" pending {d.get('num_pending', 0)} waiting {d.get('num_waiting', 0)}"
+    )
+
+
+def _moments(steps: list[Step]) -> list[float]:
+    """Each step's moment on the timeline, in seconds; then the end."""
+    t, out = 0.0, []
+    for step in steps:
+        out.append(t)
+        t += step[1] if step[0] == "wait" else STEP_S
+    out.append(t)
+    return out
+
+
+async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Step]) -> Outcomes:
+    await nc.request(
+        f"$JS.API.STREAM.CREATE.{name}",
+        json.dumps({"name": name, "subjects": [f"{name}.>"]}).encode(),
+        timeout=10,
+    )
+    ccfg = {"durable_name": "c", "ack_policy": "explicit", "ack_wait": SEC, **cfg}
+    await nc.request(
+        f"$JS.API.CONSUMER.CREATE.{name}.c",
+        json.dumps({"stream_name": name, "config": ccfg}).encode(),
+        timeout=10,
+    )
+    out: Outcomes = {"info": [], "advisories": []}
+    acks: dict[int, str] = {}  # stream seq -> the reply subject of its latest delivery
+    firsts: dict[int, str] = {}  # ... of its first delivery
+
+    async def advisory(msg: Msg) -> None:
+        d = json.loads(msg.data)
+        kind = "terminated" if ".MSG_TERMINATED." in msg.subject else "max_deliver"
+        reason = f" {d['reason']}" if d.get("reason") else ""
+        out["advisories"].append(f"{kind} {d['stream_seq']} {d['deliveries']}{reason}")
+
+    for kind in ("MAX_DELIVERIES", "MSG_TERMINATED"):
+        await nc.subscribe(f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{name}.c", cb=advisory)
+
+    def inbox(name_: str) -> str:
+        return f"in.{name}.{name_}"
+
+    async def subscribe(box: str) -> None:
+        got = out.setdefault(box, [])
+
+        async def cb(msg: Msg) -> None:
+            headers = msg.headers or {}
+            if "Status" in headers:
+                got.append(f"{headers['Status']} {headers.get('Description', '')}")
+            else:
+                md = msg.metadata
+                got.append(f"{md.sequence.stream}#{md.num_delivered}")
+                acks[md.sequence.stream] = msg.reply
+                firsts.setdefault(md.sequence.stream, msg.reply)
+
+        await nc.subscribe(inbox(box), cb=cb)
+
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    moments = _moments(steps)
+    for step, at in zip(steps, moments, strict=False):
+        await asyncio.sleep(max(0.0, start + at - loop.time()))
+        if step[0] == "pull":
+            await subscribe(step[1])
+            body = {"batch": step[2], "expires": WAIT_NS}
+            await nc.publish(
+                f"$JS.API.CONSUMER.MSG.NEXT.{name}.c",
+                json.dumps(body).encode(),
+                reply=inbox(step[1]),
+            )
+        elif step[0] == "pub":
+            for _ in range(step[1]):
+                await nc.request(f"{name}.x", b"m", timeout=10)
+        elif step[0] == "ack":
+            reply = ""
+            if len(step) > 3:
+                await subscribe(step[3])
+                reply = inbox(step[3])
+            await nc.publish(acks[step[1]], step[2].encode(), reply=reply)
+        elif step[0] == "ack-first":
+            await nc.publish(firsts[step[1]], step[2].encode())
+        elif step[0] == "info":
+            info = await nc.request(f"$JS.API.CONSUMER.INFO.{name}.c", b"", timeout=10)
+            out["info"].append(_info_text(json.loads(info.data)))
+        await nc.flush()
+    await asyncio.sleep(max(0.0, start + moments[-1] - loop.time()))
+    answered = {k: list(v) for k, v in out.items()}  # (the deletion answers the rest 409)
+    await nc.request(f"$JS.API.STREAM.DELETE.{name}", b"", timeout=10)
+    return answered
+
+
+def _on_store(path: Path, name: str, cfg: dict[str, Any], steps: list[Step]) -> Outcomes:
+    """The steps on our store, acks parsed from the delivery's reply subject and payload
+    as the broker parses them."""
+    clock, events = FakeClock(), Events()
+    out: Outcomes = {"info": [], "advisories": []}
+    acks: dict[int, str] = {}
+    firsts: dict[int, str] = {}
+
+    def inbox(name_: str) -> str:
+        return f"in.{name}.{name_}"
+
+    with Store.open(path, sync="batch", clock=clock, on_event=events) as s:
+        s.create_stream({"name": name, "subjects": [f"{name}.>"]})
+        ccfg = {"durable_name": "c", "ack_policy": "explicit", "ack_wait": SEC, **cfg}
+        s.create_consumer(name, ccfg)
+
+        def take_events() -> None:
+            for e in events.take():
+                if isinstance(e, Delivery):
+                    out[e.reply.rpartition(".")[2]].append(f"{e.msg.seq}#{e.delivered_count}")
+                    acks[e.msg.seq] = e.ack_subject
+                    firsts.setdefault(e.msg.seq, e.ack_subject)
+                elif isinstance(e, PullStatus):
+                    out[e.reply.rpartition(".")[2]].append(f"{e.code} {e.description}")
+                elif isinstance(e, Advisory) and e.kind in ("terminated", "max_deliver"):
+                    reason = f" {e.reason}" if e.reason else ""
+                    out["advisories"].append(f"{e.kind} {e.stream_seq} {e.deliveries}{reason}")
+
+        moments = _moments(steps)
+        # Where the server acts (and, last, reads what came): no timer may fall due near.
+        acting = [
+            T0 + round(t * SEC)
+            for t, st in zip(moments, [*steps, ("end",)], strict=True)
+            if st[0] != "wait"
+        ]
+
+        def move_to(at: float) -> None:
+            until = T0 + round(at * SEC)
+            while (due := s.next_deadline()) is not None and due <= until:
+                near = [a for a in acting if abs(a - due) < MARGIN_NS]
+                assert not near, f"{name}: a timer at {(due - T0) / SEC:.2f} s, near a step"
+                clock.now = max(clock.now, due)
+                s.tick(clock.now).result(timeout=30)
+                take_events()
+            clock.now = until
+
+        for step, at in zip(steps, moments, strict=False):
+            move_to(at)
+            if step[0] == "pull":
+                out.setdefault(step[1], [])
+                s.pull(name, "c", inbox(step[1]), batch=step[2], expires_ns=WAIT_NS)
+            elif step[0] == "pub":
+                for _ in range(step[1]):
+                    s.publish(f"{name}.x", b"m")
+            elif step[0] == "ack":
+                reply = ""
+                if len(step) > 3:
+                    out.setdefault(step[3], [])
+                    reply = inbox(step[3])
+                op = ack_from_payload(parse_ack_reply(acks[step[1]]), step[2].encode(), reply)
+                s.submit([op]).result(timeout=30)
+            elif step[0] == "ack-first":
+                op = ack_from_payload(parse_ack_reply(firsts[step[1]]), step[2].encode())
+                s.submit([op]).result(timeout=30)
+            elif step[0] == "info":
+                out["info"].append(_info_text(s.consumer_info(name, "c").to_wire()))
+            take_events()
+        move_to(moments[-1])
+        take_events()
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_acks_and_redeliveries_answer_as_nats_server_does(tmp_path: Path) -> None:
+    port = _free_port()
+    server = _nats_server(tmp_path / "nats", port)
+
+    async def on_server() -> list[Outcomes]:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=10)
+        try:
+            return list(
+                await asyncio.gather(
+                    *(
+                        _on_server(nc, f"R{i}", cfg, steps)
+                        for i, (cfg, steps) in enumerate(SCENARIOS)
+                    )
+                )
+            )
+        finally:
+            await nc.close()
+
+    try:
+        theirs = asyncio.run(on_server())
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    ours = [
+        _on_store(tmp_path / f"s{i}", f"R{i}", cfg, steps)
+        for i, (cfg, steps) in enumerate(SCENARIOS)
+    ]
+    for scenario, a, b in zip(SCENARIOS, theirs, ours, strict=True):
+        assert (scenario, b) == (scenario, a)
