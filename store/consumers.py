@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from store.streams import StreamRt
 
 NEVER = keys.MAX_U64
+UNACKED_DELETED = "Unacknowledged message was deleted"  # nats-server's +TERM reason
 MAX_DELIVERIES_PER_BATCH = 256
 # A consumer with wildcard filters looks for its next message by walking the stream from
 # its position: SHORT_WALK records first (``Ctx.walk_min``: fewer with a small
@@ -195,12 +196,27 @@ class ConsumerRt(PendingCounts):
             return now + backoff[min(count - 1, len(backoff) - 1)]
         return now + (self.config.ack_wait or 0)
 
-    def on_remove(self, ctx: Ctx, seq: int, subject: str) -> None:
+    def on_remove(self, ctx: Ctx, seq: int, subject: str, purged: bool = False) -> None:
         if seq > self.delivered_sseq:
             self.uncount(ctx, seq, subject)
         elif seq in self.pending:
-            self._drop_pending(ctx, seq)
+            e = self._drop_pending(ctx, seq)
             self.update_ack_floor()
+            if e is not None and not e.exhausted and not purged:
+                # Deleted, dropped by a limit or expired while waiting for its ack: a
+                # terminated advisory, as nats-server 2.15.1 sends (measured; not for a
+                # purge or a rollup), whose deliveries are the redeliveries (at least 1).
+                ctx.events.append(
+                    Advisory(
+                        "terminated",
+                        self.stream.name,
+                        self.name,
+                        seq,
+                        max(1, e.count - 1),
+                        UNACKED_DELETED,
+                        ctx.now,
+                    )
+                )
 
     # -- finding the next message --------------------------------------------------------
 

@@ -383,9 +383,9 @@ class Engine:
             return slices.rollup(self, ctx, st, res.plan, res.ack)
         return res
 
-    def _on_msg_removed(self, ctx: Ctx, st: StreamRt, seq: int, subject: str) -> None:
+    def _on_msg_removed(self, ctx: Ctx, st: StreamRt, seq: int, subject: str, purged: bool) -> None:
         for c in st.consumers.values():
-            c.on_remove(ctx, seq, subject)
+            c.on_remove(ctx, seq, subject, purged)
             ctx.dirty_consumers.add(c)
         ctx.touched.add(st)
 

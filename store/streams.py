@@ -69,7 +69,8 @@ class StreamRt(SubjectRecords):
         self.last_ts = 0
         self.num_subjects = 0
         self.consumers: dict[str, ConsumerRt] = {}
-        self.on_remove: Callable[[Ctx, StreamRt, int, str], None] | None = None
+        # (ctx, stream, seq, subject, purged): after each removal.
+        self.on_remove: Callable[[Ctx, StreamRt, int, str, bool], None] | None = None
         # The removal of the excess left by a stream update that lowered limits is in
         # flight (store.slices.enforce): meanwhile an append removes at most one message
         # per limit. ``trim_gen`` numbers the latest such removal (it supersedes others).
@@ -452,8 +453,9 @@ class StreamRt(SubjectRecords):
 
     # -- removal -------------------------------------------------------------------------
 
-    def remove(self, ctx: Ctx, seq: int) -> bool:
-        """Remove one message (limits, delete, purge, retention). False if not stored."""
+    def remove(self, ctx: Ctx, seq: int, purged: bool = False) -> bool:
+        """Remove one message (limits, age, delete, retention; ``purged``: a purge or a
+        rollup). False if not stored."""
         cur = ctx.msgs_cur
         if not cur.set_key(_pack_msg_key(self.sid, seq)):
             return False
@@ -474,7 +476,7 @@ class StreamRt(SubjectRecords):
                 self.first_seq = keys.split_msg_key(nxt)[1]
                 self.first_ts = keys.msg_time(cur.value())
         if self.on_remove is not None:
-            self.on_remove(ctx, self, seq, subject)
+            self.on_remove(ctx, self, seq, subject, purged)
         return True
 
     def purge_plan(
@@ -577,7 +579,7 @@ class StreamRt(SubjectRecords):
         rest = plan._replace(start=q) if q < plan.below else None
         removed = 0
         for q in taken:
-            if self.remove(ctx, q):
+            if self.remove(ctx, q, purged=True):
                 removed += 1
         if rest is None and plan.compact_to > self.last_seq and not self.messages:
             self.last_seq = max(self.last_seq, plan.compact_to - 1)

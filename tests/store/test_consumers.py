@@ -408,6 +408,33 @@ def test_nak_now_and_with_delay(store: Store, events: Events, clock: FakeClock) 
     assert [e.delivered_count for e in evs if isinstance(e, Delivery)] == [3]
 
 
+def test_a_pending_message_deleted_is_advised_terminated(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    # As nats-server 2.15.1 (measured, test_redelivery_nats.py): deleted, dropped by a
+    # limit or expired while pending, not purged; "deliveries" is the redeliveries.
+    _stream(store, max_msgs=4)
+    _fill(store, "s.a", "s.b", "s.c", "s.d")
+    _consumer(store, ack_wait=SEC)
+    _pull(store, events, batch=4)
+    for _ in range(2):  # messages 1 and 2 delivered three times, 3 and 4 once
+        store.ack("S", "c", 1, AckKind.NAK)
+        store.ack("S", "c", 2, AckKind.NAK)
+        _pull(store, events, batch=2)
+    _fill(store, "s.e")  # max_msgs: message 1 goes
+    store.delete_msg("S", 2)
+    store.delete_msg("S", 3)
+    store.purge_stream("S")  # 4 and 5: no advisory
+    advisories = [e for e in events.take() if isinstance(e, Advisory)]
+    assert [(a.kind, a.stream_seq, a.deliveries, a.reason) for a in advisories] == [
+        ("terminated", 1, 2, "Unacknowledged message was deleted"),
+        ("terminated", 2, 2, "Unacknowledged message was deleted"),
+        ("terminated", 3, 1, "Unacknowledged message was deleted"),
+    ]
+    info = store.consumer_info("S", "c")
+    assert info.num_ack_pending == 0
+
+
 def test_wpi_resets_the_timer(store: Store, events: Events, clock: FakeClock) -> None:
     _stream(store)
     _fill(store, "s.a")

@@ -6,7 +6,8 @@ second, unless the scenario sets ``ack_wait``, ``backoff``, ``max_deliver``,
 ``max_ack_pending`` or ``ack_policy``) on both, then runs the same steps on one timeline:
 publishes, pull requests, acks of every kind sent to the reply subject of a message's
 latest delivery, or its first (``+ACK``, ``-NAK`` with and without a delay, ``+WPI``,
-``+TERM`` with a reason, ``+NXT``), consumer info, and waits. The store gets each ack as
+``+TERM`` with a reason, ``+NXT``), message deletions, purges, consumer and stream info,
+and waits (some streams with ``max_age``, ``max_msgs``, workqueue or interest retention). The store gets each ack as
 the broker hands it over: reply subject and payload parsed by ``store.acks``.
 
 The server runs the steps in real time, each at its moment of the timeline; the store's
@@ -17,7 +18,8 @@ seq and delivery count) in order, the advisories (max deliveries, terminated), a
 each info step the consumer's delivered and ack floor sequences, num_ack_pending,
 num_redelivered, num_pending and num_waiting. Found this way: a pending message keeps the
 consumer seq of its first delivery for the ack floor; with ``ack_policy: all`` the floor
-is the acked delivery's, and an ack from a delivery at or below it does nothing.
+is the acked delivery's, and an ack from a delivery at or below it does nothing; a
+pending message deleted, dropped by a limit or expired (not purged) is advised terminated.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from tests.store.test_against_nats import _free_port, _nats_server
 
 # ("pub", n) | ("pull", inbox, batch) | ("ack", stream seq, payload[, inbox for +NXT])
 # | ("ack-first", stream seq, payload): to the reply subject of its first delivery
-# | ("info",) | ("wait", seconds)
+# | ("delete", stream seq) | ("purge",) | ("info",) | ("wait", seconds)
 Step = tuple[Any, ...]
 Outcomes = dict[str, list[str]]  # inbox, "info" or "advisories" -> what came, in order
 
@@ -251,6 +253,60 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
             ("info",),  # 3.0
         ],
     ),
+    # Workqueue and interest streams: what acks, TERM and max_deliver leave stored.
+    *(
+        (
+            {"retention": retention, "max_deliver": 2},
+            [
+                ("pull", "a", 10),  # 0
+                ("pub", 4),  # 0.3; 2 and 4 due 1.3
+                ("ack", 1, "+ACK"),  # 0.6
+                ("ack", 2, "+TERM"),  # 0.9
+                ("ack", 3, "-NAK"),  # 1.2: again, due at 2.2 (given up)
+                ("info",),  # 1.5; 4 again at 1.3, due at 2.3 (given up)
+                ("wait", 1.0),
+                ("info",),  # 2.8
+                ("ack", 4, "+ACK"),  # 3.1
+                ("info",),  # 3.4
+            ],
+        )
+        for retention in ("workqueue", "interest")
+    ),
+    # A pending message expires (max_age): gone from pending too.
+    (
+        {"max_age": 2 * SEC, "ack_wait": 1_500_000_000},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub", 2),  # 0.3: due at 1.8
+            ("ack", 1, "+ACK"),  # 0.6
+            ("info",),  # 0.9
+            ("wait", 0.9),  # 1.2; 2 again at 1.8
+            ("info",),  # 2.1; both expire at 2.3
+            ("wait", 0.4),
+            ("info",),  # 2.8
+            ("pub", 1),  # 3.1
+            ("info",),  # 3.4
+        ],
+    ),
+    # Pending messages deleted, dropped by max_msgs (a terminated advisory each), purged
+    # (none).
+    (
+        {"max_msgs": 4},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub", 3),  # 0.3: due at 1.3
+            ("delete", 2),  # 0.6
+            ("wait", 0.6),  # 0.9; 1 and 3 again at 1.3
+            ("info",),  # 1.5
+            ("pub", 2),  # 1.8
+            ("pub", 1),  # 2.1: 1 dropped
+            ("info",),  # 2.4; 3 again at 2.3
+            ("purge",),  # 2.7
+            ("info",),  # 3.0
+            ("pub", 1),  # 3.3
+            ("info",),  # 3.6
+        ],
+    ),
     # +NXT: the ack, then the next messages to the inbox it names.
     (
         {},
@@ -265,9 +321,25 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
 ]
 
 
-def _info_text(d: dict[str, Any]) -> str:
-    dl, fl = d["delivered"], d["ack_floor"]
+STREAM_KEYS = ("retention", "max_age", "max_msgs")  # the scenario's keys for the stream's config
+
+
+def _stream_config(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "subjects": [f"{name}.>"]} | {
+        k: v for k, v in cfg.items() if k in STREAM_KEYS
+    }
+
+
+def _consumer_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    base = {"durable_name": "c", "ack_policy": "explicit", "ack_wait": SEC}
+    return base | {k: v for k, v in cfg.items() if k not in STREAM_KEYS}
+
+
+def _info_text(d: dict[str, Any], stream: dict[str, Any]) -> str:
+    dl, fl, st = d["delivered"], d["ack_floor"], stream["state"]
     return (
+        f"stream {st['messages']} {st['first_seq']}..{st['last_seq']};"
+        " "
         f"delivered {dl['consumer_seq']}/{dl['stream_seq']}"
         f" floor {fl['consumer_seq']}/{fl['stream_seq']}"
         f" ack_pending {d.get('num_ack_pending', 0)}"
@@ -289,10 +361,10 @@ def _moments(steps: list[Step]) -> list[float]:
 async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Step]) -> Outcomes:
     await nc.request(
         f"$JS.API.STREAM.CREATE.{name}",
-        json.dumps({"name": name, "subjects": [f"{name}.>"]}).encode(),
+        json.dumps(_stream_config(name, cfg)).encode(),
         timeout=10,
     )
-    ccfg = {"durable_name": "c", "ack_policy": "explicit", "ack_wait": SEC, **cfg}
+    ccfg = _consumer_config(cfg)
     await nc.request(
         f"$JS.API.CONSUMER.CREATE.{name}.c",
         json.dumps({"stream_name": name, "config": ccfg}).encode(),
@@ -353,9 +425,15 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
             await nc.publish(acks[step[1]], step[2].encode(), reply=reply)
         elif step[0] == "ack-first":
             await nc.publish(firsts[step[1]], step[2].encode())
+        elif step[0] == "delete":
+            seq = json.dumps({"seq": step[1]}).encode()
+            await nc.request(f"$JS.API.STREAM.MSG.DELETE.{name}", seq, timeout=10)
+        elif step[0] == "purge":
+            await nc.request(f"$JS.API.STREAM.PURGE.{name}", b"", timeout=10)
         elif step[0] == "info":
             info = await nc.request(f"$JS.API.CONSUMER.INFO.{name}.c", b"", timeout=10)
-            out["info"].append(_info_text(json.loads(info.data)))
+            sinfo = await nc.request(f"$JS.API.STREAM.INFO.{name}", b"", timeout=10)
+            out["info"].append(_info_text(json.loads(info.data), json.loads(sinfo.data)))
         await nc.flush()
     await asyncio.sleep(max(0.0, start + moments[-1] - loop.time()))
     answered = {k: list(v) for k, v in out.items()}  # (the deletion answers the rest 409)
@@ -375,9 +453,8 @@ def _on_store(path: Path, name: str, cfg: dict[str, Any], steps: list[Step]) -> 
         return f"in.{name}.{name_}"
 
     with Store.open(path, sync="batch", clock=clock, on_event=events) as s:
-        s.create_stream({"name": name, "subjects": [f"{name}.>"]})
-        ccfg = {"durable_name": "c", "ack_policy": "explicit", "ack_wait": SEC, **cfg}
-        s.create_consumer(name, ccfg)
+        s.create_stream(_stream_config(name, cfg))
+        s.create_consumer(name, _consumer_config(cfg))
 
         def take_events() -> None:
             for e in events.take():
@@ -427,8 +504,14 @@ def _on_store(path: Path, name: str, cfg: dict[str, Any], steps: list[Step]) -> 
             elif step[0] == "ack-first":
                 op = ack_from_payload(parse_ack_reply(firsts[step[1]]), step[2].encode())
                 s.submit([op]).result(timeout=30)
+            elif step[0] == "delete":
+                s.delete_msg(name, step[1])
+            elif step[0] == "purge":
+                s.purge_stream(name)
             elif step[0] == "info":
-                out["info"].append(_info_text(s.consumer_info(name, "c").to_wire()))
+                out["info"].append(
+                    _info_text(s.consumer_info(name, "c").to_wire(), s.stream_info(name).to_wire())
+                )
             take_events()
         move_to(moments[-1])
         take_events()
