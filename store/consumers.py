@@ -91,6 +91,9 @@ class ConsumerRt(PendingCounts):
         self.waiting: deque[PullRequest] = deque()
         self.push_bound = False
         self.last_activity_ns = created_ns
+        # The latest ack deadline set while messages are pending (0: none pending): until
+        # then the consumer is busy, not inactive (memory only, rebuilt by load()).
+        self.acks_due_until = 0
         self.scan_floor = 0  # no filtered match exists at or below this seq (memory only)
         self.num_pending_cache: int | None = None
         # A count of num_pending in slices: [from seq, next seq to read, matches so far].
@@ -127,6 +130,7 @@ class ConsumerRt(PendingCounts):
                         heapq.heappush(self.redeliver, seq)
                     else:
                         heapq.heappush(self.deadlines, (deadline, seq))
+                        self.acks_due_until = max(self.acks_due_until, deadline)
 
     def save(self, ctx: Ctx) -> None:
         ctx.txn.put(
@@ -159,6 +163,8 @@ class ConsumerRt(PendingCounts):
         ctx.txn.delete(keys.pending_key(self.cid, seq), db=ctx.db(keys.DB_PENDING))
         if not e.exhausted:
             self.num_ack_pending -= 1
+        if not self.pending:
+            self.acks_due_until = 0
         return e
 
     # -- positions -----------------------------------------------------------------------
@@ -185,6 +191,8 @@ class ConsumerRt(PendingCounts):
         ones, the heap is rebuilt from the pending entries (amortised O(1) a push)."""
         heap = self.deadlines
         heapq.heappush(heap, (deadline, seq))
+        if deadline > self.acks_due_until:
+            self.acks_due_until = deadline
         if len(heap) > 2 * len(self.pending) + 1024:
             heap = [(e.deadline, q) for q, e in self.pending.items() if e.deadline != NEVER]
             heapq.heapify(heap)
@@ -617,14 +625,21 @@ class ConsumerRt(PendingCounts):
     def expire_acks(self, ctx: Ctx) -> bool:
         """Move pending messages whose ack deadline passed to the redelivery queue (those
         delivered max_deliver times too: :meth:`deliver` drops them, as nats-server does:
-        until a delivery is attempted they stay ack-pending)."""
+        until a delivery is attempted they stay ack-pending) — but with ``max_deliver``
+        1 the message is dropped here, as its ack wait ends (as nats-server 2.15.1:
+        measured, test_redelivery_nats.py; its check at that moment counts a message's
+        deliveries as its redeliveries, or 1, which reaches max_deliver only then)."""
         changed = False
+        drop_now = self.config.max_deliver == 1
         while self.deadlines and self.deadlines[0][0] <= ctx.now:
             deadline, seq = heapq.heappop(self.deadlines)
             e = self.pending.get(seq)
             if e is None or e.exhausted or e.deadline != deadline:
                 continue
             changed = True
+            if drop_now:
+                self._exhaust(ctx, seq, e)
+                continue
             e.deadline = NEVER
             heapq.heappush(self.redeliver, seq)
         return changed
@@ -666,7 +681,12 @@ class ConsumerRt(PendingCounts):
         self.waiting = keep
 
     def inactive_deadline(self) -> int:
-        """When this consumer is deleted for inactivity (0 = never)."""
+        """When this consumer is deleted for inactivity (0 = never): ``inactive_threshold``
+        after its last activity (creation, a pull request or the end of the last one
+        waiting, an ack) or the end of the last ack wait of its pending messages,
+        whichever is later; never while a pull request waits or a push consumer is
+        bound. (nats-server 2.15.1 keeps a consumer whose messages wait for their acks
+        past its threshold, measured; it deletes at a check up to a second later.)"""
         th = self.config.inactive_threshold or 0
         if th <= 0:
             return 0
@@ -674,7 +694,10 @@ class ConsumerRt(PendingCounts):
             return 0
         if not self.config.is_push and self.waiting:
             return 0
-        return self.last_activity_ns + th
+        since = self.last_activity_ns
+        if self.pending and self.acks_due_until > since:
+            since = self.acks_due_until
+        return since + th
 
     def next_deadline(self) -> int:
         if self.more:

@@ -242,6 +242,13 @@ class Engine:
         for c in ctx.dirty_consumers:
             if c.stream.name in self.streams and c.name in c.stream.consumers:
                 c.save(ctx)
+        for key in self._waiting_snapshot:
+            left = self._find(key)
+            if left is not None and not left.waiting:
+                # Its last pull request left (filled, ended or expired): the time without
+                # one starts now, so the next request has time to come (inactive_threshold).
+                left.last_activity_ns = max(left.last_activity_ns, ctx.now)
+                ctx.touched.add(left.stream)
         streams = self.streams
         for st in ctx.touched:
             if streams.get(st.name) is st:  # not deleted (nor deleted and re-created)
@@ -487,7 +494,10 @@ class Engine:
                 for c in list(st.consumers.values()):
                     if c.expire_acks(ctx):
                         ctx.dirty_consumers.add(c)
+                    waited = bool(c.waiting)
                     c.expire_requests(ctx)
+                    if waited and not c.waiting:  # as in _finish: the time without starts
+                        c.last_activity_ns = max(c.last_activity_ns, ctx.now)
                     ia = c.inactive_deadline()
                     if ia and ia <= ctx.now:
                         admin.delete_consumer(self, ctx, st, c.name)

@@ -38,6 +38,7 @@ class ConsumerModel(StoreMachine):
         self.others: set[int] = set()  # stored messages the consumer's filter excludes
         self.counts: dict[int, int] = {}  # seq -> deliveries
         self.exhausted: set[int] = set()  # delivered max_deliver times, due again: dropped
+        self.queued: set[int] = set()  # NAKed without a delay: due at once, no timer
 
     retention = "limits"
     filter_subject = "s.x"
@@ -94,6 +95,7 @@ class ConsumerModel(StoreMachine):
                 assert seq in self.pending
                 assert self.pending[seq] <= self.clock.now, "redelivered before its deadline"
                 redelivered.append(seq)
+                self.queued.discard(seq)
             self.pending[seq] = self.clock.now + self._wait(seq)
         return redelivered, new
 
@@ -149,6 +151,7 @@ class ConsumerModel(StoreMachine):
         if kind is AckKind.NAK:
             if seq in self.pending:  # (an exhausted one stays as it is)
                 self.pending[seq] = self.clock.now
+                self.queued.add(seq)
         else:
             # ack_policy all: everything up to it (a +TERM too, as nats-server 2.15.1).
             gone = [q for q in self.pending.keys() | self.exhausted if q <= seq]
@@ -166,6 +169,7 @@ class ConsumerModel(StoreMachine):
         seq = data.draw(st.sampled_from(sorted(self.pending)))
         self.store.ack("S", "c", seq, AckKind.NAK, delay_ns=delay * SEC)
         self.pending[seq] = self.clock.now + delay * SEC
+        self.queued.discard(seq)
         self._check_deliveries()
 
     @rule(data=st.data())
@@ -176,6 +180,7 @@ class ConsumerModel(StoreMachine):
         seq = data.draw(st.sampled_from(sorted(self.pending)))
         self.store.ack("S", "c", seq, AckKind.WPI)
         self.pending[seq] = self.clock.now + self._wait(seq)
+        self.queued.discard(seq)
         self._check_deliveries()
 
     @rule(data=st.data())
@@ -214,6 +219,13 @@ class ConsumerModel(StoreMachine):
     @rule(secs=st.integers(1, 15))
     def advance(self, secs: int) -> None:
         self.store.tick(self.clock.advance(secs * SEC)).result(timeout=30)
+        if self.max_deliver == 1:
+            # Dropped as its ack wait (or NAK delay) ends, as nats-server 2.15.1; one NAKed
+            # without a delay waits for the next pull (below).
+            for q, deadline in list(self.pending.items()):
+                if deadline <= self.clock.now and q not in self.queued:
+                    del self.pending[q]
+                    self.exhausted.add(q)
         self._check_deliveries()
 
     @invariant()
@@ -296,7 +308,8 @@ class MaxDeliverConsumerModel(ConsumerModel):
 
 
 class DeliverOnceConsumerModel(MaxDeliverConsumerModel):
-    """At most once: a NAK or an ack wait that ends drops it at the next pull."""
+    """At most once: an ack wait or a NAK delay that ends drops the message then (the
+    Tick), a NAK without a delay at the next pull."""
 
     max_deliver = 1
     examples = 100

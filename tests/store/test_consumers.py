@@ -383,6 +383,21 @@ def test_max_deliver_stops_and_advises(store: Store, events: Events, clock: Fake
     assert info.ack_floor.stream_seq == 0
 
 
+def test_max_deliver_one_drops_as_the_ack_wait_ends(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    """As nats-server 2.15.1 (measured, test_redelivery_nats.py): with max_deliver 1 the
+    Tick that ends the ack wait drops the message, no request needed."""
+    _stream(store)
+    _fill(store, "s.a")
+    _consumer(store, ack_wait=SEC, max_deliver=1)
+    _pull(store, events)
+    store.tick(clock.advance(SEC)).result(timeout=10)
+    adv = [e for e in events.take() if isinstance(e, Advisory)]
+    assert [(a.kind, a.stream_seq, a.deliveries) for a in adv] == [("max_deliver", 1, 1)]
+    assert store.consumer_info("S", "c").num_ack_pending == 0
+
+
 def test_max_ack_pending_stops_delivery(store: Store, events: Events) -> None:
     _stream(store)
     _fill(store, "s.a", "s.b", "s.c")
@@ -704,6 +719,62 @@ def test_inactive_ephemeral_is_deleted(store: Store, events: Events, clock: Fake
     assert [(e.kind, e.consumer) for e in events.take() if isinstance(e, Advisory)] == [
         ("consumer_deleted", info.name)
     ]
+
+
+def test_the_wait_for_a_new_request_starts_when_the_last_one_leaves(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    # Expired or filled: the client's next request (sent when it sees the end) finds the
+    # consumer there, as on nats-server (test_redelivery_nats.py).
+    _stream(store)
+    cfg = {"name": "e", "ack_policy": "none", "inactive_threshold": 2 * SEC}
+    store.create_consumer("S", cfg)
+    store.pull("S", "e", "r1", batch=1, expires_ns=5 * SEC)
+    store.tick(clock.advance(5 * SEC)).result(timeout=10)  # 408; was deleted here
+    assert store.consumer_names("S") == ["e"]
+    assert store.next_deadline() == clock.now + 2 * SEC
+    store.pull("S", "e", "r2", batch=1, expires_ns=10 * SEC)
+    clock.advance(3 * SEC)
+    _fill(store, "s.a")  # fills it
+    assert store.consumer_names("S") == ["e"]
+    assert store.next_deadline() == clock.now + 2 * SEC
+    store.tick(clock.advance(2 * SEC)).result(timeout=10)
+    assert store.consumer_names("S") == []
+
+
+def test_messages_waiting_for_acks_keep_a_consumer(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    # As nats-server 2.15.1 (measured): not inactive while an ack wait runs.
+    _stream(store)
+    cfg = {"name": "e", "ack_policy": "explicit", "ack_wait": 30 * SEC}
+    store.create_consumer("S", cfg | {"inactive_threshold": 2 * SEC})
+    _fill(store, "s.a", "s.b")
+    _pull(store, events, batch=2, c="e")
+    clock.advance(10 * SEC)
+    store.ack("S", "e", 1, AckKind.WPI)  # message 1: due at 40 s
+    assert store.next_deadline() == T0 + 30 * SEC
+    store.tick(clock.advance(20 * SEC)).result(timeout=10)  # 30 s: message 2 due
+    assert store.consumer_names("S") == ["e"]
+    assert store.next_deadline() == T0 + 40 * SEC
+    store.tick(clock.advance(10 * SEC)).result(timeout=10)  # 40 s: message 1 due
+    assert store.next_deadline() == T0 + 42 * SEC
+    store.tick(clock.advance(2 * SEC)).result(timeout=10)
+    assert store.consumer_names("S") == []
+    # All acked: no ack wait left, the time from the last ack counts.
+    store.create_consumer("S", cfg | {"inactive_threshold": 2 * SEC})
+    _pull(store, events, batch=2, c="e")
+    clock.advance(SEC)
+    store.ack("S", "e", 1, AckKind.NAK, delay_ns=100 * SEC)
+    store.ack("S", "e", 1)
+    store.ack("S", "e", 2)
+    assert store.next_deadline() == clock.now + 2 * SEC
+    # ... and a later delivery's ack wait counts, not the NAK's delay before it.
+    _fill(store, "s.c")
+    _pull(store, events, c="e")
+    assert store.next_deadline() == clock.now + 30 * SEC
+    store.tick(clock.advance(30 * SEC)).result(timeout=10)
+    assert store.next_deadline() == clock.now + 2 * SEC
 
 
 # -- retention -------------------------------------------------------------------------------

@@ -19,7 +19,11 @@ each info step the consumer's delivered and ack floor sequences, num_ack_pending
 num_redelivered, num_pending and num_waiting. Found this way: a pending message keeps the
 consumer seq of its first delivery for the ack floor; with ``ack_policy: all`` the floor
 is the acked delivery's, and an ack from a delivery at or below it does nothing; a
-pending message deleted, dropped by a limit or expired (not purged) is advised terminated.
+pending message deleted, dropped by a limit or expired (not purged) is advised terminated;
+with ``max_deliver`` 1 a message goes as its ack wait ends, not at the next pull; a
+consumer with ``inactive_threshold`` is kept while its messages wait for their acks, and
+is still there when its last pull request expires. (The server deletes an inactive pull
+consumer at a check every threshold + 0.1-1 s, so the scenarios look well after that.)
 """
 
 from __future__ import annotations
@@ -34,12 +38,12 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from store import Advisory, Delivery, PullStatus, Store
+from store import Advisory, Delivery, JetStreamError, PullStatus, Store
 from store.acks import ack_from_payload, parse_ack_reply
 from tests.store.conftest import SEC, T0, Events, FakeClock
 from tests.store.test_against_nats import _free_port, _nats_server
 
-# ("pub", n) | ("pull", inbox, batch) | ("ack", stream seq, payload[, inbox for +NXT])
+# ("pub", n) | ("pull", inbox, batch[, expires ns]) | ("ack", stream seq, payload[, inbox for +NXT])
 # | ("ack-first", stream seq, payload): to the reply subject of its first delivery
 # | ("delete", stream seq) | ("purge",) | ("info",) | ("wait", seconds)
 Step = tuple[Any, ...]
@@ -120,6 +124,49 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
             ("info",),  # 3.4
             ("pub", 1),  # 3.7
             ("info",),  # 4.0
+        ],
+    ),
+    # max_deliver reached with no request waiting.
+    (
+        {"max_deliver": 2},
+        [
+            ("pub", 1),  # 0
+            ("pull", "a", 1, SEC // 2),  # 0.3: due at 1.3
+            ("wait", 1.2),
+            ("info",),  # 1.8
+            ("pull", "b", 1, SEC // 2),  # 2.1: again, due at 3.1
+            ("info",),  # 2.4
+            ("wait", 1.0),
+            ("info",),  # 3.7
+        ],
+    ),
+    # max_deliver 1 and no request waiting.
+    (
+        {"max_deliver": 1},
+        [
+            ("pub", 2),  # 0
+            ("pull", "a", 2, SEC // 2),  # 0.3: due at 1.3
+            ("info",),  # 0.6
+            ("wait", 1.2),
+            ("info",),  # 2.1
+            ("pull", "b", 2, SEC // 2),  # 2.4
+            ("info",),  # 2.7
+        ],
+    ),
+    # ... after a NAK with a delay (dropped as the delay ends) or without one (dropped
+    # when its redelivery would go out).
+    (
+        {"max_deliver": 1},
+        [
+            ("pub", 2),  # 0
+            ("pull", "a", 2, SEC // 2),  # 0.3: 2 due at 1.3
+            ("ack", 1, "-NAK 500ms"),  # 0.6: due at 1.1
+            ("ack", 2, "-NAK"),  # 0.9
+            ("info",),  # 1.2
+            ("wait", 0.6),
+            ("info",),  # 2.1
+            ("pull", "b", 2, SEC // 2),  # 2.4
+            ("info",),  # 2.7
         ],
     ),
     # max_deliver reached through NAKs.
@@ -307,6 +354,61 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
             ("info",),  # 3.6
         ],
     ),
+    # An ephemeral consumer's inactive_threshold (1 s): from its creation ...
+    (
+        {"ephemeral": True, "inactive_threshold": SEC, "ack_wait": 30 * SEC},
+        [
+            ("pub", 1),  # 0
+            ("info",),  # 0.3
+            ("wait", 1.8),  # 0.6; deleted at 1.0 (the server: at 1.1-2.0)
+            ("info",),  # 2.4
+        ],
+    ),
+    # ... a waiting request keeps it, and it is still there as the request expires (the
+    # server checks every 1.1-2 s: a check while the request waits puts the next one past
+    # 2.2; the store counts from the expiry) ...
+    (
+        {"ephemeral": True, "inactive_threshold": SEC, "ack_wait": 30 * SEC},
+        [
+            ("pull", "a", 1, 2 * SEC),  # 0: expires at 2.0
+            ("wait", 1.2),
+            ("info",),  # 1.5
+            ("wait", 0.3),
+            ("info",),  # 2.1
+            ("wait", 1.8),
+            ("info",),  # 4.2 (deleted at 3.0; the server at 2.2-4.0)
+        ],
+    ),
+    # ... messages waiting for their acks keep it until their ack wait ends ...
+    (
+        {"ephemeral": True, "inactive_threshold": SEC, "ack_wait": 2 * SEC, "max_deliver": 1},
+        [
+            ("pub", 2),  # 0
+            ("pull", "a", 2, SEC),  # 0.3: filled, due at 2.3
+            ("info",),  # 0.6
+            ("wait", 1.0),
+            ("info",),  # 1.9
+            ("wait", 3.0),
+            ("info",),  # 5.2 (the store deletes it at 3.3, the server at 3.4-4.3)
+        ],
+    ),
+    # ... and acks with nothing waiting.
+    (
+        {"ephemeral": True, "inactive_threshold": SEC, "ack_wait": 30 * SEC},
+        [
+            ("pub", 3),  # 0
+            ("pull", "a", 3, SEC),  # 0.3: filled
+            ("wait", 0.5),
+            ("ack", 1, "+ACK"),  # 1.1
+            ("info",),  # 1.4
+            ("ack", 2, "-NAK 30s"),  # 1.7
+            ("info",),  # 2.0
+            ("ack", 3, "+WPI"),  # 2.3
+            ("info",),  # 2.6
+            ("wait", 1.1),
+            ("info",),  # 4.0
+        ],
+    ),
     # +NXT: the ack, then the next messages to the inbox it names.
     (
         {},
@@ -331,16 +433,20 @@ def _stream_config(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _consumer_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    base = {"durable_name": "c", "ack_policy": "explicit", "ack_wait": SEC}
-    return base | {k: v for k, v in cfg.items() if k not in STREAM_KEYS}
+    """The consumer's config: durable "c" unless ``ephemeral`` (then named "c")."""
+    base: dict[str, Any] = {"ack_policy": "explicit", "ack_wait": SEC}
+    base |= {"name": "c"} if cfg.get("ephemeral") else {"durable_name": "c"}
+    return base | {k: v for k, v in cfg.items() if k not in (*STREAM_KEYS, "ephemeral")}
 
 
 def _info_text(d: dict[str, Any], stream: dict[str, Any]) -> str:
-    dl, fl, st = d["delivered"], d["ack_floor"], stream["state"]
+    st = stream["state"]
+    head = f"stream {st['messages']} {st['first_seq']}..{st['last_seq']}; "
+    if "error" in d:  # the consumer is gone
+        return head + f"consumer {d['error']['err_code']} {d['error']['description']}"
+    dl, fl = d["delivered"], d["ack_floor"]
     return (
-        f"stream {st['messages']} {st['first_seq']}..{st['last_seq']};"
-        " "
-        f"delivered {dl['consumer_seq']}/{dl['stream_seq']}"
+        head + f"delivered {dl['consumer_seq']}/{dl['stream_seq']}"
         f" floor {fl['consumer_seq']}/{fl['stream_seq']}"
         f" ack_pending {d.get('num_ack_pending', 0)}"
         f" redelivered {d.get('num_redelivered', 0)}"
@@ -408,7 +514,7 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
         await asyncio.sleep(max(0.0, start + at - loop.time()))
         if step[0] == "pull":
             await subscribe(step[1])
-            body = {"batch": step[2], "expires": WAIT_NS}
+            body = {"batch": step[2], "expires": step[3] if len(step) > 3 else WAIT_NS}
             await nc.publish(
                 f"$JS.API.CONSUMER.MSG.NEXT.{name}.c",
                 json.dumps(body).encode(),
@@ -437,6 +543,7 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
         await nc.flush()
     await asyncio.sleep(max(0.0, start + moments[-1] - loop.time()))
     answered = {k: list(v) for k, v in out.items()}  # (the deletion answers the rest 409)
+    answered["advisories"].sort()  # (the server's for one moment come in any order)
     await nc.request(f"$JS.API.STREAM.DELETE.{name}", b"", timeout=10)
     return answered
 
@@ -490,7 +597,8 @@ def _on_store(path: Path, name: str, cfg: dict[str, Any], steps: list[Step]) -> 
             move_to(at)
             if step[0] == "pull":
                 out.setdefault(step[1], [])
-                s.pull(name, "c", inbox(step[1]), batch=step[2], expires_ns=WAIT_NS)
+                expires = step[3] if len(step) > 3 else WAIT_NS
+                s.pull(name, "c", inbox(step[1]), batch=step[2], expires_ns=expires)
             elif step[0] == "pub":
                 for _ in range(step[1]):
                     s.publish(f"{name}.x", b"m")
@@ -509,12 +617,15 @@ def _on_store(path: Path, name: str, cfg: dict[str, Any], steps: list[Step]) -> 
             elif step[0] == "purge":
                 s.purge_stream(name)
             elif step[0] == "info":
-                out["info"].append(
-                    _info_text(s.consumer_info(name, "c").to_wire(), s.stream_info(name).to_wire())
-                )
+                try:
+                    cinfo = s.consumer_info(name, "c").to_wire()
+                except JetStreamError as e:
+                    cinfo = {"error": e.to_wire()}
+                out["info"].append(_info_text(cinfo, s.stream_info(name).to_wire()))
             take_events()
         move_to(moments[-1])
         take_events()
+    out["advisories"].sort()
     return out
 
 
