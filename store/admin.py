@@ -396,6 +396,8 @@ def update_consumer(
     c.filters = cfg.filters
     c.scan_floor = 0
     c.forget_pending()
+    if (old.ack_wait, old.backoff) != (cfg.ack_wait, cfg.backoff):
+        c.retime_ack_waits(ctx, old)
     write_consumer_record(eng, ctx, c)
     ctx.touched.add(c.stream)
     ctx.dirty_consumers.add(c)

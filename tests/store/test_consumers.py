@@ -383,6 +383,29 @@ def test_max_deliver_stops_and_advises(store: Store, events: Events, clock: Fake
     assert info.ack_floor.stream_seq == 0
 
 
+def test_an_update_of_the_ack_wait_retimes_messages_already_out(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    """As nats-server 2.15.1 (measured, test_redelivery_nats.py): pending messages wait
+    for the new ack_wait (or backoff), counted from their delivery."""
+    _stream(store)
+    _fill(store, "s.a", "s.b")
+    cfg = {"durable_name": "c", "ack_policy": "explicit", "ack_wait": 10 * SEC}
+    store.create_consumer("S", cfg)
+    _pull(store, events)  # message 1 at 0: due at 10 s
+    clock.advance(2 * SEC)
+    _pull(store, events)  # message 2 at 2 s: due at 12 s
+    store.create_consumer("S", cfg | {"ack_wait": 4 * SEC}, action="update")
+    assert store.next_deadline() == T0 + 4 * SEC
+    store.tick(clock.advance(2 * SEC)).result(timeout=10)  # 4 s
+    assert _seqs(_pull(store, events, batch=2)) == [1]
+    store.create_consumer("S", cfg | {"backoff": [SEC, 20 * SEC], "max_deliver": 5}, "update")
+    # Message 2 (first delivery at 2 s: 1 s) is overdue; message 1 (its second, at 4 s)
+    # waits 20 s.
+    assert _seqs(_pull(store, events, batch=2)) == [2]
+    assert store.next_deadline() == T0 + 24 * SEC  # both: a second delivery at 4 s
+
+
 def test_max_deliver_one_drops_as_the_ack_wait_ends(
     store: Store, events: Events, clock: FakeClock
 ) -> None:

@@ -1,29 +1,35 @@
 """Differential test: acks and redeliveries over time, on our store and on a real
 nats-server (as in test_against_nats.py).
 
-Each scenario makes a stream and one pull consumer (explicit acks, ``ack_wait`` of a
-second, unless the scenario sets ``ack_wait``, ``backoff``, ``max_deliver``,
-``max_ack_pending`` or ``ack_policy``) on both, then runs the same steps on one timeline:
-publishes, pull requests, acks of every kind sent to the reply subject of a message's
-latest delivery, or its first (``+ACK``, ``-NAK`` with and without a delay, ``+WPI``,
-``+TERM`` with a reason, ``+NXT``), message deletions, purges, consumer and stream info,
-and waits (some streams with ``max_age``, ``max_msgs``, workqueue or interest retention). The store gets each ack as
-the broker hands it over: reply subject and payload parsed by ``store.acks``.
+Each scenario makes a stream and one consumer (pull, explicit acks, ``ack_wait`` of a
+second, unless the scenario says otherwise: ``ack_wait``, ``backoff``, ``max_deliver``,
+``max_ack_pending``, ``ack_policy``, ephemeral with ``inactive_threshold``, push) on
+both, then runs the same steps on one timeline: publishes, pull requests, acks of every
+kind sent to the reply subject of a message's latest delivery, or its first (``+ACK``,
+``-NAK`` with and without a delay, ``+WPI``, ``+TERM`` with a reason, ``+NXT``), message
+deletions, purges, consumer updates, subscribers to a push consumer's deliver subject
+coming and going, consumer and stream info, and waits (some streams with ``max_age``,
+``max_msgs``, workqueue or interest retention). The store gets each ack as the broker
+hands it over: reply subject and payload parsed by ``store.acks``.
 
 The server runs the steps in real time, each at its moment of the timeline; the store's
 injected clock is moved to each moment, firing every timer that falls due on the way. No
 timer falls due within 0.1 s of a step that acts (the store side checks it), so the
 server's latency does not change the order. Compared: each request's deliveries (stream
 seq and delivery count) in order, the advisories (max deliveries, terminated), and at
-each info step the consumer's delivered and ack floor sequences, num_ack_pending,
-num_redelivered, num_pending and num_waiting. Found this way: a pending message keeps the
-consumer seq of its first delivery for the ack floor; with ``ack_policy: all`` the floor
-is the acked delivery's, and an ack from a delivery at or below it does nothing; a
-pending message deleted, dropped by a limit or expired (not purged) is advised terminated;
-with ``max_deliver`` 1 a message goes as its ack wait ends, not at the next pull; a
-consumer with ``inactive_threshold`` is kept while its messages wait for their acks, and
-is still there when its last pull request expires. (The server deletes an inactive pull
-consumer at a check every threshold + 0.1-1 s, so the scenarios look well after that.)
+each info step the stream's messages and the consumer's delivered and ack floor
+sequences, num_ack_pending, num_redelivered, num_pending, num_waiting and push_bound, or
+that it is gone.
+
+Found this way: a pending message keeps the consumer seq of its first delivery for the
+ack floor; with ``ack_policy: all`` the floor is the acked delivery's, and an ack from a
+delivery at or below it does nothing; a pending message deleted, dropped by a limit or
+expired (not purged) is advised terminated; with ``max_deliver`` 1 a message goes as its
+ack wait ends, not at the next pull; a consumer with ``inactive_threshold`` is kept while
+its messages wait for their acks, and is still there when its last pull request expires;
+an update of ``ack_wait`` re-times the messages already out. (The server deletes an
+inactive pull consumer at a check every threshold + 0.1-1 s, so the scenarios look well
+after that.)
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from store import Advisory, Delivery, JetStreamError, PullStatus, Store
 from store.acks import ack_from_payload, parse_ack_reply
@@ -46,6 +53,8 @@ from tests.store.test_against_nats import _free_port, _nats_server
 # ("pub", n) | ("pull", inbox, batch[, expires ns]) | ("ack", stream seq, payload[, inbox for +NXT])
 # | ("ack-first", stream seq, payload): to the reply subject of its first delivery
 # | ("delete", stream seq) | ("purge",) | ("info",) | ("wait", seconds)
+# | ("bind",) | ("unbind",): a subscriber to a push consumer's deliver subject
+# | ("update", consumer config changes)
 Step = tuple[Any, ...]
 Outcomes = dict[str, list[str]]  # inbox, "info" or "advisories" -> what came, in order
 
@@ -409,6 +418,49 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
             ("info",),  # 4.0
         ],
     ),
+    # A push consumer: deliveries and redeliveries while its deliver subject has a
+    # subscriber, none while it has none; what fell due meanwhile goes when one comes.
+    (
+        {"push": True},
+        [
+            ("pub", 2),  # 0
+            ("bind",),  # 0.3: delivered, due at 1.3
+            ("info",),  # 0.6
+            ("wait", 1.0),  # 0.9; again at 1.3, due at 2.3
+            ("unbind",),  # 1.9
+            ("wait", 1.0),  # 2.2
+            ("info",),  # 3.2
+            ("bind",),  # 3.5: again
+            ("pub", 1),  # 3.8
+            ("ack", 1, "+ACK"),  # 4.1
+            ("info",),  # 4.4
+        ],
+    ),
+    # ... held back by max_ack_pending, each ack lets one more go.
+    (
+        {"push": True, "max_ack_pending": 2, "ack_wait": 5 * SEC},
+        [
+            ("pub", 4),  # 0
+            ("bind",),  # 0.3: 1 and 2
+            ("info",),  # 0.6
+            ("ack", 1, "+ACK"),  # 0.9: 3
+            ("ack", 3, "+ACK"),  # 1.2: 4
+            ("info",),  # 1.5
+        ],
+    ),
+    # An update of ack_wait: the messages already out wait for the new one.
+    (
+        {"ack_wait": 5 * SEC},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub", 1),  # 0.3
+            ("update", {"ack_wait": SEC}),  # 0.6
+            ("wait", 0.6),
+            ("info",),  # 1.5
+            ("pub", 1),  # 1.8
+            ("info",),  # 2.1
+        ],
+    ),
     # +NXT: the ack, then the next messages to the inbox it names.
     (
         {},
@@ -432,11 +484,15 @@ def _stream_config(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _consumer_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The consumer's config: durable "c" unless ``ephemeral`` (then named "c")."""
+def _consumer_config(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The consumer's config: durable "c" unless ``ephemeral`` (then named "c"); with
+    ``push``, its deliver subject is the inbox "push"."""
     base: dict[str, Any] = {"ack_policy": "explicit", "ack_wait": SEC}
     base |= {"name": "c"} if cfg.get("ephemeral") else {"durable_name": "c"}
-    return base | {k: v for k, v in cfg.items() if k not in (*STREAM_KEYS, "ephemeral")}
+    if cfg.get("push"):
+        base["deliver_subject"] = f"in.{name}.push"
+    rest = {k: v for k, v in cfg.items() if k not in (*STREAM_KEYS, "ephemeral", "push")}
+    return base | rest
 
 
 def _info_text(d: dict[str, Any], stream: dict[str, Any]) -> str:
@@ -451,6 +507,7 @@ def _info_text(d: dict[str, Any], stream: dict[str, Any]) -> str:
         f" ack_pending {d.get('num_ack_pending', 0)}"
         f" redelivered {d.get('num_redelivered', 0)}"
         f" pending {d.get('num_pending', 0)} waiting {d.get('num_waiting', 0)}"
+        + (" bound" if d.get("push_bound") else "")
     )
 
 
@@ -470,7 +527,7 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
         json.dumps(_stream_config(name, cfg)).encode(),
         timeout=10,
     )
-    ccfg = _consumer_config(cfg)
+    ccfg = _consumer_config(name, cfg)
     await nc.request(
         f"$JS.API.CONSUMER.CREATE.{name}.c",
         json.dumps({"stream_name": name, "config": ccfg}).encode(),
@@ -492,7 +549,7 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
     def inbox(name_: str) -> str:
         return f"in.{name}.{name_}"
 
-    async def subscribe(box: str) -> None:
+    async def subscribe(box: str) -> Subscription:
         got = out.setdefault(box, [])
 
         async def cb(msg: Msg) -> None:
@@ -505,8 +562,9 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
                 acks[md.sequence.stream] = msg.reply
                 firsts.setdefault(md.sequence.stream, msg.reply)
 
-        await nc.subscribe(inbox(box), cb=cb)
+        return await nc.subscribe(inbox(box), cb=cb)
 
+    bound: Subscription | None = None  # a push consumer's subscriber
     loop = asyncio.get_running_loop()
     start = loop.time()
     moments = _moments(steps)
@@ -531,6 +589,16 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
             await nc.publish(acks[step[1]], step[2].encode(), reply=reply)
         elif step[0] == "ack-first":
             await nc.publish(firsts[step[1]], step[2].encode())
+        elif step[0] == "update":
+            body = {"stream_name": name, "config": ccfg | step[1], "action": "update"}
+            await nc.request(
+                f"$JS.API.CONSUMER.CREATE.{name}.c", json.dumps(body).encode(), timeout=10
+            )
+        elif step[0] == "bind":
+            bound = await subscribe("push")
+        elif step[0] == "unbind":
+            assert bound is not None
+            await bound.unsubscribe()
         elif step[0] == "delete":
             seq = json.dumps({"seq": step[1]}).encode()
             await nc.request(f"$JS.API.STREAM.MSG.DELETE.{name}", seq, timeout=10)
@@ -561,7 +629,7 @@ def _on_store(path: Path, name: str, cfg: dict[str, Any], steps: list[Step]) -> 
 
     with Store.open(path, sync="batch", clock=clock, on_event=events) as s:
         s.create_stream(_stream_config(name, cfg))
-        s.create_consumer(name, _consumer_config(cfg))
+        s.create_consumer(name, _consumer_config(name, cfg))
 
         def take_events() -> None:
             for e in events.take():
@@ -612,6 +680,11 @@ def _on_store(path: Path, name: str, cfg: dict[str, Any], steps: list[Step]) -> 
             elif step[0] == "ack-first":
                 op = ack_from_payload(parse_ack_reply(firsts[step[1]]), step[2].encode())
                 s.submit([op]).result(timeout=30)
+            elif step[0] == "update":
+                s.create_consumer(name, _consumer_config(name, cfg) | step[1], action="update")
+            elif step[0] in ("bind", "unbind"):
+                out.setdefault("push", [])
+                s.set_push_interest(name, "c", step[0] == "bind")
             elif step[0] == "delete":
                 s.delete_msg(name, step[1])
             elif step[0] == "purge":
