@@ -230,17 +230,12 @@ class ConsumerRt(PendingCounts):
                 # Deleted, dropped by a limit or expired while waiting for its ack: a
                 # terminated advisory, as nats-server 2.15.1 sends (measured; not for a
                 # purge or a rollup), whose deliveries are the redeliveries (at least 1).
-                ctx.events.append(
-                    Advisory(
-                        "terminated",
-                        self.stream.name,
-                        self.name,
-                        seq,
-                        max(1, e.count - 1),
-                        UNACKED_DELETED,
-                        ctx.now,
-                    )
-                )
+                self._terminated(ctx, seq, max(1, e.count - 1), UNACKED_DELETED)
+
+    def _terminated(self, ctx: Ctx, seq: int, deliveries: int, reason: str) -> None:
+        ctx.events.append(
+            Advisory("terminated", self.stream.name, self.name, seq, deliveries, reason, ctx.now)
+        )
 
     # -- finding the next message --------------------------------------------------------
 
@@ -574,17 +569,7 @@ class ConsumerRt(PendingCounts):
             for s in released:
                 self._drop_pending(ctx, s)
             if term_entry is not None:
-                ctx.events.append(
-                    Advisory(
-                        "terminated",
-                        self.stream.name,
-                        self.name,
-                        seq,
-                        term_entry.count,
-                        reason,
-                        ctx.now,
-                    )
-                )
+                self._terminated(ctx, seq, term_entry.count, reason)
             if cseq and self.pending:
                 # The floor is the acked delivery's, as nats-server's (after redeliveries
                 # it is not the one below the first pending message).
@@ -595,11 +580,7 @@ class ConsumerRt(PendingCounts):
             if e is not None:
                 released.append(seq)
                 if term:
-                    ctx.events.append(
-                        Advisory(
-                            "terminated", self.stream.name, self.name, seq, e.count, reason, ctx.now
-                        )
-                    )
+                    self._terminated(ctx, seq, e.count, reason)
         if released:
             self.update_ack_floor()
         return released

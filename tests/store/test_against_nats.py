@@ -346,6 +346,53 @@ def _differences(tmp_path: Path, scenario: Scenario, count: int, **store_kw: Any
         server.wait(timeout=30)
 
 
+# The timed differentials (test_pull_queue_nats.py, test_redelivery_nats.py): a scenario is
+# a config and steps; each side runs it on a stream of its own and says what came.
+Timed = tuple[dict[str, Any], list[tuple[Any, ...]]]
+Outcomes = dict[str, list[str]]
+OnServer = Callable[[Client, str, dict[str, Any], list[tuple[Any, ...]]], Awaitable[Outcomes]]
+OnStore = Callable[[Path, str, dict[str, Any], list[tuple[Any, ...]]], Outcomes]
+
+
+def compare_timed(
+    tmp_path: Path,
+    prefix: str,
+    scenarios: Sequence[Timed],
+    on_server: OnServer,
+    on_store: OnStore,
+    *,
+    at_once: bool,
+) -> None:
+    """Run every scenario on a fresh nats-server (all at once, or one after another)
+    and on a store of ours each, then assert each outcome is the server's."""
+    port = _free_port()
+    server = _nats_server(tmp_path / "nats", port)
+
+    async def run() -> list[Outcomes]:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=10)
+        runs = (
+            on_server(nc, f"{prefix}{i}", cfg, steps) for i, (cfg, steps) in enumerate(scenarios)
+        )
+        try:
+            if at_once:
+                return list(await asyncio.gather(*runs))
+            return [await one for one in runs]
+        finally:
+            await nc.close()
+
+    try:
+        theirs = asyncio.run(run())
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    ours = [
+        on_store(tmp_path / f"s{i}", f"{prefix}{i}", cfg, steps)
+        for i, (cfg, steps) in enumerate(scenarios)
+    ]
+    for scenario, a, b in zip(scenarios, theirs, ours, strict=True):
+        assert (scenario, b) == (scenario, a)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_streams_answer_as_nats_server_does(tmp_path: Path) -> None:

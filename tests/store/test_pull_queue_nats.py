@@ -22,18 +22,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from store import Delivery, PullStatus, Store
 from tests.store.conftest import SEC, Events, FakeClock
-from tests.store.test_against_nats import _free_port, _nats_server
+from tests.store.test_against_nats import Outcomes, compare_timed
 
 # ("pull", inbox, request JSON) | ("pub", n) | ("wait", seconds) | ("ack", stream seq)
 Step = tuple[Any, ...]
-Outcomes = dict[str, list[str]]  # inbox -> its delivered seqs, then its status
+# Outcomes: inbox -> its delivered seqs, then its status
 
 WAIT = {"expires": 30 * SEC}  # a request that waits (longer than any scenario)
 SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
@@ -253,27 +252,4 @@ def _on_store(path: Path, name: str, cfg: dict[str, Any], steps: list[Step]) -> 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_queued_pull_requests_answer_as_nats_server_does(tmp_path: Path) -> None:
-    port = _free_port()
-    server = _nats_server(tmp_path / "nats", port)
-
-    async def on_server() -> list[Outcomes]:
-        nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=10)
-        try:
-            return [
-                await _on_server(nc, f"Q{i}", cfg, steps)
-                for i, (cfg, steps) in enumerate(SCENARIOS)
-            ]
-        finally:
-            await nc.close()
-
-    try:
-        theirs = asyncio.run(on_server())
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    ours = [
-        _on_store(tmp_path / f"s{i}", f"Q{i}", cfg, steps)
-        for i, (cfg, steps) in enumerate(SCENARIOS)
-    ]
-    for scenario, a, b in zip(SCENARIOS, theirs, ours, strict=True):
-        assert (scenario, b) == (scenario, a)
+    compare_timed(tmp_path, "Q", SCENARIOS, _on_server, _on_store, at_once=False)

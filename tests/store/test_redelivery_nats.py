@@ -39,7 +39,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -48,7 +47,7 @@ from nats.aio.subscription import Subscription
 from store import Advisory, Delivery, JetStreamError, PullStatus, Store
 from store.acks import ack_from_payload, parse_ack_reply
 from tests.store.conftest import SEC, T0, Events, FakeClock
-from tests.store.test_against_nats import _free_port, _nats_server
+from tests.store.test_against_nats import Outcomes, compare_timed
 
 # ("pub", n) | ("pull", inbox, batch[, expires ns]) | ("ack", stream seq, payload[, inbox for +NXT])
 # | ("ack-first", stream seq, payload): to the reply subject of its first delivery
@@ -56,7 +55,7 @@ from tests.store.test_against_nats import _free_port, _nats_server
 # | ("bind",) | ("unbind",): a subscriber to a push consumer's deliver subject
 # | ("update", consumer config changes)
 Step = tuple[Any, ...]
-Outcomes = dict[str, list[str]]  # inbox, "info" or "advisories" -> what came, in order
+# Outcomes: inbox, "info" or "advisories" -> what came, in order
 
 STEP_S = 0.3  # every step but a wait takes this long on the timeline
 MARGIN_NS = SEC // 10  # no timer falls due closer than this to a step that acts
@@ -705,31 +704,4 @@ def _on_store(path: Path, name: str, cfg: dict[str, Any], steps: list[Step]) -> 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_acks_and_redeliveries_answer_as_nats_server_does(tmp_path: Path) -> None:
-    port = _free_port()
-    server = _nats_server(tmp_path / "nats", port)
-
-    async def on_server() -> list[Outcomes]:
-        nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=10)
-        try:
-            return list(
-                await asyncio.gather(
-                    *(
-                        _on_server(nc, f"R{i}", cfg, steps)
-                        for i, (cfg, steps) in enumerate(SCENARIOS)
-                    )
-                )
-            )
-        finally:
-            await nc.close()
-
-    try:
-        theirs = asyncio.run(on_server())
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    ours = [
-        _on_store(tmp_path / f"s{i}", f"R{i}", cfg, steps)
-        for i, (cfg, steps) in enumerate(SCENARIOS)
-    ]
-    for scenario, a, b in zip(SCENARIOS, theirs, ours, strict=True):
-        assert (scenario, b) == (scenario, a)
+    compare_timed(tmp_path, "R", SCENARIOS, _on_server, _on_store, at_once=True)
