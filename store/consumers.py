@@ -601,10 +601,13 @@ class ConsumerRt(PendingCounts):
         self._put_pending(ctx, seq, e)
 
     def progress(self, ctx: Ctx, seq: int) -> None:
-        """``+WPI``: restart the ack-wait timer of ``seq``."""
+        """``+WPI``: restart the ack-wait timer of ``seq`` — unless its ack wait already
+        ended (or a NAK queued it): then it stays queued for redelivery, as nats-server
+        2.15.1 keeps it (measured, test_redelivery_nats.py)."""
         self.last_activity_ns = ctx.now
+        self._expire_overdue_acks(ctx)  # (ended before the Tick came: queued all the same)
         e = self.pending.get(seq)
-        if e is None or e.exhausted:
+        if e is None or e.exhausted or e.deadline == NEVER:
             return
         e.deadline = self.ack_deadline(ctx.now, e.count)
         self._push_deadline(e.deadline, seq)

@@ -179,8 +179,10 @@ class ConsumerModel(StoreMachine):
             return
         seq = data.draw(st.sampled_from(sorted(self.pending)))
         self.store.ack("S", "c", seq, AckKind.WPI)
-        self.pending[seq] = self.clock.now + self._wait(seq)
-        self.queued.discard(seq)
+        self._timers_fire()
+        if seq in self.pending and self.pending[seq] > self.clock.now:
+            self.pending[seq] = self.clock.now + self._wait(seq)
+        # (else due: its ack wait ended or a NAK queued it; it stays due, as nats-server)
         self._check_deliveries()
 
     @rule(data=st.data())
@@ -219,14 +221,17 @@ class ConsumerModel(StoreMachine):
     @rule(secs=st.integers(1, 15))
     def advance(self, secs: int) -> None:
         self.store.tick(self.clock.advance(secs * SEC)).result(timeout=30)
+        self._timers_fire()
+        self._check_deliveries()
+
+    def _timers_fire(self) -> None:
+        """Ack waits (and NAK delays) that ended: with max_deliver 1 the message is dropped
+        then, as nats-server 2.15.1; one NAKed without a delay waits for the next pull."""
         if self.max_deliver == 1:
-            # Dropped as its ack wait (or NAK delay) ends, as nats-server 2.15.1; one NAKed
-            # without a delay waits for the next pull (below).
             for q, deadline in list(self.pending.items()):
                 if deadline <= self.clock.now and q not in self.queued:
                     del self.pending[q]
                     self.exhausted.add(q)
-        self._check_deliveries()
 
     @invariant()
     def info_matches(self) -> None:

@@ -487,6 +487,23 @@ def test_wpi_resets_the_timer(store: Store, events: Events, clock: FakeClock) ->
     assert _seqs(events.take()) == [1]
 
 
+def test_wpi_after_the_ack_wait_ended_leaves_it_due(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    """As nats-server 2.15.1 (measured, test_redelivery_nats.py): a message whose ack
+    wait ended (ticked or not) or that a NAK queued goes out at the next pull all the
+    same."""
+    _stream(store)
+    _fill(store, "s.a", "s.b")
+    _consumer(store, ack_wait=10 * SEC)
+    _pull(store, events, batch=2)
+    store.ack("S", "c", 2, AckKind.NAK)
+    clock.advance(11 * SEC)  # message 1's ack wait ended; no Tick yet
+    store.ack("S", "c", 1, AckKind.WPI)
+    store.ack("S", "c", 2, AckKind.WPI)
+    assert _seqs(_pull(store, events, batch=2)) == [1, 2]
+
+
 def test_term_stops_redelivery_and_advises(store: Store, events: Events, clock: FakeClock) -> None:
     _stream(store)
     _fill(store, "s.a")

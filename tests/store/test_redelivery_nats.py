@@ -27,7 +27,8 @@ delivery at or below it does nothing; a pending message deleted, dropped by a li
 expired (not purged) is advised terminated; with ``max_deliver`` 1 a message goes as its
 ack wait ends, not at the next pull; a consumer with ``inactive_threshold`` is kept while
 its messages wait for their acks, and is still there when its last pull request expires;
-an update of ``ack_wait`` re-times the messages already out. (The server deletes an
+an update of ``ack_wait`` re-times the messages already out; a ``+WPI`` for a message
+whose ack wait ended leaves it queued for redelivery. (The server deletes an
 inactive pull consumer at a check every threshold + 0.1-1 s, so the scenarios look well
 after that.)
 """
@@ -458,6 +459,25 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
             ("info",),  # 1.5
             ("pub", 1),  # 1.8
             ("info",),  # 2.1
+        ],
+    ),
+    # +WPI on a message whose ack wait ended with no request waiting; an ack twice; an
+    # ack to the reply subject of an earlier delivery.
+    (
+        {},
+        [
+            ("pub", 3),  # 0
+            ("pull", "a", 1),  # 0.3: due at 1.3
+            ("wait", 1.2),
+            ("ack", 1, "+WPI"),  # 1.8: due at 2.8
+            ("pull", "b", 3, SEC // 2),  # 2.1: 2 and 3, due at 3.1; 408 at 2.6
+            ("info",),  # 2.4
+            ("ack", 1, "+ACK"),  # 2.7
+            ("ack", 1, "+ACK"),  # 3.0
+            ("info",),  # 3.3
+            ("pull", "c", 5, SEC // 2),  # 3.6: 2 and 3 again
+            ("ack-first", 2, "+ACK"),  # 3.9
+            ("info",),  # 4.2
         ],
     ),
     # +NXT: the ack, then the next messages to the inbox it names.
