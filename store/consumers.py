@@ -225,7 +225,8 @@ class ConsumerRt(PendingCounts):
             self.uncount(ctx, seq, subject)
         elif seq in self.pending:
             e = self._drop_pending(ctx, seq)
-            self.update_ack_floor()
+            if e is not None and not e.exhausted:
+                self._floor_after(seq, e)  # (processed as an ack, as nats-server does)
             if e is not None and not e.exhausted and not purged:
                 # Deleted, dropped by a limit or expired while waiting for its ack: a
                 # terminated advisory, as nats-server 2.15.1 sends (measured; not for a
@@ -575,15 +576,32 @@ class ConsumerRt(PendingCounts):
                 # it is not the one below the first pending message).
                 self.ack_cseq, self.ack_sseq = cseq, seq
                 return released
+            if released:
+                self.update_ack_floor()
         else:
             e = self._drop_pending(ctx, seq)
             if e is not None:
                 released.append(seq)
                 if term:
                     self._terminated(ctx, seq, e.count, reason)
-        if released:
-            self.update_ack_floor()
+                if not e.exhausted:
+                    self._floor_after(seq, e)
         return released
+
+    def _floor_after(self, seq: int, e: PendingEntry) -> None:
+        """nats-server's ack floor rule once pending message ``seq`` is acked (or removed):
+        with nothing left waiting for an ack, the floor is the last delivery; if ``seq``
+        was just above the floor (by its first delivery's consumer seq), the floor moves to
+        just below the next message waiting for an ack — past messages given up on
+        (max_deliver), which wait for none; otherwise it stays."""
+        if not self.num_ack_pending:
+            self.ack_sseq, self.ack_cseq = self.delivered_sseq, self.delivered_cseq
+        elif e.cseq == self.ack_cseq + 1:
+            self.ack_cseq, self.ack_sseq = e.cseq, seq
+            for q, p in self.pending.items():  # in stream order
+                if q > seq and not p.exhausted:
+                    self.ack_cseq, self.ack_sseq = max(0, p.cseq - 1), q - 1
+                    break
 
     def nak(self, ctx: Ctx, seq: int, delay_ns: int) -> None:
         self.last_activity_ns = ctx.now

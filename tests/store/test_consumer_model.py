@@ -39,6 +39,7 @@ class ConsumerModel(StoreMachine):
         self.counts: dict[int, int] = {}  # seq -> deliveries
         self.exhausted: set[int] = set()  # delivered max_deliver times, due again: dropped
         self.queued: set[int] = set()  # NAKed without a delay: due at once, no timer
+        self.floor = 0  # the ack floor's stream seq
 
     retention = "limits"
     filter_subject = "s.x"
@@ -91,6 +92,8 @@ class ConsumerModel(StoreMachine):
                 assert not skipped, "a new message was skipped"
                 self.delivered_seq = seq
                 new.append(seq)
+                if not self.pending and not self.exhausted:
+                    self.floor = seq - 1  # (the filtered-out ones below are not needed)
             else:
                 assert seq in self.pending
                 assert self.pending[seq] <= self.clock.now, "redelivered before its deadline"
@@ -152,14 +155,35 @@ class ConsumerModel(StoreMachine):
             if seq in self.pending:  # (an exhausted one stays as it is)
                 self.pending[seq] = self.clock.now
                 self.queued.add(seq)
-        else:
-            # ack_policy all: everything up to it (a +TERM too, as nats-server 2.15.1).
-            gone = [q for q in self.pending.keys() | self.exhausted if q <= seq]
-            for q in gone if self.ack_policy == "all" else [seq]:
+        elif self.ack_policy == "all":
+            # Everything up to it (a +TERM too, as nats-server 2.15.1).
+            for q in [q for q in self.pending.keys() | self.exhausted if q <= seq]:
                 self.pending.pop(q, None)
                 self.exhausted.discard(q)
                 self.acked.add(q)
+            self.floor = self._first_floor()
+        else:
+            self._gone(seq)
+            self.acked.add(seq)
         self._check_deliveries()
+
+    def _first_floor(self) -> int:
+        """Below the first message the consumer tracks (or its last delivery)."""
+        unacked = self.pending.keys() | self.exhausted
+        return min(unacked) - 1 if unacked else self.delivered_seq
+
+    def _gone(self, seq: int) -> None:
+        """``seq`` acked or deleted: nats-server's ack floor rule (explicit acks). With
+        nothing left waiting for an ack the floor is the last delivery; a message just
+        above the floor moves it to below the next one waiting for an ack (past messages
+        given up on: they wait for none); a message given up on moves nothing."""
+        self.exhausted.discard(seq)
+        if self.pending.pop(seq, None) is None:
+            return
+        if not self.pending:
+            self.floor = self.delivered_seq
+        elif seq == self.floor + 1:
+            self.floor = min(q for q in self.pending if q > seq) - 1
 
     @rule(data=st.data(), delay=st.integers(1, 20))
     def nak_later(self, data: st.DataObject, delay: int) -> None:
@@ -197,8 +221,7 @@ class ConsumerModel(StoreMachine):
         self.store.delete_msg("S", seq)
         self.stored.discard(seq)
         self.others.discard(seq)
-        self.pending.pop(seq, None)
-        self.exhausted.discard(seq)
+        self._gone(seq)
         self._check_deliveries()
 
     @rule(data=st.data(), whole=st.booleans())
@@ -212,10 +235,12 @@ class ConsumerModel(StoreMachine):
         for kept in (self.stored, self.others):
             kept -= {q for q in kept if q < below}
         first = min(self._in_stream(), default=max(self.last + 1, below))
-        for q in [q for q in self.pending if q < first]:
-            del self.pending[q]
-        self.exhausted -= {q for q in self.exhausted if q < first}
-        self.delivered_seq = max(self.delivered_seq, first - 1)
+        for q in sorted(q for q in self.pending.keys() | self.exhausted if q < first):
+            self._gone(q)  # (each removal, in stream order)
+        if self.delivered_seq < first - 1:
+            self.delivered_seq = first - 1
+            if not self.pending and not self.exhausted:
+                self.floor = self.delivered_seq
         self._check_deliveries()
 
     @rule(secs=st.integers(1, 15))
@@ -238,9 +263,7 @@ class ConsumerModel(StoreMachine):
         info = self.store.consumer_info("S", "c")
         assert info.num_ack_pending == len(self.pending)
         assert info.delivered.stream_seq == self.delivered_seq
-        unacked = self.pending.keys() | self.exhausted
-        floor = min(unacked) - 1 if unacked else self.delivered_seq
-        assert info.ack_floor.stream_seq == floor
+        assert info.ack_floor.stream_seq == self.floor
         assert info.num_pending == sum(1 for s in self.stored if s > self.delivered_seq)
         assert {m.seq for m in self.store.iter_msgs("S")} == self._in_stream()
 

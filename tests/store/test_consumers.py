@@ -383,6 +383,29 @@ def test_max_deliver_stops_and_advises(store: Store, events: Events, clock: Fake
     assert info.ack_floor.stream_seq == 0
 
 
+def test_the_floor_passes_messages_given_up_on(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    """As nats-server 2.15.1 (measured, test_redelivery_nats.py): an ack just above the
+    floor moves it past messages given up on (max_deliver); acks of those move nothing."""
+    _stream(store)
+    _fill(store, "s.a", "s.b", "s.c", "s.d")
+    _consumer(store, ack_wait=10 * SEC, max_deliver=1)
+    _pull(store, events, batch=4)
+    clock.advance(5 * SEC)
+    store.ack("S", "c", 1, AckKind.WPI)
+    store.ack("S", "c", 4, AckKind.WPI)
+    store.tick(clock.advance(5 * SEC)).result(timeout=10)  # 2 and 3 given up
+    store.ack("S", "c", 2)
+    assert _floor(store) == (0, 0)
+    store.ack("S", "c", 1)
+    assert _floor(store) == (3, 3)  # below 4, the next waiting for an ack
+    store.ack("S", "c", 3, AckKind.TERM)
+    assert _floor(store) == (3, 3)
+    store.ack("S", "c", 4)
+    assert _floor(store) == (4, 4)
+
+
 def test_an_update_of_the_ack_wait_retimes_messages_already_out(
     store: Store, events: Events, clock: FakeClock
 ) -> None:

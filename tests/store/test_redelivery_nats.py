@@ -480,6 +480,47 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
             ("info",),  # 4.2
         ],
     ),
+    # Acks for messages given up on (max_deliver): a TERM is advised all the same; the
+    # ack floor does not move.
+    (
+        {"max_deliver": 1},
+        [
+            ("pub", 3),  # 0
+            ("pull", "a", 3),  # 0.3: due at 1.3, given up then
+            ("wait", 1.2),
+            ("ack", 1, "+TERM late"),  # 1.8
+            ("ack", 2, "+ACK"),  # 2.1
+            ("ack", 3, "-NAK"),  # 2.4
+            ("info",),  # 2.7
+        ],
+    ),
+    # An ack just above the floor moves it past messages given up on.
+    (
+        {"max_deliver": 1},
+        [
+            ("pub", 3),  # 0
+            ("pull", "a", 3),  # 0.3: due at 1.3
+            ("ack", 1, "+WPI"),  # 0.6: due at 1.6
+            ("info",),  # 0.9
+            ("wait", 0.3),  # 1.2; 2 and 3 given up at 1.3
+            ("ack", 1, "+ACK"),  # 1.5
+            ("info",),  # 1.8
+        ],
+    ),
+    # A NAK delay with backoff: the delay, then the backoff of the delivery count.
+    (
+        {"backoff": [SEC, 3 * SEC], "max_deliver": 4},
+        [
+            ("pull", "a", 5),  # 0
+            ("pub", 1),  # 0.3: due at 1.3
+            ("ack", 1, "-NAK 500ms"),  # 0.6: again at 1.1, due at 4.1
+            ("info",),  # 0.9
+            ("wait", 0.6),
+            ("info",),  # 1.8
+            ("wait", 1.6),
+            ("info",),  # 3.7
+        ],
+    ),
     # +NXT: the ack, then the next messages to the inbox it names.
     (
         {},
