@@ -50,7 +50,8 @@ from store.acks import ack_from_payload, parse_ack_reply
 from tests.store.conftest import SEC, T0, Events, FakeClock
 from tests.store.test_against_nats import Outcomes, compare_timed
 
-# ("pub", n) | ("pull", inbox, batch[, expires ns]) | ("ack", stream seq, payload[, inbox for +NXT])
+# ("pub", n) | ("pub-y", n): on another subject | ("pull", inbox, batch[, expires ns])
+# | ("ack", stream seq, payload[, inbox for +NXT])
 # | ("ack-first", stream seq, payload): to the reply subject of its first delivery
 # | ("delete", stream seq) | ("purge",) | ("info",) | ("wait", seconds)
 # | ("bind",) | ("unbind",): a subscriber to a push consumer's deliver subject
@@ -521,6 +522,40 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
             ("info",),  # 3.7
         ],
     ),
+    # A filtered consumer: messages it does not take around and between its own. (Not
+    # compared before its first ack: the store's floor is past the messages it does not
+    # take, by spec §1.7, the server's not — store/DESIGN.md.)
+    (
+        {"filtered": True},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub-y", 2),  # 0.3
+            ("pub", 2),  # 0.6: 3 and 4, due at 1.6
+            ("pub-y", 1),  # 0.9
+            ("ack", 3, "+ACK"),  # 1.2
+            ("wait", 0.6),  # 1.5; 4 again at 1.6, due at 2.6
+            ("info",),  # 2.1
+            ("pub", 1),  # 2.4: 6, due at 3.4
+            ("ack", 4, "+ACK"),  # 2.7
+            ("info",),  # 3.0
+            ("delete", 6),  # 3.3
+            ("info",),  # 3.6
+        ],
+    ),
+    # A message deleted, or purged, while waiting for its ack leaves pending at once.
+    (
+        {"ack_wait": 5 * SEC},
+        [
+            ("pull", "a", 10),  # 0
+            ("pub", 3),  # 0.3
+            ("delete", 2),  # 0.6
+            ("info",),  # 0.9
+            ("purge",),  # 1.2
+            ("info",),  # 1.5
+            ("pub", 1),  # 1.8
+            ("info",),  # 2.1
+        ],
+    ),
     # +NXT: the ack, then the next messages to the inbox it names.
     (
         {},
@@ -546,12 +581,16 @@ def _stream_config(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _consumer_config(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
     """The consumer's config: durable "c" unless ``ephemeral`` (then named "c"); with
-    ``push``, its deliver subject is the inbox "push"."""
+    ``push``, its deliver subject is the inbox "push"; ``filtered``: only "<stream>.x"
+    (the "pub" step's subject; "pub-y" publishes others)."""
     base: dict[str, Any] = {"ack_policy": "explicit", "ack_wait": SEC}
     base |= {"name": "c"} if cfg.get("ephemeral") else {"durable_name": "c"}
     if cfg.get("push"):
         base["deliver_subject"] = f"in.{name}.push"
-    rest = {k: v for k, v in cfg.items() if k not in (*STREAM_KEYS, "ephemeral", "push")}
+    if cfg.get("filtered"):
+        base["filter_subject"] = f"{name}.x"
+    scenario_keys = (*STREAM_KEYS, "ephemeral", "push", "filtered")
+    rest = {k: v for k, v in cfg.items() if k not in scenario_keys}
     return base | rest
 
 
@@ -638,9 +677,9 @@ async def _on_server(nc: Client, name: str, cfg: dict[str, Any], steps: list[Ste
                 json.dumps(body).encode(),
                 reply=inbox(step[1]),
             )
-        elif step[0] == "pub":
+        elif step[0] in ("pub", "pub-y"):
             for _ in range(step[1]):
-                await nc.request(f"{name}.x", b"m", timeout=10)
+                await nc.request(f"{name}.{'y' if step[0] == 'pub-y' else 'x'}", b"m", timeout=10)
         elif step[0] == "ack":
             reply = ""
             if len(step) > 3:
@@ -727,9 +766,9 @@ def _on_store(path: Path, name: str, cfg: dict[str, Any], steps: list[Step]) -> 
                 out.setdefault(step[1], [])
                 expires = step[3] if len(step) > 3 else WAIT_NS
                 s.pull(name, "c", inbox(step[1]), batch=step[2], expires_ns=expires)
-            elif step[0] == "pub":
+            elif step[0] in ("pub", "pub-y"):
                 for _ in range(step[1]):
-                    s.publish(f"{name}.x", b"m")
+                    s.publish(f"{name}.{'y' if step[0] == 'pub-y' else 'x'}", b"m")
             elif step[0] == "ack":
                 reply = ""
                 if len(step) > 3:
