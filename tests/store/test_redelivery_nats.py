@@ -3,14 +3,14 @@ nats-server (as in test_against_nats.py).
 
 Each scenario makes a stream and one consumer (pull, explicit acks, ``ack_wait`` of a
 second, unless the scenario says otherwise: ``ack_wait``, ``backoff``, ``max_deliver``,
-``max_ack_pending``, ``ack_policy``, ephemeral with ``inactive_threshold``, push) on
-both, then runs the same steps on one timeline: publishes, pull requests, acks of every
-kind sent to the reply subject of a message's latest delivery, or its first (``+ACK``,
-``-NAK`` with and without a delay, ``+WPI``, ``+TERM`` with a reason, ``+NXT``), message
-deletions, purges, consumer updates, subscribers to a push consumer's deliver subject
-coming and going, consumer and stream info, and waits (some streams with ``max_age``,
-``max_msgs``, workqueue or interest retention). The store gets each ack as the broker
-hands it over: reply subject and payload parsed by ``store.acks``.
+``max_ack_pending``, ``ack_policy``, a filter, ephemeral with ``inactive_threshold``,
+push) on both, then runs the same steps on one timeline: publishes, pull requests, acks
+of every kind sent to the reply subject of a message's latest delivery, or its first
+(``+ACK``, ``-NAK`` with and without a delay, ``+WPI``, ``+TERM`` with a reason,
+``+NXT``), message deletions, purges, consumer updates, subscribers to a push consumer's
+deliver subject coming and going, consumer and stream info, and waits (some streams with
+``max_age``, ``max_msgs``, workqueue or interest retention). The store gets each ack as
+the broker would hand it over: reply subject and payload parsed by ``store.acks``.
 
 The server runs the steps in real time, each at its moment of the timeline; the store's
 injected clock is moved to each moment, firing every timer that falls due on the way. No
@@ -28,9 +28,10 @@ expired (not purged) is advised terminated; with ``max_deliver`` 1 a message goe
 ack wait ends, not at the next pull; a consumer with ``inactive_threshold`` is kept while
 its messages wait for their acks, and is still there when its last pull request expires;
 an update of ``ack_wait`` re-times the messages already out; a ``+WPI`` for a message
-whose ack wait ended leaves it queued for redelivery. (The server deletes an
-inactive pull consumer at a check every threshold + 0.1-1 s, so the scenarios look well
-after that.)
+whose ack wait ended leaves it queued for redelivery; an ack just above the floor moves
+it past messages given up on (max_deliver), and acks of those move nothing. (The server
+deletes an inactive pull consumer at a check every threshold + 0.1-1 s, so the scenarios
+look well after that.)
 """
 
 from __future__ import annotations
