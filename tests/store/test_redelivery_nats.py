@@ -557,6 +557,21 @@ SCENARIOS: list[tuple[dict[str, Any], list[Step]]] = [
             ("info",),  # 2.1
         ],
     ),
+    # +NXT with a JSON batch; a JSON NAK delay under backoff; TERM of a redelivered one.
+    (
+        {"backoff": [SEC, 2 * SEC], "max_deliver": 5},
+        [
+            ("pub", 4),  # 0
+            ("pull", "a", 1),  # 0.3: 1
+            ("ack", 1, '+NXT {"batch": 2}', "n"),  # 0.6: 2 and 3, due at 1.6
+            ("ack", 2, '-NAK {"delay": 500000000}'),  # 0.9: due at 1.4
+            ("wait", 0.8),  # 1.2
+            ("pull", "b", 5),  # 2.0: 2 and 3 again (due at 4.0), 4 (due at 3.0)
+            ("info",),  # 2.3
+            ("ack", 3, "+TERM done"),  # 2.6
+            ("info",),  # 2.9
+        ],
+    ),
     # +NXT: the ack, then the next messages to the inbox it names.
     (
         {},
