@@ -389,8 +389,13 @@ def compare_timed(
         on_store(tmp_path / f"s{i}", f"{prefix}{i}", cfg, steps)
         for i, (cfg, steps) in enumerate(scenarios)
     ]
-    for scenario, a, b in zip(scenarios, theirs, ours, strict=True):
-        assert (scenario, b) == (scenario, a)
+    found = [
+        f"{prefix}{i} {scenario[0]} {key}: server {a.get(key)}, store {b.get(key)}"
+        for i, (scenario, a, b) in enumerate(zip(scenarios, theirs, ours, strict=True))
+        for key in sorted(a.keys() | b.keys())
+        if a.get(key) != b.get(key)
+    ]
+    assert not found, "\n".join(found)
 
 
 @pytest.mark.slow
