@@ -22,7 +22,8 @@ Reports the median of 5 runs of each measurement:
   last-by-subject / next-by-subject of a subject stored only as its first and last message;
 - bytes on disk per stored 100-byte message.
 
-Usage: ``.venv/bin/python scripts/bench_store.py [--quick]``.
+Usage: ``.venv/bin/python scripts/bench_store.py [--quick]``; ``--ratio-pairs N`` runs only
+the 64-submitter rows with group commit off and on, N alternating pairs.
 """
 
 from __future__ import annotations
@@ -794,12 +795,42 @@ def _print_long_op(what: str, lo: LongOp) -> None:
     )
 
 
+def ratio_pairs(pairs: int, seconds: float) -> int:
+    """The issue's ratio alone: group commit off and on at 64 submitters, alternating, so
+    both sides see the same minutes of the disk."""
+    off: list[float] = []
+    on: list[float] = []
+    for _ in range(pairs):
+        base = appends_one_txn_each(64, seconds)
+        grouped = appends_per_s(64, seconds)
+        off.append(base.rate)
+        on.append(grouped.rate)
+        print(f"  group commit off {base.rate:10,.0f} appends/s  {base.split()}")
+        print(f"  group commit on  {grouped.rate:10,.0f} appends/s  {grouped.split()}")
+    lo, hi = statistics.median(off), statistics.median(on)
+    print(
+        f"  median of {pairs}: off {lo:,.0f} /s, on {hi:,.0f} /s = {hi / lo:.1f}x"
+        f" (per pair {min(h / o for h, o in zip(on, off, strict=True)):.1f}x"
+        f" to {max(h / o for h, o in zip(on, off, strict=True)):.1f}x)"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--quick", action="store_true", help="short runs (smoke test)")
     ap.add_argument("--seconds", type=float, default=2.0, help="duration of each append run")
     ap.add_argument("--recovery-msgs", type=int, default=1_000_000)
+    ap.add_argument(
+        "--ratio-pairs",
+        type=int,
+        metavar="N",
+        help="only the group-commit ratio: N alternating runs of the 64-submitter rows,"
+        " group commit off and on, then their medians",
+    )
     args = ap.parse_args(argv)
+    if args.ratio_pairs:
+        return ratio_pairs(args.ratio_pairs, args.seconds)
     secs = 0.3 if args.quick else args.seconds
     rec_n = 20_000 if args.quick else args.recovery_msgs
     runs = 1 if args.quick else RUNS
