@@ -3,6 +3,11 @@
 Every message the child reported as committed must be present and intact, the stream
 state must agree with the stored messages, and the consumer state must load and be
 consistent. Repeated several times per run.
+
+The kill lands while the child is appending: the parent kills it the moment its report
+file grows (after a random wait), and fails if it stops growing. (The reports used to go
+through a pipe the parent read only after the kill; after about a second of commits the
+pipe was full, the child blocked on it, and the kill hit an idle process.)
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -20,27 +26,48 @@ from tests.store.conftest import start_child
 from tests.store.crash_child import payload
 
 ROUNDS = 5
+GROWTH_WAIT = 10.0  # s: how long the child may go without reporting a commit before the kill
 
 
-def _run_child(path: Path, rng: random.Random) -> list[tuple[int, int, int]]:
-    proc = start_child("-m", "tests.store.crash_child", str(path))
+def _kill_while_appending(proc: subprocess.Popen[str], report: Path) -> None:
+    """SIGKILL the child as soon as its report file grows (its size polled every
+    millisecond), which shows it was committing a moment before; fail if it does not."""
+    before = report.stat().st_size
+    deadline = time.monotonic() + GROWTH_WAIT
+    while report.stat().st_size == before:
+        assert proc.poll() is None, "the child died before the kill"
+        assert time.monotonic() < deadline, f"no commit reported for {GROWTH_WAIT} s"
+        time.sleep(0.001)
+    proc.send_signal(signal.SIGKILL)
+
+
+def _read_reports(report: Path) -> list[tuple[int, int, int]]:
+    """The commits the child reported; a last line cut short by the kill is ignored."""
+    *lines, _torn = report.read_text().split("\n")  # each line is one write(): at most one torn
+    reported: list[tuple[int, int, int]] = []
+    for ln in lines:
+        tag, seq, tid, n = ln.split()
+        assert tag == "P", ln
+        reported.append((int(seq), int(tid), int(n)))
+    return reported
+
+
+def _run_child(path: Path, report: Path, rng: random.Random) -> list[tuple[int, int, int]]:
+    report.touch()
+    proc = start_child("-m", "tests.store.crash_child", str(path), str(report))
     assert proc.stdout is not None
     try:
         line = proc.stdout.readline()
         assert line.strip() == "READY", line + (proc.stderr.read() if proc.stderr else "")
         time.sleep(rng.uniform(0.05, 0.8))  # the crash moment; a real wall-clock race on purpose
-        proc.send_signal(signal.SIGKILL)
-        rest, _ = proc.communicate(timeout=30)
+        _kill_while_appending(proc, report)
+        proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
-    reported: list[tuple[int, int, int]] = []
-    for ln in rest.splitlines():
-        parts = ln.split()
-        if len(parts) == 4 and parts[0] == "P":  # a torn last line is ignored
-            reported.append((int(parts[1]), int(parts[2]), int(parts[3])))
-    return reported
+    assert proc.returncode == -signal.SIGKILL
+    return _read_reports(report)
 
 
 def _pending_seqs(s: Store) -> list[int]:
@@ -70,8 +97,8 @@ def test_sigkill_loses_nothing_reported(tmp_path: Path) -> None:
     rng = random.Random(os.getpid())
     path = tmp_path / "crash"
     total = 0
-    for _ in range(ROUNDS):
-        reported = _run_child(path, rng)
+    for i in range(ROUNDS):
+        reported = _run_child(path, tmp_path / f"report{i}", rng)
         total += len(reported)
         with Store.open(path) as s:
             for seq, tid, n in reported:
