@@ -33,6 +33,7 @@ from store.ops import (
     SetPushInterest,
     StoredMsg,
     Tick,
+    WithdrawPulls,
 )
 
 __all__ = [
@@ -70,4 +71,5 @@ __all__ = [
     "StreamInfo",
     "StreamState",
     "Tick",
+    "WithdrawPulls",
 ]

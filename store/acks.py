@@ -75,6 +75,26 @@ def parse_go_duration(text: str) -> int:
     return int(total)
 
 
+def _nak_delay(arg: str) -> int:
+    """A NAK's delay: ``{"delay": ns}`` or a Go duration. One the server cannot read (not
+    JSON, not an int64 of nanoseconds, not a duration) makes a plain NAK, as there."""
+    if not arg:
+        return 0
+    try:
+        if arg.startswith("{"):
+            body = json.loads(arg)
+            delay = body.get("delay", 0) if isinstance(body, dict) else None
+            if delay is None:
+                return 0
+            if type(delay) is not int:
+                raise ValueError("delay is not an integer")
+        else:
+            delay = parse_go_duration(arg)
+    except ValueError:
+        return 0
+    return delay if -(1 << 63) <= delay < 1 << 63 else 0
+
+
 def ack_from_payload(reply: AckReply, payload: bytes, next_reply: str = "") -> Ack:
     """The :class:`Ack` operation for an ack ``payload`` published to ``reply``.
 
@@ -94,12 +114,7 @@ def ack_from_payload(reply: AckReply, payload: bytes, next_reply: str = "") -> A
     if head in ("", "+ACK", "+OK"):
         return mk(AckKind.ACK)
     if head == "-NAK":
-        delay = 0
-        if arg.startswith("{"):
-            delay = int(json.loads(arg).get("delay", 0))
-        elif arg:
-            delay = parse_go_duration(arg)
-        return mk(AckKind.NAK, delay_ns=max(0, delay))
+        return mk(AckKind.NAK, delay_ns=max(0, _nak_delay(arg)))
     if head == "+WPI":
         return mk(AckKind.WPI)
     if head == "+TERM":

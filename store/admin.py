@@ -11,7 +11,7 @@ import string
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from store import keys, slices
+from store import gojson, keys, slices
 from store.consumers import ConsumerRt
 from store.counting import EVERY_SUBJECT, LPS_START, lps_slice
 from store.ctx import Ctx
@@ -183,6 +183,7 @@ def delete_stream(eng: Engine, ctx: Ctx, name: str) -> OpResult:
 
 
 def purge(eng: Engine, ctx: Ctx, op: PurgeStream) -> OpResult:
+    check_purge_request(op.seq, op.keep)
     st = eng._stream(op.stream)
     if st.config.sealed:
         raise js_error("stream_sealed")
@@ -196,7 +197,14 @@ def purge(eng: Engine, ctx: Ctx, op: PurgeStream) -> OpResult:
     return slices.purge(eng, ctx, st, plan)
 
 
+def check_purge_request(seq: int | None, keep: int | None) -> None:
+    """STREAM.PURGE's numbers are uint64 in nats-server: out of range is its JSON error."""
+    gojson.check_uint64(seq, "JSApiStreamPurgeRequest.seq")
+    gojson.check_uint64(keep, "JSApiStreamPurgeRequest.keep")
+
+
 def delete_msg(eng: Engine, ctx: Ctx, op: DeleteMsg) -> OpResult:
+    gojson.check_uint64(op.seq, "JSApiMsgDeleteRequest.seq")
     st = eng._stream(op.stream)
     if st.config.sealed:
         raise js_error("stream_sealed")
@@ -268,23 +276,7 @@ def create_consumer(
     scfg = st.config
     if scfg.max_consumers > 0 and len(st.consumers) >= scfg.max_consumers:
         raise js_error("maximum_consumers")
-    # (A filter matching none of the stream's subjects is accepted, as nats-server 2.15.1
-    # does: the consumer delivers nothing.)
-    if cfg.deliver_subject and any(subject_matches(s, cfg.deliver_subject) for s in scfg.subjects):
-        raise js_error("deliver_subject_cycle")
-    if scfg.retention == "workqueue":
-        if cfg.ack_policy != "explicit":
-            raise js_error("wq_requires_explicit_ack")
-        if cfg.deliver_policy != "all":
-            raise js_error("wq_consumer_not_deliver_all")
-        if st.consumers:
-            if not cfg.filters:
-                raise js_error("wq_multiple_unfiltered")
-            # An unfiltered one takes every subject (nats-server 2.15.1: 10100 for a
-            # filtered consumer next to it, measured).
-            for o in st.consumers.values():
-                if any(subjects_overlap(a, b) for a in cfg.filters for b in o.filters or (">",)):
-                    raise js_error("wq_consumer_not_unique")
+    check_stream_rules(st, cfg, None)
     dp = cfg.deliver_policy
     last: int | None = None  # deliver_policy last: the last match, if known
     if placed is None and dp == "last" and not all(is_literal(f) for f in cfg.filters):
@@ -378,6 +370,35 @@ def place(st: StreamRt, c: ConsumerRt, walk: CreateConsumerMore) -> None:
         c.counting = [walk.cap + 1, walk.cap + 1, n]
 
 
+def check_stream_rules(st: StreamRt, cfg: ConsumerConfig, updating: ConsumerRt | None) -> None:
+    """The rules a consumer's config must meet on its stream, at creation and (as
+    nats-server 2.15.1, measured) at an update: no delivery into the stream's own
+    subjects; on a workqueue stream explicit acks, deliver all, and filters no other
+    consumer's overlap (an unfiltered one takes every subject). Only a creation is refused
+    for being unfiltered next to others: the server lets an update drop the filter."""
+    # (A filter matching none of the stream's subjects is accepted, as nats-server 2.15.1
+    # does: the consumer delivers nothing.)
+    scfg = st.config
+    if cfg.deliver_subject and any(subject_matches(s, cfg.deliver_subject) for s in scfg.subjects):
+        raise js_error("deliver_subject_cycle")
+    if scfg.retention != "workqueue":
+        return
+    if cfg.ack_policy != "explicit":
+        raise js_error("wq_requires_explicit_ack")
+    if cfg.deliver_policy != "all":
+        raise js_error("wq_consumer_not_deliver_all")
+    others = [o for o in st.consumers.values() if o is not updating]
+    if not others:
+        return
+    if not cfg.filters:
+        if updating is None:
+            raise js_error("wq_multiple_unfiltered")
+        return
+    for o in others:
+        if any(subjects_overlap(a, b) for a in cfg.filters for b in o.filters or (">",)):
+            raise js_error("wq_consumer_not_unique")
+
+
 def update_consumer(
     eng: Engine, ctx: Ctx, c: ConsumerRt, cfg: ConsumerConfig
 ) -> ConsumerInfo | None:
@@ -392,6 +413,7 @@ def update_consumer(
     for field, msg in _FIXED_CONSUMER_FIELDS.items():
         if getattr(old, field) != getattr(cfg, field):
             raise js_error("consumer_create", err=msg)
+    check_stream_rules(c.stream, cfg, c)
     c.config = cfg
     c.filters = cfg.filters
     c.scan_floor = 0
@@ -401,6 +423,15 @@ def update_consumer(
     write_consumer_record(eng, ctx, c)
     ctx.touched.add(c.stream)
     ctx.dirty_consumers.add(c)
+    st = c.stream
+    # Interest decides again with the new filters: messages only the old ones wanted go
+    # (nats-server 2.15.1, measured). Over a slice, the info answers at the end.
+    if (
+        old.filters != cfg.filters
+        and st.config.retention == "interest"
+        and slices.reevaluate(eng, ctx, st, st.first_seq, c.name) is None
+    ):
+        return None
     return consumer_info(eng, ctx, c)
 
 

@@ -29,7 +29,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Literal, Self
 
-from store import details, keepbound, keys, subjindex
+from store import admin, details, gojson, keepbound, keys, subjindex
 from store.details import Paged
 from store.engine import REMOVE_SLICE, Engine
 from store.env import DEFAULT_MAP_SIZE, Env
@@ -58,6 +58,7 @@ from store.ops import (
     StoredMsg,
     SweepStream,
     Tick,
+    WithdrawPulls,
 )
 from store.subjects import is_literal, literal_prefix, subject_matches, subjects_overlap
 from store.writer import MAX_BATCH_JOBS, GroupCommitWriter
@@ -262,6 +263,7 @@ class Store:
     ) -> int:
         """STREAM.PURGE. With ``keep``, where the kept messages begin is found here, from a
         snapshot, so the writer does not walk for it (store.keepbound)."""
+        admin.check_purge_request(seq, keep)
         keep_from = None
         if keep is not None and keepbound.keeps(filter, seq, keep):
             keep_from = self.keep_bound(name, filter, keep)
@@ -328,6 +330,11 @@ class Store:
         self._call(
             Pull(stream, consumer, reply, batch, expires_ns, no_wait, max_bytes, idle_heartbeat_ns)
         )
+
+    def withdraw_pulls(self, stream: str, consumer: str, reply: str) -> int:
+        """The pull requests waiting for ``reply`` leave (its client went away)."""
+        n: int = self._call(WithdrawPulls(stream, consumer, reply))
+        return n
 
     def set_push_interest(self, stream: str, consumer: str, bound: bool) -> None:
         self._call(SetPushInterest(stream, consumer, bound))
@@ -399,7 +406,11 @@ class Store:
         return StoredMsg(seq, t, subj, keys.decode_headers(hdr), payload)
 
     def get_msg(self, stream: str, seq: int) -> StoredMsg:
-        """Message ``seq`` of ``stream``; JetStreamError 10037 if not stored."""
+        """Message ``seq`` of ``stream``; JetStreamError 10037 if not stored (10003 for
+        seq 0, which names no message, as nats-server answers)."""
+        gojson.check_uint64(seq, "JSApiMsgGetRequest.seq")
+        if seq == 0:
+            raise js_error("bad_request")
         with self.env.read() as txn:
             sid = self._sid(txn, stream)
             rec = txn.get(keys.msg_key(sid, seq), db=self.env.dbs[keys.DB_MSGS])
@@ -433,6 +444,7 @@ class Store:
 
     def next_by_subject(self, stream: str, subject: str, seq: int = 0) -> StoredMsg:
         """The first message with sequence >= ``seq`` whose subject matches; 10037 if none."""
+        gojson.check_uint64(seq, "JSApiMsgGetRequest.seq")
         if is_literal(subject):
             with self.env.read() as txn:
                 sid = self._sid(txn, stream)
@@ -506,7 +518,7 @@ class Store:
                 for k in cur.iternext(keys=True, values=False):
                     if not k.startswith(prefix):
                         break
-                    out.append(bytes(k[8:]).decode())
+                    out.append(keys.consumer_key_name(k))
         return sorted(out)
 
     def consumer_list(self, stream: str) -> list[ConsumerInfo]:

@@ -698,6 +698,13 @@ class ConsumerRt(PendingCounts):
             keep.append(req)
         self.waiting = keep
 
+    def withdraw_requests(self, reply: str) -> int:
+        """Drop the waiting pull requests for ``reply`` (no status: nobody listens there);
+        how many. When none is left, the time without one starts with this batch."""
+        before = len(self.waiting)
+        self.waiting = deque(r for r in self.waiting if r.reply != reply)
+        return before - len(self.waiting)
+
     def inactive_deadline(self) -> int:
         """When this consumer is deleted for inactivity (0 = never): ``inactive_threshold``
         after its last activity (creation, a pull request or the end of the last one

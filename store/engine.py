@@ -56,6 +56,7 @@ from store.ops import (
     SetPushInterest,
     SweepStream,
     Tick,
+    WithdrawPulls,
 )
 from store.streams import Rollup, StreamRt
 from store.subjects import subject_matches
@@ -127,7 +128,7 @@ class Engine:
                 for ck, cv in ccur.iternext():
                     if not ck.startswith(prefix):
                         break
-                    cname = bytes(ck[8:]).decode()
+                    cname = keys.consumer_key_name(ck)
                     cid, ccreated, ccfg = keys.unpack_named_record(
                         bytes(cv), keys.CONSUMER_RECORD_VERSION
                     )
@@ -299,6 +300,8 @@ class Engine:
                 return admin.create_consumer(self, ctx, op)
             case DeleteConsumer():
                 return admin.delete_consumer(self, ctx, self._stream(op.stream), op.consumer)
+            case WithdrawPulls():
+                return self._consumer(op.stream, op.consumer).withdraw_requests(op.reply)
             case SetPushInterest():
                 c = self._consumer(op.stream, op.consumer)
                 c.push_bound = op.bound

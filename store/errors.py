@@ -95,9 +95,40 @@ ERRORS: Final[dict[str, ErrorSpec]] = {
     # As nats-server 2.15.1 answers (measured; the spec's table has none of these).
     "replicas_negative": ErrorSpec(10133, 400, "replicas count cannot be negative"),
     "consumer_ack_wait_negative": ErrorSpec(10183, 400, "consumer ack wait needs to be positive"),
+    "consumer_backoff_negative": ErrorSpec(10184, 400, "consumer backoff needs to be positive"),
     "consumer_filters_overlap": ErrorSpec(10138, 400, "consumer subject filters cannot overlap"),
     "consumer_filter_and_filters": ErrorSpec(
         10136, 400, "consumer cannot have both FilterSubject and FilterSubjects specified"
+    ),
+    "stream_name_path_separators": ErrorSpec(
+        10128, 400, "Stream name can not contain path separators"
+    ),
+    "consumer_name_path_separators": ErrorSpec(
+        10127, 400, "Consumer name can not contain path separators"
+    ),
+    "consumer_max_expires_too_small": ErrorSpec(
+        10115, 400, "consumer max request expires needs to be >= 1ms"
+    ),
+    "consumer_invalid_sampling": ErrorSpec(
+        10095, 400, "failed to parse consumer sampling configuration: {err}"
+    ),
+    "consumer_pull_rate_limit": ErrorSpec(
+        10086, 400, "consumer in pull mode can not have rate limit set"
+    ),
+    "consumer_direct_requires_push": ErrorSpec(
+        10090, 400, "consumer direct requires a push based consumer"
+    ),
+    "consumer_direct_requires_ephemeral": ErrorSpec(
+        10091, 400, "consumer direct requires an ephemeral consumer"
+    ),
+    "consumer_priority_groups_without_policy": ErrorSpec(
+        10196, 400, "consumer can not have priority groups when policy is none"
+    ),
+    "consumer_priority_policy_without_groups": ErrorSpec(
+        10159, 400, "Setting PriorityPolicy requires at least one PriorityGroup to be set"
+    ),
+    "consumer_pinned_ttl_without_policy": ErrorSpec(
+        10197, 400, "PinnedTTL cannot be set when PriorityPolicy is none"
     ),
 }
 

@@ -60,7 +60,10 @@ a consumer id from the same counter. Times are Unix nanoseconds (u64), 0 = no ti
 |               |                                      | seq, u64 last stored seq (a subject with   |
 |               |                                      | no stored message has no record)           |
 +---------------+--------------------------------------+--------------------------------------------+
-| ``dedupe``    | u64 sid, msg id (UTF-8)              | u64 seq, u64 time of the original message  |
+| ``dedupe``    | u64 sid, msg id (UTF-8); an id of    | u64 seq, u64 time of the original message  |
+|               | over 256 bytes as byte 0xFF (never   |                                            |
+|               | in UTF-8) and the id's SHA-256       |                                            |
+|               | (LMDB keys end at 511 bytes)         |                                            |
 | ``dedupeseq`` | u64 sid, u64 seq                     | msg id (UTF-8): eviction order of dedupe   |
 +---------------+--------------------------------------+--------------------------------------------+
 | ``consumers`` | u64 sid, consumer name (UTF-8)       | consumer record: u8 version (1), u64 cid,  |
@@ -96,6 +99,7 @@ both from ``msgs``) is the table above.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Callable
 from functools import lru_cache
@@ -385,12 +389,35 @@ def unpack_subject_record(record: bytes) -> tuple[int, int, int]:
     return int(a), int(b), int(c)
 
 
+MAX_PLAIN_MSG_ID: Final = 256  # longer ids are keyed by their hash (table above)
+
+
 def dedupe_key(sid: int, msg_id: str) -> bytes:
-    return _U64.pack(sid) + msg_id.encode()
+    raw = msg_id.encode()
+    if len(raw) > MAX_PLAIN_MSG_ID:
+        return _U64.pack(sid) + b"\xff" + hashlib.sha256(raw).digest()
+    return _U64.pack(sid) + raw
+
+
+def pack_dedupe(seq: int, ts: int) -> bytes:
+    return _U64X2.pack(seq, ts)
+
+
+def unpack_dedupe(record: bytes) -> tuple[int, int]:
+    """``(seq, time)`` of a ``dedupe`` record."""
+    if len(record) != _U64X2.size:
+        raise RecordError("dedupe record has the wrong length")
+    seq, ts = _U64X2.unpack(record)
+    return int(seq), int(ts)
 
 
 def consumer_key(sid: int, name: str) -> bytes:
     return _U64.pack(sid) + name.encode()
+
+
+def consumer_key_name(key: bytes) -> str:
+    """The consumer name of a ``consumers`` key."""
+    return bytes(key[8:]).decode()
 
 
 def pending_key(cid: int, seq: int) -> bytes:

@@ -11,13 +11,15 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from store import gojson
 from store.errors import JetStreamError, js_error
+from store.gojson import ZERO_TIME
+from store.gojson import parse_time as parse_time  # re-exported beside format_time
 
-ZERO_TIME = "0001-01-01T00:00:00Z"
 SECOND = 1_000_000_000
 MIN_DURATION = 100_000_000  # 100 ms: smallest max_age / duplicate_window / heartbeat
 MAX_NAME_LEN = 255  # stream names, as nats-server
@@ -27,8 +29,6 @@ DEFAULT_ACK_WAIT = 30 * SECOND
 DEFAULT_MAX_ACK_PENDING = 1000
 DEFAULT_MAX_WAITING = 512
 DEFAULT_EPHEMERAL_INACTIVE = 5 * SECOND
-
-_TIME_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
 
 
 def format_time(ns: int) -> str:
@@ -71,21 +71,11 @@ def _decimal(value: int, unit: int) -> str:
     return f"{whole}.{str(part).rjust(len(str(unit)) - 1, '0').rstrip('0')}"
 
 
-def parse_time(text: str) -> int:
-    """Parse an RFC 3339 time to Unix nanoseconds (zero time -> 0); ValueError if malformed."""
-    if text == ZERO_TIME:
-        return 0
-    m = _TIME_RE.match(text)
-    if m is None:
-        raise ValueError(f"invalid time {text!r}")
-    base, frac, tz = m.groups()
-    tzs = "+00:00" if tz == "Z" else tz
-    dt = _dt.datetime.fromisoformat(base + tzs)
-    return int(dt.timestamp()) * SECOND + int((frac or "0").ljust(9, "0"))
-
-
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+    # A request body's Go struct (store.gojson): its fields and its name in Go's errors.
+    _go_fields: ClassVar[dict[str, gojson.GoType] | None] = None
+    _go_where: ClassVar[str] = ""
 
     def to_wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
@@ -97,13 +87,15 @@ class _Wire(BaseModel):
     def _parse(cls, body: dict[str, Any] | str | bytes, error: str) -> Self:
         try:
             if isinstance(body, str | bytes):
-                data = json.loads(body) if body else {}
+                data = gojson.loads(body) if body else {}
             else:
                 data = body
         except ValueError as exc:
             raise js_error("invalid_json", err=str(exc)) from None
         if not isinstance(data, dict):
             raise js_error("invalid_json", err="expected a JSON object")
+        if cls._go_fields is not None:
+            data = gojson.check_body(data, cls._go_fields, cls._go_where)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -111,6 +103,9 @@ class _Wire(BaseModel):
             loc = ".".join(str(x) for x in first["loc"])
             if first["type"] == "literal_error" and loc == "compression":
                 raise js_error("invalid_json", err="unknown compression algorithm") from None
+            if first["type"] == "literal_error" and loc == "priority_policy":
+                quoted = json.dumps(first["input"])
+                raise js_error("invalid_json", err=f"unknown priority policy: {quoted}") from None
             if first["type"] == "literal_error":
                 # An unknown policy name: nats-server's JSON decoding error, word for word.
                 quoted = json.dumps(first["input"]).replace('"', '\\"')
@@ -164,7 +159,21 @@ class StreamConfig(_Wire):
     first_seq: int | None = None
     metadata: dict[str, str] | None = None
     mirror: dict[str, Any] | None = None
-    sources: list[dict[str, Any]] | None = None
+    sources: list[dict[str, Any] | None] | None = None
+    placement: dict[str, Any] | None = None  # echoed (one server: nothing to place)
+    persist_mode: Literal["default", "async"] | None = None  # "async": echoed, synced anyway
+    # Known to nats-server 2.15.1, not done here: refused when set (normalized).
+    republish: dict[str, Any] | None = None
+    subject_transform: dict[str, Any] | None = None
+    subject_delete_marker_ttl: int | None = None
+    allow_msg_counter: bool | None = None
+    allow_atomic: bool | None = None
+    allow_msg_schedules: bool | None = None
+    allow_batched: bool | None = None
+    pedantic: bool | None = None  # a request flag, never echoed
+
+    _go_fields = gojson.STREAM_FIELDS
+    _go_where = gojson.STREAM_REQUEST
 
     @classmethod
     def from_wire(cls, body: dict[str, Any] | str | bytes) -> StreamConfig:
@@ -178,7 +187,10 @@ class StreamConfig(_Wire):
             return js_error("stream_invalid_config", err=msg)
 
         # Checks, codes and words as nats-server 2.15.1 answers (measured), except where
-        # a feature is refused rather than faked (mirrors, sources, per-message TTL).
+        # a feature is refused rather than faked (mirrors, sources, per-message TTL and
+        # the others of _unsupported).
+        if "/" in self.name or "\\" in self.name:
+            raise js_error("stream_name_path_separators")
         if len(self.name) > MAX_NAME_LEN:
             raise bad(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
         if not is_valid_name(self.name):
@@ -189,13 +201,28 @@ class StreamConfig(_Wire):
             raise bad("stream has no mirror but does have mirror direct")
         if self.mirror is not None or self.sources:
             raise bad("mirrors and sources are not supported")
-        if self.allow_msg_ttl:
+        if self.allow_msg_ttl or self.subject_delete_marker_ttl:
             raise bad("per-message TTL is not supported")
+        for what, is_set in (
+            ("republish", self.republish is not None),
+            ("subject transforms", self.subject_transform is not None),
+            ("message counters", self.allow_msg_counter),
+            ("atomic batch publish", self.allow_atomic),
+            ("fast batch publish", self.allow_batched),
+            ("message schedules", self.allow_msg_schedules),
+            ("pedantic mode", self.pedantic),
+        ):
+            if is_set:
+                raise bad(f"{what} {'is' if what == 'pedantic mode' else 'are'} not supported")
         if self.num_replicas > 1:
             raise js_error("stream_replicas_not_supported")
         if self.num_replicas < 0:
             raise js_error("replicas_negative")
         upd: dict[str, Any] = {"num_replicas": 1}
+        for off in _STREAM_OFF_FIELDS:  # false / default: not echoed, as the server
+            upd[off] = None
+        if self.persist_mode == "default":
+            upd["persist_mode"] = None
         for field in (
             "max_consumers",
             "max_msgs",
@@ -253,6 +280,16 @@ class StreamConfig(_Wire):
                 " StreamConfigRequest.first_seq of type uint64",
             )
         return self.model_copy(update=upd)
+
+
+_STREAM_OFF_FIELDS = (
+    "subject_delete_marker_ttl",
+    "allow_msg_counter",
+    "allow_atomic",
+    "allow_msg_schedules",
+    "allow_batched",
+    "pedantic",
+)
 
 
 class StreamState(_Wire):
@@ -313,6 +350,16 @@ class ConsumerConfig(_Wire):
     num_replicas: int = 0
     mem_storage: bool | None = None
     metadata: dict[str, str] | None = None
+    pause_until: str | None = None  # only the zero time: pausing is not done here
+    # Known to nats-server 2.15.1, not done here: refused when set (normalized).
+    direct: bool | None = None
+    sourcing: bool | None = None
+    priority_groups: list[str] | None = None
+    priority_policy: Literal["none", "overflow", "pinned_client", "prioritized"] | None = None
+    priority_timeout: int | None = None
+
+    _go_fields = gojson.CONSUMER_FIELDS
+    _go_where = gojson.CONSUMER_REQUEST
 
     @classmethod
     def from_wire(cls, body: dict[str, Any] | str | bytes) -> ConsumerConfig:
@@ -345,6 +392,9 @@ class ConsumerConfig(_Wire):
             return js_error("consumer_create", err=msg)
 
         upd: dict[str, Any] = {}
+        for n in (self.durable_name, self.name):
+            if n and ("/" in n or "\\" in n):
+                raise js_error("consumer_name_path_separators")
         if self.durable_name and self.name and self.durable_name != self.name:
             raise js_error("durable_name_mismatch")
         for n in (self.durable_name, self.name):
@@ -406,15 +456,16 @@ class ConsumerConfig(_Wire):
         md = upd.get("max_deliver", self.max_deliver)
         if self.backoff:
             if any(b < 0 for b in self.backoff):
-                raise create("backoff values can not be negative")
+                raise js_error("consumer_backoff_negative")
             if md != -1 and md <= len(self.backoff):
                 raise js_error("max_deliver_backoff")
+            upd["ack_wait"] = self.backoff[0] or None  # reported as the server does
         if self.deliver_subject:
             if not is_valid_subject(self.deliver_subject):
                 raise create("deliver subject is not valid")
             if not is_literal(self.deliver_subject):
                 raise js_error("deliver_subject_wildcards")
-            if self.max_waiting:
+            if self.max_waiting and self.max_waiting > 0:  # below 0: dropped (below)
                 raise js_error("push_max_waiting")
             if self.idle_heartbeat is not None and 0 < self.idle_heartbeat < MIN_DURATION:
                 raise js_error("small_heartbeat")
@@ -428,13 +479,85 @@ class ConsumerConfig(_Wire):
             if not self.max_waiting:
                 upd["max_waiting"] = DEFAULT_MAX_WAITING
         if self.inactive_threshold is not None and self.inactive_threshold < 0:
-            raise create("consumer inactive threshold can not be negative")
-        if not self.durable_name and not self.inactive_threshold:
+            upd["inactive_threshold"] = None  # as none (nats-server 2.15.1, measured)
+        if not self.durable_name and not (self.inactive_threshold or 0) > 0:
             lim = limits.inactive_threshold if limits and limits.inactive_threshold else None
             upd["inactive_threshold"] = lim or DEFAULT_EPHEMERAL_INACTIVE
         if self.num_replicas > 1:
             raise create("replicas > 1 not supported in non-clustered mode")
+        upd.update(self._limits_normalized())
+        upd.update(self._extras_checked())
         return self.model_copy(update=upd)
+
+    def _limits_normalized(self) -> dict[str, Any]:
+        """Negative request limits as nats-server 2.15.1 reads them (measured): a pull
+        consumer's ``max_waiting`` below 0 is the default, a push consumer's is dropped;
+        ``max_batch``, ``max_expires``, ``max_bytes`` below 0 are no limit (dropped);
+        ``max_ack_pending`` below -1 is -1; ``max_expires`` under 1 ms is refused."""
+        upd: dict[str, Any] = {}
+        if self.max_waiting is not None and self.max_waiting < 0:
+            upd["max_waiting"] = None if self.deliver_subject else DEFAULT_MAX_WAITING
+        for field in ("max_batch", "max_expires", "max_bytes"):
+            value = getattr(self, field)
+            if value is not None and value < 0:
+                upd[field] = None
+        if self.max_expires is not None and 0 < self.max_expires < MIN_MAX_EXPIRES:
+            raise js_error("consumer_max_expires_too_small")
+        if self.max_ack_pending is not None and self.max_ack_pending < -1:
+            upd["max_ack_pending"] = -1
+        return upd
+
+    def _extras_checked(self) -> dict[str, Any]:
+        """Sampling, rate limit, direct, sourcing, priority groups and pause: the server's
+        refusals, then what this store does not do (refused, not faked)."""
+
+        def unsupported(what: str) -> JetStreamError:
+            return js_error("consumer_create", err=f"{what} not supported")
+
+        upd: dict[str, Any] = {}
+        if self.sample_freq:
+            digits = self.sample_freq.removesuffix("%")
+            if not _ATOI.match(digits):
+                raise js_error(
+                    "consumer_invalid_sampling",
+                    err=f"strconv.Atoi: parsing {json.dumps(digits)}: invalid syntax",
+                )
+            if not -(1 << 63) <= int(digits) < 1 << 63:
+                raise js_error(
+                    "consumer_invalid_sampling",
+                    err=f"strconv.Atoi: parsing {json.dumps(digits)}: value out of range",
+                )
+            if int(digits) < 0:
+                raise js_error("consumer_invalid_sampling", err="<nil>")
+        if self.rate_limit_bps and not self.deliver_subject:
+            raise js_error("consumer_pull_rate_limit")
+        if self.direct:
+            if not self.deliver_subject:
+                raise js_error("consumer_direct_requires_push")
+            if self.durable_name:
+                raise js_error("consumer_direct_requires_ephemeral")
+            raise unsupported("direct consumers are")
+        if self.sourcing:
+            raise unsupported("sourcing consumers are")
+        policy = self.priority_policy or "none"
+        if policy == "none":
+            if self.priority_groups:
+                raise js_error("consumer_priority_groups_without_policy")
+            if self.priority_timeout:
+                raise js_error("consumer_pinned_ttl_without_policy")
+        elif not self.priority_groups:
+            raise js_error("consumer_priority_policy_without_groups")
+        else:
+            raise unsupported("priority groups are")
+        upd["priority_policy"] = upd["priority_groups"] = upd["priority_timeout"] = None
+        upd["direct"] = upd["sourcing"] = None
+        if self.pause_until is not None and parse_time(self.pause_until):
+            raise unsupported("pausing consumers is")
+        return upd
+
+
+_ATOI = re.compile(r"^[+-]?[0-9]+$")
+MIN_MAX_EXPIRES = 1_000_000  # 1 ms
 
 
 def _policy_words(dp: str) -> str:

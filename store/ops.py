@@ -140,6 +140,17 @@ class Pull(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class WithdrawPulls:
+    """The inbox ``reply`` lost its interest (its client went away): the consumer's pull
+    requests waiting for it leave without a status, as nats-server drops a request whose
+    reply subject has no subscriber. The result is how many left."""
+
+    stream: str
+    consumer: str
+    reply: str
+
+
+@dataclass(frozen=True, slots=True)
 class SetPushInterest:
     """The broker reports whether a push consumer's deliver subject has a subscriber."""
 
@@ -215,12 +226,14 @@ class EnforceLimits:
 
 @dataclass(frozen=True, slots=True)
 class Reevaluate:
-    """Go on checking an interest stream's messages from ``start`` after a
-    consumer was deleted: the ones no remaining consumer needs are removed."""
+    """Go on checking an interest stream's messages from ``start`` after a consumer was
+    deleted or its filters changed: the ones no consumer needs are removed. ``answer``:
+    the consumer whose info answers the job once the check is done (an update)."""
 
     stream: str
     sid: int
     start: int
+    answer: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +270,7 @@ Op = (
     | CreateConsumer
     | DeleteConsumer
     | Pull
+    | WithdrawPulls
     | SetPushInterest
     | Tick
     | GetStreamInfo

@@ -33,6 +33,7 @@ from store import keys
 from store.ctx import Ctx
 from store.ops import (
     EnforceLimits,
+    GetConsumerInfo,
     OpResult,
     PubAck,
     PurgeMore,
@@ -230,12 +231,17 @@ def reevaluate_more(eng: Engine, ctx: Ctx, op: Reevaluate) -> OpResult:
         # A later consumer deletion started a check from the stream's first message and
         # took over the record: it covers everything this one had left.
         return True
-    return reevaluate(eng, ctx, st, op.start)
+    done = reevaluate(eng, ctx, st, op.start, op.answer)
+    if done and op.answer and op.answer in st.consumers:
+        ctx.go_on(GetConsumerInfo(st.name, op.answer))  # read after this slice's removals
+        return None
+    return done
 
 
-def reevaluate(eng: Engine, ctx: Ctx, st: StreamRt, start: int) -> OpResult:
+def reevaluate(eng: Engine, ctx: Ctx, st: StreamRt, start: int, answer: str = "") -> OpResult:
     """Queue a slice of an interest stream's messages for the retention check
-    (the engine removes those no consumer needs); True when the last slice is queued."""
+    (the engine removes those no consumer needs); True when the last slice is queued.
+    ``answer``: the consumer whose info answers the job at the end (Reevaluate)."""
     limit = slice_limit(eng, ctx)
     n = 0
     found = st.seqs_from(ctx, start)
@@ -244,7 +250,7 @@ def reevaluate(eng: Engine, ctx: Ctx, st: StreamRt, start: int) -> OpResult:
             if n == limit:
                 # Recorded, so that a restart goes on from here (Store.open).
                 ctx.txn.put(keys.recheck_key(st.sid), keys.u64(seq), db=ctx.db(keys.DB_META))
-                ctx.go_on(Reevaluate(st.name, st.sid, seq))
+                ctx.go_on(Reevaluate(st.name, st.sid, seq, answer))
                 return None  # the job is continued, not completed: this result is dropped
             ctx.retention_check.append((st, seq))
             n += 1

@@ -239,6 +239,8 @@ class StreamRt(SubjectRecords):
         subj_len = len(subj_b)
         nbytes = keys.msg_bytes(subj_len, len(block), len(payload))
         seq = self.last_seq + 1
+        if seq > keys.MAX_U64:  # (first_seq can start a stream at the end of the space)
+            return js_error("store_failed", err="stream sequence space exhausted")
         if cfg.retention == "interest" and not has_interest:
             # Spec §1.5: the publish is acknowledged with a new seq, nothing is stored.
             self.last_seq = seq
@@ -399,8 +401,7 @@ class StreamRt(SubjectRecords):
         raw = ctx.txn.get(keys.dedupe_key(self.sid, msg_id), db=ctx.db(keys.DB_DEDUPE))
         if raw is None:
             return None
-        seq = keys.read_u64(raw)
-        ts = keys.read_u64(raw, 8)
+        seq, ts = keys.unpack_dedupe(bytes(raw))
         if ts + self.config.duplicate_window <= ctx.now:
             return None
         return seq
@@ -411,7 +412,7 @@ class StreamRt(SubjectRecords):
         self.evict_dedupe(ctx, limit=2)
         ctx.txn.put(
             keys.dedupe_key(self.sid, msg_id),
-            keys.u64(seq) + keys.u64(ctx.now),
+            keys.pack_dedupe(seq, ctx.now),
             db=ctx.db(keys.DB_DEDUPE),
         )
         ctx.txn.put(keys.msg_key(self.sid, seq), msg_id.encode(), db=ctx.db(keys.DB_DEDUPESEQ))
@@ -434,8 +435,9 @@ class StreamRt(SubjectRecords):
             seq = keys.read_u64(k, 8)
             dkey = keys.dedupe_key(self.sid, bytes(cur.value()).decode())
             raw = ctx.txn.get(dkey, db=ddb)
-            if raw is not None and keys.read_u64(raw) == seq:
-                if keys.read_u64(raw, 8) + self.config.duplicate_window > ctx.now:
+            found, ts = keys.unpack_dedupe(bytes(raw)) if raw is not None else (0, 0)
+            if found == seq:
+                if ts + self.config.duplicate_window > ctx.now:
                     return
                 ctx.txn.delete(dkey, db=ddb)
             if not cur.delete():
@@ -449,7 +451,7 @@ class StreamRt(SubjectRecords):
         raw = ctx.txn.get(
             keys.dedupe_key(self.sid, bytes(cur.value()).decode()), db=ctx.db(keys.DB_DEDUPE)
         )
-        return keys.read_u64(raw, 8) if raw is not None else ctx.now
+        return keys.unpack_dedupe(bytes(raw))[1] if raw is not None else ctx.now
 
     # -- removal -------------------------------------------------------------------------
 

@@ -805,6 +805,32 @@ def test_the_wait_for_a_new_request_starts_when_the_last_one_leaves(
     assert store.consumer_names("S") == []
 
 
+def test_withdrawn_requests_leave_silently_and_start_the_wait(
+    store: Store, events: Events, clock: FakeClock
+) -> None:
+    """A requester that went away (its inbox lost interest): its waiting requests leave
+    without a status, take nothing, and the inactivity wait starts then."""
+    _stream(store)
+    cfg = {"name": "e", "ack_policy": "none", "inactive_threshold": 2 * SEC}
+    store.create_consumer("S", cfg)
+    store.pull("S", "e", "gone", batch=5)  # no expiry: it would wait forever
+    store.pull("S", "e", "gone", batch=1)
+    store.pull("S", "e", "here", batch=1)
+    assert store.withdraw_pulls("S", "e", "gone") == 2
+    assert store.withdraw_pulls("S", "e", "gone") == 0
+    assert store.consumer_info("S", "e").num_waiting == 1
+    _fill(store, "s.a")
+    evs = events.take()
+    assert [(e.reply, e.msg.seq) for e in evs if isinstance(e, Delivery)] == [("here", 1)]
+    assert [e for e in evs if isinstance(e, PullStatus)] == []
+    store.pull("S", "e", "gone2", batch=1)
+    clock.advance(SEC)
+    store.withdraw_pulls("S", "e", "gone2")
+    assert store.next_deadline() == clock.now + 2 * SEC
+    store.tick(clock.advance(2 * SEC)).result(timeout=10)
+    assert store.consumer_names("S") == []
+
+
 def test_messages_waiting_for_acks_keep_a_consumer(
     store: Store, events: Events, clock: FakeClock
 ) -> None:

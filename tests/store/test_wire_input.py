@@ -1,0 +1,361 @@
+"""Bad input at the edges of the wire: numbers out of their Go type's range, fields this
+store does not do, long message ids, NAK delays nobody can honour. Each gets a JetStream
+error (or the server's lenient reading) and changes nothing; none may crash a batch or
+leave a stream that refuses every later publish.
+
+What nats-server 2.15.1 answers for the same bodies is compared directly in
+tests/store/test_against_nats.py (``BAD_STREAM_CONFIGS``, ``BAD_CONSUMER_CONFIGS``,
+``test_wire_numbers_and_updates_as_nats_server_does``); here are the cases the server
+accepts and this store refuses on purpose, and the effects behind the answers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store import (
+    DeleteMsg,
+    Delivery,
+    JetStreamError,
+    PubAck,
+    PurgeStream,
+    Store,
+    StreamConfig,
+)
+from store.acks import ack_from_payload, parse_ack_reply
+from store.errors import js_error
+from store.models import ConsumerConfig
+from tests.store.conftest import SEC, Events, FakeClock
+
+U64_MAX = (1 << 64) - 1
+
+
+def _err(fn: Any, *args: Any, **kw: Any) -> JetStreamError:
+    with pytest.raises(JetStreamError) as ei:
+        fn(*args, **kw)
+    return ei.value
+
+
+def _code(e: JetStreamError) -> tuple[int, int]:
+    return e.code, e.err_code
+
+
+def _stream(store: Store, **cfg: Any) -> None:
+    cfg.setdefault("name", "S")
+    cfg.setdefault("subjects", ["s.>"])
+    store.create_stream(cfg)
+
+
+def _fill(store: Store, n: int) -> None:
+    for i in range(n):
+        assert store.publish(f"s.{i % 3}", b"x") is not None
+
+
+# -- stream and consumer features this store does not do ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"republish": {"src": "s.>", "dest": "r.>"}}, "republish are not supported"),
+        ({"subject_transform": {"src": "s.>", "dest": "t.>"}}, "subject transforms are"),
+        ({"allow_msg_counter": True}, "message counters are not supported"),
+        ({"allow_atomic": True}, "atomic batch publish are not supported"),
+        ({"allow_batched": True}, "fast batch publish are not supported"),
+        ({"allow_msg_schedules": True}, "message schedules are not supported"),
+        ({"subject_delete_marker_ttl": SEC}, "per-message TTL is not supported"),
+        ({"pedantic": True}, "pedantic mode is not supported"),
+    ],
+)
+def test_stream_features_not_done_are_refused(
+    store: Store, extra: dict[str, Any], words: str
+) -> None:
+    """nats-server 2.15.1 accepts each of these; a store that dropped them would answer
+    a config that does something else (the field vanished from the echo)."""
+    e = _err(_stream, store, **extra)
+    assert _code(e) == (500, 10052)
+    assert words in e.description
+    assert store.stream_names() == []
+
+
+def test_stream_fields_set_off_are_accepted_and_not_echoed(store: Store) -> None:
+    _stream(
+        store,
+        allow_atomic=False,
+        allow_msg_counter=False,
+        allow_batched=False,
+        allow_msg_schedules=False,
+        subject_delete_marker_ttl=0,
+        pedantic=False,
+        persist_mode="default",
+        placement={"cluster": "C1"},
+    )
+    wire = store.stream_info("S").config.to_wire()
+    for off in ("allow_atomic", "allow_msg_counter", "allow_batched", "pedantic"):
+        assert off not in wire
+    assert "persist_mode" not in wire
+    assert wire["placement"] == {"cluster": "C1"}  # echoed, as a single server does
+
+
+def test_persist_mode_async_is_echoed_and_still_durable(tmp_path: Path) -> None:
+    """``async`` lets nats-server answer before its disk write; this store keeps its own
+    sync policy (a PubAck stays a stored message), which that mode permits."""
+    with Store.open(tmp_path / "d") as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"], "persist_mode": "async"})
+        assert s.stream_info("S").config.persist_mode == "async"
+        assert s.publish("s.a", b"x") == PubAck("S", 1)
+    with Store.open(tmp_path / "d") as s:
+        assert s.get_msg("S", 1).payload == b"x"
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"pause_until": "2030-01-01T00:00:00Z"}, "pausing consumers is not supported"),
+        (
+            {"priority_policy": "overflow", "priority_groups": ["g"]},
+            "priority groups are not supported",
+        ),
+        ({"sourcing": True}, "sourcing consumers are not supported"),
+        (
+            {"durable_name": None, "deliver_subject": "d.x", "direct": True},
+            "direct consumers are not supported",
+        ),
+    ],
+)
+def test_consumer_features_not_done_are_refused(
+    store: Store, extra: dict[str, Any], words: str
+) -> None:
+    _stream(store)
+    cfg = {"durable_name": "c", **extra}
+    e = _err(store.create_consumer, "S", {k: v for k, v in cfg.items() if v is not None})
+    assert _code(e) == (500, 10012)
+    assert words in e.description
+    assert store.consumer_names("S") == []
+
+
+def test_pause_until_the_zero_time_is_no_pause(store: Store) -> None:
+    _stream(store)
+    info = store.create_consumer("S", {"durable_name": "c", "pause_until": "0001-01-01T00:00:00Z"})
+    assert info.config.to_wire()["pause_until"] == "0001-01-01T00:00:00Z"
+
+
+def test_path_separators_in_names_have_their_own_errors(store: Store) -> None:
+    assert _code(_err(_stream, store, name="a/b", subjects=["x"])) == (400, 10128)
+    assert _code(_err(_stream, store, name="a\\b", subjects=["x"])) == (400, 10128)
+    _stream(store)
+    for key in ("durable_name", "name"):
+        e = _err(store.create_consumer, "S", {key: "c/d"})
+        assert e == js_error("consumer_name_path_separators")
+    assert store.stream_names() == ["S"]
+    assert store.consumer_names("S") == []
+
+
+# -- the shape of a body, as Go's JSON decoding reads it --------------------------------------
+
+
+def test_a_body_keeps_its_number_literals_for_the_error() -> None:
+    e = _err(StreamConfig.from_wire, b'{"name": "S", "max_msgs": 1e3}')
+    assert e.description == (
+        "invalid JSON: json: cannot unmarshal number 1e3 into Go struct field"
+        " StreamConfigRequest.max_msgs of type int64"
+    )
+    e = _err(ConsumerConfig.from_wire, '{"ack_wait": 2.50}')
+    assert "number 2.50 into Go struct field CreateConsumerRequest.config.ack_wait" in str(e)
+
+
+def test_an_enum_of_another_kind_is_named_by_its_json() -> None:
+    e = _err(StreamConfig.from_wire, {"name": "S", "retention": {"a": [1, None]}})
+    assert e.description == 'invalid JSON: can not unmarshal "{\\"a\\":[1,null]}"'
+
+
+def test_null_fields_are_left_at_their_defaults() -> None:
+    cfg = StreamConfig.from_wire(
+        {"name": "S", "max_msgs": None, "subjects": None, "consumer_limits": None}
+    )
+    assert (cfg.max_msgs, cfg.subjects) == (-1, ["S"])
+    ccfg = ConsumerConfig.from_wire({"backoff": [None, SEC], "metadata": {"k": None}})
+    assert ccfg.backoff == [0, SEC]
+    assert ccfg.metadata == {"k": ""}
+
+
+# -- numbers out of range: refused before anything runs --------------------------------------
+
+
+def test_purge_with_numbers_outside_uint64_changes_nothing(store: Store) -> None:
+    _stream(store)
+    _fill(store, 5)
+    for kw in ({"keep": -1}, {"seq": -1}, {"seq": U64_MAX + 1}, {"filter": "s.0", "keep": -2}):
+        e = _err(store.purge_stream, "S", **kw)
+        assert _code(e) == (400, 10025)
+        assert "JSApiStreamPurgeRequest" in e.description
+    # Submitted as an operation (the broker's way), the writer refuses it the same.
+    res = store.submit([PurgeStream("S", keep=-1)]).result(timeout=10)
+    assert isinstance(res[0], JetStreamError)
+    assert res[0].err_code == 10025
+    assert store.stream_state("S").messages == 5
+    assert store.purge_stream("S", seq=U64_MAX) == 5  # the largest seq is a seq
+
+
+def test_message_get_and_delete_with_bad_seqs(store: Store) -> None:
+    _stream(store)
+    _fill(store, 2)
+    for seq in (-1, U64_MAX + 1):
+        for e in (
+            _err(store.get_msg, "S", seq),
+            _err(store.delete_msg, "S", seq),
+            _err(store.next_by_subject, "S", "s.0", seq),
+        ):
+            assert _code(e) == (400, 10025)
+    res = store.submit([DeleteMsg("S", -3)]).result(timeout=10)
+    assert isinstance(res[0], JetStreamError)
+    assert res[0].err_code == 10025
+    assert _err(store.get_msg, "S", 0) == js_error("bad_request")  # seq 0 names nothing
+    assert store.stream_state("S").messages == 2
+
+
+def test_a_stream_at_the_end_of_the_sequence_space_refuses_more(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "d") as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"], "first_seq": U64_MAX})
+        assert s.publish("s.a", b"last") == PubAck("S", U64_MAX)
+        e = _err(s.publish, "s.a", b"more")
+        assert (_code(e), e.description) == ((503, 10077), "stream sequence space exhausted")
+    with Store.open(tmp_path / "d") as s:
+        st = s.stream_state("S")
+        assert (st.messages, st.first_seq, st.last_seq) == (1, U64_MAX, U64_MAX)
+        assert s.get_msg("S", U64_MAX).payload == b"last"
+
+
+def test_consumer_durations_outside_int64_are_refused(store: Store) -> None:
+    _stream(store)
+    for cfg in ({"ack_wait": 1 << 63}, {"backoff": [SEC, 1 << 64]}, {"max_expires": -(1 << 64)}):
+        e = _err(store.create_consumer, "S", {"durable_name": "c", **cfg})
+        assert _code(e) == (400, 10025)
+    assert store.consumer_names("S") == []
+
+
+def test_the_longest_ack_wait_leaves_the_stream_working(store: Store, events: Events) -> None:
+    """An ack wait of int64's maximum (the largest the server takes) with a pull waiting:
+    its deadline is written with every delivery, so it must pack; publishes go on."""
+    _stream(store)
+    store.create_consumer(
+        "S", {"durable_name": "c", "ack_policy": "explicit", "ack_wait": (1 << 63) - 1}
+    )
+    store.pull("S", "c", "inbox", batch=10, expires_ns=60 * SEC)
+    _fill(store, 3)
+    assert [e.msg.seq for e in events.take() if isinstance(e, Delivery)] == [1, 2, 3]
+    assert store.stream_state("S").messages == 3
+
+
+def test_negative_request_limits_read_as_the_server_reads_them(
+    store: Store, events: Events
+) -> None:
+    _stream(store)
+    cfg = {"durable_name": "c", "max_waiting": -5, "max_batch": -5, "max_bytes": -5}
+    info = store.create_consumer("S", {**cfg, "max_expires": -5, "max_ack_pending": -5})
+    wire = info.config.to_wire()
+    assert (wire["max_waiting"], wire["max_ack_pending"]) == (512, -1)
+    assert not {"max_batch", "max_bytes", "max_expires"} & wire.keys()
+    _fill(store, 2)
+    store.pull("S", "c", "inbox", batch=2)  # not refused for max_waiting (was: 409)
+    assert [e.msg.seq for e in events.take() if isinstance(e, Delivery)] == [1, 2]
+
+
+# -- message ids longer than an LMDB key -----------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [255, 256, 257, 503, 4000])
+def test_long_message_ids_deduplicate(tmp_path: Path, clock: FakeClock, length: int) -> None:
+    msg_id = "é" * (length // 2) + "x" * (length % 2)  # ``length`` bytes of UTF-8
+    other = msg_id[:-1] + ("y" if msg_id.endswith("x") else "ü")  # as long, not the same
+    hdr = (("Nats-Msg-Id", msg_id),)
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"], "duplicate_window": 10 * SEC})
+        assert s.publish("s.a", b"1", hdr) == PubAck("S", 1)
+        assert s.publish("s.a", b"2", hdr) == PubAck("S", 1, duplicate=True)
+        assert s.publish("s.a", b"3", (("Nats-Msg-Id", other),)) == PubAck("S", 2)
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        assert s.publish("s.a", b"4", hdr) == PubAck("S", 1, duplicate=True)
+        e = _err(s.publish, "s.a", b"5", (("Nats-Expected-Last-Msg-Id", "nope"),))
+        assert e.description == f"wrong last msg ID: {other}"
+        clock.advance(11 * SEC)
+        assert s.publish("s.a", b"6", hdr) == PubAck("S", 3)  # the window is over
+
+
+# -- NAK delays the server cannot read are plain NAKs ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("payload", "delay"),
+    [
+        (b'-NAK {"delay": 2000000000}', 2 * SEC),
+        (b'-NAK {"delay": 1e30}', 0),
+        (b'-NAK {"delay": 9223372036854775808}', 0),
+        (b'-NAK {"delay": 1.5}', 0),
+        (b'-NAK {"delay": "5s"}', 0),
+        (b'-NAK {"delay": null}', 0),
+        (b"-NAK {not json", 0),
+        (b"-NAK 9999999999999h", 0),
+        (b"-NAK soon", 0),
+    ],
+)
+def test_nak_delays_out_of_range_are_plain_naks(payload: bytes, delay: int) -> None:
+    reply = parse_ack_reply("$JS.ACK.S.c.1.7.7.1795272158253893959.0")
+    op = ack_from_payload(reply, payload)
+    assert op.delay_ns == delay
+
+
+# -- consumer updates meet the stream's rules ------------------------------------------------
+
+
+def test_workqueue_consumer_updates_keep_filters_unique(store: Store) -> None:
+    store.create_stream({"name": "W", "subjects": ["w.>"], "retention": "workqueue"})
+    base = {"ack_policy": "explicit"}
+    store.create_consumer("W", {"durable_name": "a", "filter_subject": "w.a", **base})
+    store.create_consumer("W", {"durable_name": "b", "filter_subject": "w.b", **base})
+    for upd in (
+        {"filter_subject": "w.a"},
+        {"filter_subject": "w.>"},
+        {"filter_subjects": ["w.c", "w.a"]},
+    ):
+        e = _err(store.create_consumer, "W", {"durable_name": "b", **base, **upd}, "update")
+        assert e == js_error("wq_consumer_not_unique")
+        assert store.consumer_info("W", "b").config.filter_subject == "w.b"
+    # Its own filter again, or a new one no other takes: fine.
+    store.create_consumer("W", {"durable_name": "b", "filter_subject": "w.c", **base}, "update")
+    assert store.consumer_info("W", "b").config.filter_subject == "w.c"
+
+
+def test_push_consumer_updates_may_not_deliver_into_the_stream(store: Store) -> None:
+    _stream(store)
+    store.create_consumer("S", {"durable_name": "p", "deliver_subject": "d.x"})
+    e = _err(store.create_consumer, "S", {"durable_name": "p", "deliver_subject": "s.x"})
+    assert e == js_error("deliver_subject_cycle")
+    assert store.consumer_info("S", "p").config.deliver_subject == "d.x"
+
+
+@pytest.mark.parametrize("remove_slice", [3, 1000])
+def test_interest_decides_again_when_a_consumer_changes_filters(
+    tmp_path: Path, remove_slice: int
+) -> None:
+    """As when a consumer is deleted: the messages only its old filter wanted go, in
+    slices on a big stream; the update still answers with the consumer's info."""
+    with Store.open(tmp_path / "d", remove_slice=remove_slice) as s:
+        s.create_stream({"name": "I", "subjects": ["i.>"], "retention": "interest"})
+        base = {"durable_name": "c", "ack_policy": "explicit"}
+        s.create_consumer("I", {**base, "filter_subject": "i.a"})
+        s.create_consumer(
+            "I", {"durable_name": "d", "ack_policy": "explicit", "filter_subject": "i.z"}
+        )
+        for i in range(10):
+            s.publish("i.z" if i == 4 else "i.a", b"x")
+        info = s.create_consumer("I", {**base, "filter_subject": "i.b"}, "update")
+        assert info.config.filter_subject == "i.b"
+        assert info.num_pending == 0
+        st = s.stream_state("I")
+        assert (st.messages, st.first_seq, st.last_seq) == (1, 5, 10)  # d's i.z stays
+    with Store.open(tmp_path / "d") as s:
+        assert s.stream_state("I").messages == 1
