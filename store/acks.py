@@ -122,7 +122,11 @@ def ack_from_payload(reply: AckReply, payload: bytes, next_reply: str = "") -> A
     if head == "+NXT":
         batch = 1
         if arg.startswith("{"):
-            batch = int(json.loads(arg).get("batch", 1))
+            body = json.loads(arg)
+            given: object = body.get("batch", 1) if isinstance(body, dict) else None
+            if type(given) is not int:
+                raise ValueError(f"+NXT batch is not an integer: {arg[:32]!r}")
+            batch = given
         elif arg:
             batch = int(arg)
         return mk(AckKind.NEXT, next_reply=next_reply, next_batch=batch)

@@ -21,10 +21,11 @@ submits :class:`Tick` (or calls :meth:`tick`) at or after that time.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -186,12 +187,12 @@ class Store:
 
     # -- write path ----------------------------------------------------------------------
 
-    def submit(self, ops: Sequence[Op]) -> Future[list[OpResult]]:
+    def submit(self, ops: Iterable[Op]) -> Future[list[OpResult]]:
         """Queue ``ops`` for the next group commit; the future gets one result per op."""
         return self._writer.submit(ops)
 
     def submit_then(
-        self, ops: Sequence[Op], on_done: Callable[[list[OpResult] | BaseException], None]
+        self, ops: Iterable[Op], on_done: Callable[[list[OpResult] | BaseException], None]
     ) -> None:
         """Queue ``ops`` for the next group commit; once it is durable, ``on_done`` is called
         on the writer thread with one result per op (or the exception that failed the job).
@@ -394,6 +395,8 @@ class Store:
     # -- read path (any thread) ----------------------------------------------------------
 
     def _sid(self, txn: Any, stream: str) -> int:
+        if not stream:  # (LMDB refuses an empty key)
+            raise js_error("stream_not_found")
         raw = txn.get(stream.encode(), db=self.env.dbs[keys.DB_STREAMS])
         if raw is None:
             raise js_error("stream_not_found")
@@ -470,7 +473,9 @@ class Store:
         self, stream: str, start: int = 0, end: int | None = None, chunk: int = 1024
     ) -> Iterator[StoredMsg]:
         """Messages with ``start <= seq <= end`` in order, read in chunks of short transactions."""
-        nxt = start
+        if start > keys.MAX_U64:
+            return
+        nxt = max(start, 0)
         while True:
             batch: list[StoredMsg] = []
             with self.env.read() as txn:
@@ -499,7 +504,7 @@ class Store:
             for k, v in txn.cursor(db=self.env.dbs[keys.DB_STREAMS]).iternext():
                 if subject:
                     _, _, cfg_json = keys.unpack_named_record(bytes(v), keys.STREAM_RECORD_VERSION)
-                    cfg = StreamConfig.model_validate_json(cfg_json)
+                    cfg = StreamConfig.model_validate(json.loads(cfg_json))
                     if not any(subjects_overlap(subject, s) for s in cfg.subjects):
                         continue
                 out.append(bytes(k).decode())

@@ -216,7 +216,8 @@ class ConsumerRt(PendingCounts):
         for seq, e in self.pending.items():
             if e.exhausted or e.deadline == NEVER:
                 continue
-            e.deadline += _ack_wait(self.config, e.count) - _ack_wait(old, e.count)
+            shifted = e.deadline + _ack_wait(self.config, e.count) - _ack_wait(old, e.count)
+            e.deadline = min(max(shifted, 0), NEVER - 1)  # NEVER means queued
             self._push_deadline(e.deadline, seq)
             self._put_pending(ctx, seq, e)
 

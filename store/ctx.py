@@ -5,10 +5,14 @@ Writer thread only (:mod:`store.engine` makes one per batch).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from store import keys
+from store.writer import CallbackJob
+
+log = logging.getLogger("jetmq.store")
 
 if TYPE_CHECKING:
     from store.consumers import ConsumerRt
@@ -68,5 +72,16 @@ class Ctx:
         return self.job is not None and len(self.job.ops) == 1
 
     def go_on(self, op: Any) -> None:
-        """Leave the current job unfinished; the next batch continues it with ``op``."""
+        """Leave the current job unfinished; the next batch continues it with ``op``. A job
+        goes on with one operation: should one of its operations leave two to go on with
+        (a Tick deleting two inactive consumers of interest streams), the second goes on
+        in a job of its own, whose result nobody waits for."""
+        if any(job is self.job for job, _ in self.unfinished):
+            self.unfinished.append((CallbackJob([op], _detached_done), op))
+            return
         self.unfinished.append((self.job, op))
+
+
+def _detached_done(result: list[Any] | BaseException) -> None:
+    if isinstance(result, BaseException):
+        log.error("a continued store operation failed: %r", result)

@@ -15,6 +15,7 @@ advisories) are handed to the hook after the commit.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -116,7 +117,7 @@ class Engine:
         for k, v in cur.iternext():
             name = bytes(k).decode()
             sid, created, cfg_json = keys.unpack_named_record(bytes(v), keys.STREAM_RECORD_VERSION)
-            st = StreamRt(name, sid, StreamConfig.model_validate_json(cfg_json), created)
+            st = StreamRt(name, sid, StreamConfig.model_validate(json.loads(cfg_json)), created)
             st.on_remove = self._on_msg_removed
             raw = txn.get(keys.u64(sid), db=dbs[keys.DB_SSTATE])
             if raw is not None:
@@ -133,7 +134,7 @@ class Engine:
                         bytes(cv), keys.CONSUMER_RECORD_VERSION
                     )
                     c = ConsumerRt(
-                        st, cname, cid, ConsumerConfig.model_validate_json(ccfg), ccreated
+                        st, cname, cid, ConsumerConfig.model_validate(json.loads(ccfg)), ccreated
                     )
                     craw = txn.get(keys.u64(cid), db=dbs[keys.DB_CSTATE])
                     if craw is not None:

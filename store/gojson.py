@@ -28,6 +28,7 @@ from typing import Any, Final
 from store.errors import JetStreamError, js_error
 
 ZERO_TIME: Final = "0001-01-01T00:00:00Z"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _TIME_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
 _RFC3339: Final = "2006-01-02T15:04:05Z07:00"
 # Go's time.Parse of RFC 3339 meets the layout as these elements, each with what it reads.
@@ -262,10 +263,27 @@ def check_body(data: dict[str, Any], fields: dict[str, GoType], where: str) -> d
         if isinstance(go, GoEnum):
             if not isinstance(value, str):
                 raise _fail(_enum_words(go, value))
-            out[key] = value
+            out[key] = _text(value)
         elif value is not None:  # null: Go leaves the field as it was
             out[key] = _value(value, go, f"{where}.{key}", field=True)
     return out
+
+
+def _text(value: str) -> str:
+    """A string as Go decodes it: a lone UTF-16 surrogate escape (``"\\ud800"``) is
+    U+FFFD (a Python string would keep it, and it has no UTF-8)."""
+    return value if value.isascii() else _LONE_SURROGATE.sub("\ufffd", value)
+
+
+def _texts(value: Any) -> Any:
+    """``_text`` through an object this module does not look into."""
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, list):
+        return [_texts(v) for v in value]
+    if isinstance(value, dict):
+        return {_text(k): _texts(v) for k, v in value.items()}
+    return value
 
 
 def check_uint64(value: int | None, path: str) -> None:
@@ -335,8 +353,8 @@ def _value(value: Any, go: GoType, path: str, *, field: bool) -> Any:
             try:
                 parse_time(value)
             except ValueError:
-                raise _fail(time_error(value)) from None
-        return value
+                raise _fail(time_error(_text(value))) from None
+        return _texts(value)
     if isinstance(go, GoList):
         if not isinstance(value, list):
             raise _mismatch(value, path, go.name, field=field)
@@ -349,7 +367,7 @@ def _value(value: Any, go: GoType, path: str, *, field: bool) -> Any:
         if not isinstance(value, dict):
             raise _mismatch(value, path, go.name, field=field)
         return {
-            k: "" if v is None else _value(v, go.value, f"{path}.{k}", field=True)
+            _text(k): "" if v is None else _value(v, go.value, f"{path}.{k}", field=True)
             for k, v in value.items()
         }
     if isinstance(go, GoStruct):

@@ -389,6 +389,9 @@ def unpack_subject_record(record: bytes) -> tuple[int, int, int]:
     return int(a), int(b), int(c)
 
 
+# The last seq a message may take: one more must still pack, as the first seq of the
+# stream once that message is removed (u64 keys and state).
+MAX_SEQ: Final = MAX_U64 - 1
 MAX_PLAIN_MSG_ID: Final = 256  # longer ids are keyed by their hash (table above)
 
 

@@ -222,7 +222,10 @@ class StreamRt(SubjectRecords):
                 return js_error("bad_header", err=f"invalid subject {subject[:64]!r}")
             packers = keys.subject_packers(self.sid_b, subject.encode())
             cache_packers = True  # once the subject is seen to repeat (below)
-        block = keys.encode_headers(headers) if headers else b""
+        try:
+            block = keys.encode_headers(headers) if headers else b""
+        except UnicodeEncodeError:  # a lone surrogate has no UTF-8
+            return js_error("bad_header", err="header is not valid UTF-8")
         # Size before the header checks: nats-server 2.15.1 answers an oversized message
         # with 10054 whatever its expected-* or dedupe headers say (measured against it;
         # spec §1.8 lists the size check after them).
@@ -239,7 +242,7 @@ class StreamRt(SubjectRecords):
         subj_len = len(subj_b)
         nbytes = keys.msg_bytes(subj_len, len(block), len(payload))
         seq = self.last_seq + 1
-        if seq > keys.MAX_U64:  # (first_seq can start a stream at the end of the space)
+        if seq > keys.MAX_SEQ:  # (first_seq or a purge can put a stream at the end)
             return js_error("store_failed", err="stream sequence space exhausted")
         if cfg.retention == "interest" and not has_interest:
             # Spec §1.5: the publish is acknowledged with a new seq, nothing is stored.
@@ -630,12 +633,17 @@ def _header_name_ok(name: str) -> bool:
 
 @lru_cache(maxsize=65536)
 def _publish_subject_ok(subject: str) -> bool:
-    return is_valid_subject(subject, wildcards=False) and len(subject.encode()) <= MAX_SUBJECT
+    if not is_valid_subject(subject, wildcards=False):
+        return False
+    try:
+        return len(subject.encode()) <= MAX_SUBJECT
+    except UnicodeEncodeError:  # a lone surrogate has no UTF-8
+        return False
 
 
 def _parse_u64(raw: str) -> int | None:
     raw = raw.strip()
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):  # str.isdigit takes other scripts' digits
         return None
     n = int(raw)
     return n if n <= keys.MAX_U64 else None

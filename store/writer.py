@@ -42,7 +42,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, Final
 
@@ -151,8 +151,8 @@ class GroupCommitWriter:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, ops: Sequence[Any]) -> Future[list[Any]]:
-        job = Job(ops)
+    def submit(self, ops: Iterable[Any]) -> Future[list[Any]]:
+        job = Job(ops if type(ops) is list else list(ops))
         with self._lock:
             if self._closing:
                 raise StoreClosedError("store is closed")
@@ -160,10 +160,10 @@ class GroupCommitWriter:
         return job
 
     def submit_then(
-        self, ops: Sequence[Any], on_done: Callable[[list[Any] | BaseException], None]
+        self, ops: Iterable[Any], on_done: Callable[[list[Any] | BaseException], None]
     ) -> None:
         """Like :meth:`submit`; ``on_done`` gets the results list (or the exception)."""
-        job = CallbackJob(ops, on_done)
+        job = CallbackJob(ops if type(ops) is list else list(ops), on_done)
         with self._lock:
             if self._closing:
                 raise StoreClosedError("store is closed")
@@ -257,6 +257,14 @@ class GroupCommitWriter:
         self._unsynced = False
         self._last_sync = time.monotonic()
 
+    def _reset_after_abort(self) -> None:
+        """The engine reloads what is committed. Should that fail too, it is logged and the
+        thread goes on: the jobs get their own failure, later ones a fresh try."""
+        try:
+            self._on_abort()
+        except Exception:
+            log.exception("reloading the store after an aborted batch failed")
+
     def _commit(self, jobs: list[AnyJob]) -> None:
         retry = False
         while True:
@@ -271,14 +279,14 @@ class GroupCommitWriter:
                 txn.commit()
             except lmdb.MapFullError:
                 txn.abort()
-                self._on_abort()
+                self._reset_after_abort()
                 self._env.grow()
                 self.map_growths += 1
                 retry = True
                 continue
             except BaseException as exc:
                 txn.abort()
-                self._on_abort()
+                self._reset_after_abort()
                 if len(jobs) == 1:
                     failure: BaseException = exc
                     if isinstance(exc, lmdb.Error):

@@ -17,10 +17,13 @@ from typing import Any
 import pytest
 
 from store import (
+    Ack,
+    AckKind,
     DeleteMsg,
     Delivery,
     JetStreamError,
     PubAck,
+    Publish,
     PurgeStream,
     Store,
     StreamConfig,
@@ -217,16 +220,34 @@ def test_message_get_and_delete_with_bad_seqs(store: Store) -> None:
     assert store.stream_state("S").messages == 2
 
 
-def test_a_stream_at_the_end_of_the_sequence_space_refuses_more(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "d") as s:
-        s.create_stream({"name": "S", "subjects": ["s.>"], "first_seq": U64_MAX})
-        assert s.publish("s.a", b"last") == PubAck("S", U64_MAX)
+def test_a_stream_at_the_end_of_the_sequence_space_refuses_more(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The last seq a message takes is 2^64-2: removing it leaves the stream's first seq
+    one past it, which must still pack (it failed every later Tick with max_age)."""
+    last = U64_MAX - 1
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        s.create_stream({"name": "S", "subjects": ["s.>"], "first_seq": last})
+        assert s.publish("s.a", b"last") == PubAck("S", last)
         e = _err(s.publish, "s.a", b"more")
         assert (_code(e), e.description) == ((503, 10077), "stream sequence space exhausted")
-    with Store.open(tmp_path / "d") as s:
+    with Store.open(tmp_path / "d", clock=clock) as s:
         st = s.stream_state("S")
-        assert (st.messages, st.first_seq, st.last_seq) == (1, U64_MAX, U64_MAX)
-        assert s.get_msg("S", U64_MAX).payload == b"last"
+        assert (st.messages, st.first_seq, st.last_seq) == (1, last, last)
+        assert s.get_msg("S", last).payload == b"last"
+        s.delete_msg("S", last)
+        st = s.stream_state("S")
+        assert (st.messages, st.first_seq, st.last_seq) == (0, U64_MAX, last)
+        assert s.purge_stream("S") == 0
+        assert list(s.iter_msgs("S", start=U64_MAX + 5)) == []
+        # Purged up to the end, a stream with max_age, a Tick: it expires, Ticks go on.
+        s.create_stream({"name": "E", "subjects": ["e.>"], "max_age": SEC})
+        s.purge_stream("E", seq=last)
+        assert s.publish("e.a", b"x") == PubAck("E", last)
+        clock.advance(2 * SEC)
+        s.tick(clock.now).result(timeout=10)
+        assert s.stream_state("E").messages == 0
+        assert _code(_err(s.publish, "e.a", b"y")) == (503, 10077)
 
 
 def test_consumer_durations_outside_int64_are_refused(store: Store) -> None:
@@ -359,3 +380,122 @@ def test_interest_decides_again_when_a_consumer_changes_filters(
         assert (st.messages, st.first_seq, st.last_seq) == (1, 5, 10)  # d's i.z stays
     with Store.open(tmp_path / "d") as s:
         assert s.stream_state("I").messages == 1
+
+
+# -- found by fuzzing the store's API (each failed a whole job, the writer or a reopen) -------
+
+
+def test_a_lone_surrogate_escape_reads_as_go_reads_it(tmp_path: Path) -> None:
+    """JSON ``"\\ud800"`` is U+FFFD to Go; kept as a lone surrogate it was written to the
+    stream record and the store could not open again."""
+    body = b'{"name":"S","subjects":["s.>"],"description":"a\\ud800","metadata":{"\\udc00":"x"}}'
+    with Store.open(tmp_path / "d") as s:
+        s.create_stream(StreamConfig.from_wire(body))
+        s.create_consumer(
+            "S", ConsumerConfig.from_wire('{"durable_name":"c","description":"\\ud800"}')
+        )
+        cfg = s.stream_info("S").config
+        assert (cfg.description, cfg.metadata) == ("a\ufffd", {"\ufffd": "x"})
+        # A config built in Python (no wire) keeps what it was given, and still reopens.
+        s.create_stream(StreamConfig(name="T", subjects=["t.>"], description="\udfff"))
+    with Store.open(tmp_path / "d") as s:
+        assert s.stream_info("T").config.description == "\udfff"
+        assert s.consumer_info("S", "c").config.description == "\ufffd"
+
+
+def test_lone_surrogates_in_a_publish_are_a_bad_request(store: Store) -> None:
+    _stream(store)
+    res = store.submit(
+        [Publish("s.\ud800", b"x"), Publish("s.a", b"x", (("X", "\udc00"),)), Publish("s.b")]
+    ).result(timeout=10)
+    assert [r.err_code if isinstance(r, JetStreamError) else r for r in res] == [
+        10003,
+        10003,
+        PubAck("S", 1),
+    ]
+
+
+def test_non_ascii_digits_are_no_sequence(store: Store) -> None:
+    """``str.isdigit`` takes superscripts and other scripts' digits; ``int`` refuses some
+    (a ValueError failed the job); nats-server reads none of them as a number."""
+    _stream(store)
+    _fill(store, 1)
+    for raw in ("\u00b2", "\u0661"):
+        for name in ("Nats-Expected-Last-Sequence", "Nats-Expected-Last-Subject-Sequence"):
+            res = store.submit([Publish("s.a", b"ok"), Publish("s.0", b"x", ((name, raw),))])
+            out = res.result(timeout=10)
+            assert isinstance(out[0], PubAck)
+            assert isinstance(out[1], JetStreamError)  # expects seq 0 there: wrong last seq
+
+
+def test_an_empty_stream_name_is_no_stream(store: Store) -> None:
+    for e in (
+        _err(store.get_msg, "", 1),
+        _err(store.last_by_subject, "", "s.a"),
+        _err(store.next_by_subject, "", "s.a"),
+        _err(store.consumer_names, ""),
+        _err(store.purge_stream, "", keep=1),
+        _err(lambda: list(store.iter_msgs(""))),
+    ):
+        assert e == js_error("stream_not_found")
+
+
+def test_a_retimed_ack_wait_stays_within_its_record(store: Store, events: Events) -> None:
+    """An update of ack_wait moves every running wait by the difference: from a NAK delay
+    at int64's maximum, by as much again, the deadline no longer fit its u64."""
+    _stream(store)
+    base = {"durable_name": "c", "ack_policy": "explicit"}
+    store.create_consumer("S", {**base, "ack_wait": SEC})
+    _fill(store, 2)
+    store.pull("S", "c", "inbox", batch=2)
+    events.take()
+    store.submit([Ack("S", "c", 1, AckKind.NAK, delay_ns=(1 << 63) - 1)]).result(timeout=10)
+    info = store.create_consumer("S", {**base, "ack_wait": (1 << 63) - 1})
+    assert info.num_ack_pending == 2
+    info = store.create_consumer("S", {**base, "ack_wait": SEC})  # and back: not below 0
+    assert info.num_ack_pending == 2
+
+
+def test_nxt_batches_that_are_not_integers_are_value_errors() -> None:
+    reply = parse_ack_reply("$JS.ACK.S.c.1.7.7.1795272158253893959.0")
+    for payload in (b'+NXT {"batch": null}', b'+NXT {"batch": 1e400}', b"+NXT [1]", b"+NXT x"):
+        with pytest.raises(ValueError, match=r"batch|invalid literal"):
+            ack_from_payload(reply, payload)
+    assert ack_from_payload(reply, b'+NXT {"batch": 3}').next_batch == 3
+
+
+def test_operations_may_come_as_any_iterable(store: Store) -> None:
+    """A generator of operations used to commit and then kill the writer (it took their
+    count after the commit); every submission after it waited forever."""
+    _stream(store)
+    assert store.submit(Publish(f"s.{i}") for i in range(3)).result(timeout=10) == [
+        PubAck("S", 1),
+        PubAck("S", 2),
+        PubAck("S", 3),
+    ]
+    assert store.publish("s.x") == PubAck("S", 4)
+
+
+def test_a_tick_that_deletes_two_consumers_goes_on_with_both_checks(tmp_path: Path) -> None:
+    """Each inactive consumer of an interest stream that a Tick deletes starts the check
+    of the stream's messages; with both checks in slices, the second went on in place of
+    the first (the Tick's job carried twice), and messages nobody wants stayed."""
+    clock = FakeClock()
+    with Store.open(tmp_path / "d", clock=clock, remove_slice=1) as s:
+        s.create_stream({"name": "I", "subjects": ["i.>"], "retention": "interest"})
+        s.create_stream({"name": "J", "subjects": ["j.>"], "retention": "interest"})
+        s.create_consumer("I", {"durable_name": "keep", "filter_subject": "i.y"})
+        s.create_consumer("J", {"durable_name": "keep", "filter_subject": "j.y"})
+        for name, prefix in (("I", "i"), ("J", "j")):
+            s.create_consumer(name, {"filter_subject": f"{prefix}.x", "inactive_threshold": SEC})
+            for _ in range(3):
+                s.publish(f"{prefix}.x", b"x")
+        assert s.tick(clock.advance(2 * SEC)).result(timeout=10) is not None
+        s.submit([]).result(timeout=10)  # a batch after the continuations' last slices
+        for _ in range(10):
+            if s.stream_state("I").messages == s.stream_state("J").messages == 0:
+                break
+            s.submit([]).result(timeout=10)
+        assert (s.stream_state("I").messages, s.stream_state("J").messages) == (0, 0)
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        assert s.resumed == []  # no check left behind in meta
