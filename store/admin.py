@@ -204,6 +204,8 @@ def check_purge_request(seq: int | None, keep: int | None) -> None:
 
 
 def delete_msg(eng: Engine, ctx: Ctx, op: DeleteMsg) -> OpResult:
+    if op.seq is None:
+        raise TypeError("DeleteMsg.seq must be an int, not None")
     gojson.check_uint64(op.seq, "JSApiMsgDeleteRequest.seq")
     st = eng._stream(op.stream)
     if st.config.sealed:

@@ -411,6 +411,8 @@ class Store:
     def get_msg(self, stream: str, seq: int) -> StoredMsg:
         """Message ``seq`` of ``stream``; JetStreamError 10037 if not stored (10003 for
         seq 0, which names no message, as nats-server answers)."""
+        if seq is None:
+            raise TypeError("seq must be an int, not None")
         gojson.check_uint64(seq, "JSApiMsgGetRequest.seq")
         if seq == 0:
             raise js_error("bad_request")

@@ -288,8 +288,13 @@ def _texts(value: Any) -> Any:
 
 def check_uint64(value: int | None, path: str) -> None:
     """A ``uint64`` request field (a sequence, a count) given as a Python int: the
-    server's 10025 words if it is negative or too large (``path``: Go's struct.field)."""
-    if value is not None and not UINT64.lo <= value <= UINT64.hi:
+    server's 10025 words if it is negative or too large (``path``: Go's struct.field);
+    ``None`` is no value; another Python type is a TypeError."""
+    if value is None:
+        return
+    if type(value) is not int:  # a caller's bug, not a request's shape
+        raise TypeError(f"{path} must be an int, not {type(value).__name__}")
+    if not UINT64.lo <= value <= UINT64.hi:
         raise _mismatch(value, path, UINT64.name, field=True)
 
 

@@ -499,3 +499,15 @@ def test_a_tick_that_deletes_two_consumers_goes_on_with_both_checks(tmp_path: Pa
         assert (s.stream_state("I").messages, s.stream_state("J").messages) == (0, 0)
     with Store.open(tmp_path / "d", clock=clock) as s:
         assert s.resumed == []  # no check left behind in meta
+
+
+def test_a_seq_of_another_python_type_is_a_type_error(store: Store) -> None:
+    _stream(store)
+    for bad in (None, 1.5, "3", True):
+        res = store.submit([Publish("s.a"), DeleteMsg("S", bad)])  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            res.result(timeout=10)
+        with pytest.raises(TypeError):
+            store.get_msg("S", bad)  # type: ignore[arg-type]
+    assert store.stream_state("S").messages == 0  # the job's publish went with it
+    assert store.publish("s.a") == PubAck("S", 1)
