@@ -104,8 +104,9 @@ class GoInt:
 
 @dataclass(frozen=True, slots=True)
 class GoKind:
-    """A field decoded by kind alone: ``bool``, ``string``, ``time.Time`` (a string whose
-    parse the model checks), or a struct this store takes as an opaque object."""
+    """A field decoded by kind alone: ``bool``, ``string``, ``time.Time`` (a string that
+    must parse as RFC 3339, Go's words if not), or a struct this store takes as an
+    opaque object."""
 
     name: str
     kind: type

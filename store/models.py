@@ -188,7 +188,7 @@ class StreamConfig(_Wire):
 
         # Checks, codes and words as nats-server 2.15.1 answers (measured), except where
         # a feature is refused rather than faked (mirrors, sources, per-message TTL and
-        # the others of _unsupported).
+        # the features listed below).
         if "/" in self.name or "\\" in self.name:
             raise js_error("stream_name_path_separators")
         if len(self.name) > MAX_NAME_LEN:
@@ -204,16 +204,16 @@ class StreamConfig(_Wire):
         if self.allow_msg_ttl or self.subject_delete_marker_ttl:
             raise bad("per-message TTL is not supported")
         for what, is_set in (
-            ("republish", self.republish is not None),
-            ("subject transforms", self.subject_transform is not None),
-            ("message counters", self.allow_msg_counter),
-            ("atomic batch publish", self.allow_atomic),
-            ("fast batch publish", self.allow_batched),
-            ("message schedules", self.allow_msg_schedules),
-            ("pedantic mode", self.pedantic),
+            ("republish is", self.republish is not None),
+            ("subject transforms are", self.subject_transform is not None),
+            ("message counters are", self.allow_msg_counter),
+            ("atomic batch publish is", self.allow_atomic),
+            ("fast batch publish is", self.allow_batched),
+            ("message schedules are", self.allow_msg_schedules),
+            ("pedantic mode is", self.pedantic),
         ):
             if is_set:
-                raise bad(f"{what} {'is' if what == 'pedantic mode' else 'are'} not supported")
+                raise bad(f"{what} not supported")
         if self.num_replicas > 1:
             raise js_error("stream_replicas_not_supported")
         if self.num_replicas < 0:
@@ -551,8 +551,13 @@ class ConsumerConfig(_Wire):
             raise unsupported("priority groups are")
         upd["priority_policy"] = upd["priority_groups"] = upd["priority_timeout"] = None
         upd["direct"] = upd["sourcing"] = None
-        if self.pause_until is not None and parse_time(self.pause_until):
-            raise unsupported("pausing consumers is")
+        if self.pause_until is not None:
+            try:  # (a wire body's time was parsed by gojson; a Python-built one may not be)
+                paused = parse_time(self.pause_until)
+            except ValueError:
+                raise js_error("invalid_json", err=gojson.time_error(self.pause_until)) from None
+            if paused:
+                raise unsupported("pausing consumers is")
         return upd
 
 

@@ -63,11 +63,11 @@ def _fill(store: Store, n: int) -> None:
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
-        ({"republish": {"src": "s.>", "dest": "r.>"}}, "republish are not supported"),
+        ({"republish": {"src": "s.>", "dest": "r.>"}}, "republish is not supported"),
         ({"subject_transform": {"src": "s.>", "dest": "t.>"}}, "subject transforms are"),
         ({"allow_msg_counter": True}, "message counters are not supported"),
-        ({"allow_atomic": True}, "atomic batch publish are not supported"),
-        ({"allow_batched": True}, "fast batch publish are not supported"),
+        ({"allow_atomic": True}, "atomic batch publish is not supported"),
+        ({"allow_batched": True}, "fast batch publish is not supported"),
         ({"allow_msg_schedules": True}, "message schedules are not supported"),
         ({"subject_delete_marker_ttl": SEC}, "per-message TTL is not supported"),
         ({"pedantic": True}, "pedantic mode is not supported"),
@@ -511,3 +511,10 @@ def test_a_seq_of_another_python_type_is_a_type_error(store: Store) -> None:
             store.get_msg("S", bad)  # type: ignore[arg-type]
     assert store.stream_state("S").messages == 0  # the job's publish went with it
     assert store.publish("s.a") == PubAck("S", 1)
+
+
+def test_a_python_built_pause_until_that_is_no_time_is_refused(store: Store) -> None:
+    _stream(store)
+    e = _err(store.create_consumer, "S", ConsumerConfig(durable_name="c", pause_until="soon"))
+    assert _code(e) == (400, 10025)
+    assert e.description.startswith('invalid JSON: parsing time "soon"')
