@@ -31,6 +31,7 @@ import contextlib
 import logging
 import math
 import socket
+import sys
 from typing import TYPE_CHECKING
 
 import trio
@@ -66,6 +67,7 @@ from broker.mqtt.reason_codes import ReasonCode
 from broker.output import FLUSH_TIMEOUT, NOT_STORED, Step
 from broker.persist import wait_future
 from broker.sessions import Session, SubscriptionRecord
+from broker.systopics import reserved_prefix
 
 if TYPE_CHECKING:
     from broker.core import Broker
@@ -76,6 +78,40 @@ _V5 = ProtocolVersion.MQTT_5
 _WILDCARDS = (b"+", b"#")
 # SUBACK codes by granted QoS (an Enum call per subscription is measurable in a storm).
 _GRANTED = (ReasonCode.GRANTED_QOS_0, ReasonCode.GRANTED_QOS_1, ReasonCode.GRANTED_QOS_2)
+
+
+class _InternalErrors:
+    """A bug met while serving clients: logged with its traceback the first time in
+    ``TRACEBACK_EVERY`` seconds, one line (client id, the error) otherwise. Any client can
+    trigger a bug over and over: 500 connections once wrote 1 MB of tracebacks in 0.9 s."""
+
+    TRACEBACK_EVERY = 60.0
+
+    def __init__(self) -> None:
+        self._last_traceback = -math.inf
+        self.count = 0
+
+    def report(self, conn: ClientConnection) -> None:
+        self.count += 1
+        session = conn.session
+        client_id = session.client_id if session is not None else "-"
+        now = trio.current_time()
+        if now - self._last_traceback >= self.TRACEBACK_EVERY:
+            self._last_traceback = now
+            log.exception(
+                "internal error while serving client %r; closing its connection", client_id
+            )
+        else:
+            exc = sys.exc_info()[1]
+            log.error(
+                "internal error while serving client %r (%d so far): %r; closing its connection",
+                client_id,
+                self.count,
+                exc,
+            )
+
+
+_internal_errors = _InternalErrors()
 
 
 def prepare_socket(sock: socket.socket) -> socket.socket:
@@ -134,6 +170,7 @@ class ClientConnection(Handshake):
         self._early_error: Exception | None = None
         self._drained = False  # the last read emptied the socket: wait before the next recv
         self._parked_fd = -1  # the socket, while the connection is parked (no task yet)
+        self._told_reserved = False  # a 3.1.x publish to a reserved topic was logged
 
     # == lifecycle ================================================================================
 
@@ -178,7 +215,7 @@ class ClientConnection(Handshake):
         except Exception:
             # A bug while serving this client must not take the broker down: log it with
             # its traceback, tell the client (0x83), and close only this connection.
-            log.exception("internal error while serving a client; closing its connection")
+            _internal_errors.report(self)
             if self.version is _V5:
                 data = encode(Disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR), _V5)
                 with (
@@ -383,8 +420,13 @@ class ClientConnection(Handshake):
 
     def _publish_refusal(self, p: Publish) -> tuple[ReasonCode, str] | None:
         """Checks beyond topic syntax (which the radix match validates [MQTT-3.3.2-2])."""
-        if p.topic.startswith(b"$"):
-            return ReasonCode.TOPIC_NAME_INVALID, "topics starting with $ are reserved"
+        if p.topic[:1] == b"$":
+            prefix = reserved_prefix(p.topic)
+            if prefix is not None:
+                return (
+                    ReasonCode.TOPIC_NAME_INVALID,
+                    f"{prefix.decode()} topics are reserved to the broker",
+                )
         if (
             p.properties.payload_format_indicator == 1
             and self.broker.config.mqtt.validate_utf8_payload
@@ -438,7 +480,18 @@ class ClientConnection(Handshake):
         if p.qos and self.version is _V5:
             await self._step(None, lambda: self._send(self._ack(p, code, reason)))
             return
-        if code is ReasonCode.TOPIC_NAME_INVALID and p.topic.startswith(b"$"):
+        if code is ReasonCode.TOPIC_NAME_INVALID and reserved_prefix(p.topic) is not None:
+            # 3.1.x has no way to refuse a PUBLISH but a close; mosquitto acknowledges a
+            # denied one and drops it. The operator hears of it, once per connection.
+            if not self._told_reserved:
+                self._told_reserved = True
+                session = self.session
+                log.warning(
+                    "client %r published to reserved topic %r: dropped (%s)",
+                    session.client_id if session is not None else "-",
+                    p.topic.decode("utf-8", "replace"),
+                    reason,
+                )
             if p.qos:
                 await self._step(None, lambda: self._send(self._ack(p, ReasonCode.SUCCESS)))
             return

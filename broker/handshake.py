@@ -23,6 +23,7 @@ from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode, connack_return_code
 from broker.output import FLUSH_TIMEOUT, Output
 from broker.sessions import NEVER_EXPIRES, WillRecord
+from broker.systopics import reserved_prefix
 
 if TYPE_CHECKING:
     from broker.client import ClientConnection
@@ -236,6 +237,13 @@ class Handshake(Output):
                 radix.validate_topic(will.topic)
             except radix.TopicError as exc:
                 return ReasonCode.TOPIC_NAME_INVALID, f"will topic invalid: {exc}"
+            prefix = reserved_prefix(will.topic)
+            if prefix is not None:
+                # As mosquitto answers a will its ACL denies (3.1.1: return code 5).
+                return (
+                    ReasonCode.NOT_AUTHORIZED,
+                    f"will topic: {prefix.decode()} topics are reserved to the broker",
+                )
         return None
 
     def _connack_properties(

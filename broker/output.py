@@ -169,7 +169,7 @@ class Output:
         self, msg: AppMessage, retain: bool, sub_ids: tuple[int, ...], now: float
     ) -> None:
         """A QoS 0 copy: bytes built once per shape and shared by recipients."""
-        if self._closing:
+        if self._closing or self.proto.closed:
             return
         if self._qos0_pending >= self.broker.config.sessions.max_outbound_queue:
             return  # slow consumer: QoS 0 is dropped rather than buffered without bound
@@ -198,6 +198,8 @@ class Output:
         session = self.session
         assert session is not None
         proto = self.proto
+        if proto.closed:
+            return []  # a protocol error ended the exchange: the copies stay queued
         persist = self.broker.persist
         queue = session.queue
         now = trio.current_time()

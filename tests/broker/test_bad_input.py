@@ -6,6 +6,7 @@ retained message that must survive.
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 
@@ -86,6 +87,32 @@ def test_bad_packet_after_connect_gets_its_reason_code_and_hurts_nobody(
             late.connect("late")
             late.subscribe((b"ok/retained", 0))
             assert late.expect_publish().payload == b"keep"
+
+
+@pytest.mark.parametrize("name", sorted(CONNECTED_CASES))
+def test_bad_packet_in_the_read_of_a_subscribe_over_retained_gets_its_code(
+    broker: BrokerThread, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A SUBSCRIBE that matches retained messages and, in the same read, a bad packet:
+    the retained copies are not sent on the closed exchange, the client gets the bad
+    packet's own reason code (was 0x83 and a traceback per connection)."""
+    data, code = CONNECTED_CASES[name]
+    with RawClient(broker.port) as pub, RawClient(broker.port) as bad:
+        pub.connect("pub-r")
+        pub.publish(b"ok/retained", b"keep", qos=1, packet_id=1, retain=True)
+        pub.expect(Puback)
+        bad.connect("bad-r")
+        if not data:
+            data = bad.encode(Connect(ProtocolVersion.MQTT_5, "bad-r"))
+        subscribe = bad.encode(Subscribe(1, (Subscription(b"ok/#", 0),)))
+        bad.send_raw(subscribe + data)
+        disconnect = None
+        while disconnect is None:
+            packet = bad.next()
+            if isinstance(packet, Disconnect):
+                disconnect = packet
+        assert disconnect.reason_code is code, name
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def test_garbage_before_connect_is_closed_without_answer(broker: BrokerThread) -> None:
