@@ -32,6 +32,7 @@ import logging
 import math
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -168,6 +169,7 @@ class ClientConnection(Handshake):
         # What connect_now read but left to the handshake; a bug it ran into.
         self._early: Connect | MQTTProtocolError | None = None
         self._early_error: Exception | None = None
+        self._behind_connect: list[Packet] = []
         self._drained = False  # the last read emptied the socket: wait before the next recv
         self._parked_fd = -1  # the socket, while the connection is parked (no task yet)
         self._told_reserved = False  # a 3.1.x publish to a reserved topic was logged
@@ -196,6 +198,9 @@ class ClientConnection(Handshake):
                     self._resend_inflight()
                 # Packets the client pipelined after CONNECT were held until CONNACK was
                 # sent (not handled if the session was taken over before this task ran).
+                for packet in self._behind_connect:
+                    await self._handle(packet)
+                self._behind_connect = []
                 if not self._closing:
                     await self._feed(b"")
                 await self._read_loop()
@@ -321,8 +326,11 @@ class ClientConnection(Handshake):
         proto = self.proto
         scope = self._read_scope
         assert scope is not None
+        heard = trio.current_time()  # the CONNECT (or the parked wait) was just handled
         while not self._closing:
-            deadline = proto.keepalive_deadline(trio.current_time())
+            # Counted from the last COMPLETE packet: a client trickling a packet a byte at
+            # a time does not keep its connection alive [MQTT-3.1.2-22].
+            deadline = proto.keepalive_deadline(heard)
             if deadline is not None:
                 scope.deadline = deadline
             try:
@@ -331,10 +339,12 @@ class ClientConnection(Handshake):
                 return
             if not data:
                 return  # closed without DISCONNECT: the will goes out
+            now = trio.current_time()
             broker = self.broker
             broker.batch = []
             try:
-                await self._feed(bytes(data))
+                if await self._feed(bytes(data)):
+                    heard = now
             finally:
                 broker.flush_batch()
                 broker.persist.chunk_done()
@@ -368,18 +378,20 @@ class ClientConnection(Handshake):
                 await trio.lowlevel.checkpoint()
             return data
 
-    async def _feed(self, data: bytes) -> None:
+    async def _feed(self, data: bytes) -> bool:
+        """Handle the packets ``data`` completes; True when it completed at least one."""
         try:
             events = self.proto.receive_data(data)
         except MQTTProtocolError as exc:
             for event in exc.packets:
                 await self._handle(event)
             self._protocol_error(exc)
-            return
+            return bool(exc.packets)
         for event in events:
             await self._handle(event)
             if self._closing:
-                return
+                break
+        return bool(events)
 
     def _protocol_error(self, exc: MQTTProtocolError) -> None:
         if self._closing:
@@ -599,7 +611,16 @@ class ClientConnection(Handshake):
             if share is None:
                 granted.append((record, flt, is_new))
         fut = broker.persist.save_subscriptions(session, added) if session.stored else None
-        wait = None if fut is None else (lambda: wait_future(fut))
+        wait: Callable[[], Awaitable[object]] | None = None
+        if granted and broker.retained_in_flight:
+
+            async def wait() -> None:
+                if fut is not None:
+                    await wait_future(fut)
+                await broker.retained_committed()  # read-after-write: see retained_for
+
+        elif fut is not None:
+            wait = lambda: wait_future(fut)  # noqa: E731
         pid = p.packet_id
 
         def then() -> None:

@@ -9,6 +9,7 @@ wait for the commit before acknowledging (a PUBACK means stored).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import socket
@@ -20,7 +21,7 @@ import trio
 
 from broker import handles
 from broker.config import BrokerConfig
-from broker.message import AppMessage, Outgoing
+from broker.message import RETAIN_PENDING, RETAIN_SETTLED, AppMessage, Outgoing
 from broker.mqtt.properties import Properties
 from broker.parking import Parkable, Parking
 from broker.persist import Persistence, PublishPlan, StorageError
@@ -61,6 +62,9 @@ class Broker:
         self._retained_handles: dict[bytes, int] = {}
         self._retained_by_handle: dict[int, AppMessage] = {}
         self._next_retained_handle = 1
+        # Retained updates read but not yet applied (their commit is in flight), in
+        # submission order, which is commit order (see ``settle_retained``).
+        self._retained_pending: deque[tuple[AppMessage, PublishPlan]] = deque()
         self._nursery: trio.Nursery | None = None
         self.connections: set[ClientConnection] = set()
         self._all_closed = trio.Event()
@@ -251,8 +255,43 @@ class Broker:
         if not backlog:
             session.retained_backlog = session.retained_seen = None
 
+    @property
+    def retained_in_flight(self) -> bool:
+        return bool(self._retained_pending)
+
+    async def retained_committed(self) -> None:
+        """Wait until every retained update read so far is committed (or failed): a
+        SUBSCRIBE after a retained PUBLISH was read must see it (read-after-write; the
+        mosquitto_pub-then-mosquitto_sub case), and a retained value becomes visible only
+        once stored. No wait when none is in flight."""
+        if not self._retained_pending:
+            return
+        with contextlib.suppress(StorageError):  # not stored: not applied (settle_retained)
+            await self._retained_pending[-1][1].wait()
+
+    def settle_retained(self, upto: AppMessage | None = None) -> None:
+        """Apply the pending retained updates whose commit is done, in order, through
+        ``upto`` (whose commit is done, so every earlier one's is too). Whoever comes
+        first applies them — the publisher after its commit or a subscriber about to
+        read the retained set — and each exactly once; one whose commit failed is not
+        applied."""
+        pending = self._retained_pending
+        while pending:
+            msg, plan = pending[0]
+            ok = plan.committed()
+            if ok is None:
+                break
+            pending.popleft()
+            msg.retain_state = RETAIN_SETTLED
+            if ok:
+                self._set_retained(msg)
+            if msg is upto:
+                break
+
     def retained_for(self, topic_filter: bytes) -> list[AppMessage]:
         """Retained messages matching a (non-shared) filter, expired ones dropped."""
+        if self._retained_pending:
+            self.settle_retained()
         if not self._retained_by_handle:
             return []  # nothing retained: no match to run (a subscription storm's case)
         now = trio.current_time()
@@ -278,6 +317,9 @@ class Broker:
         """
         deliveries = self.router.route(msg.topic, msg.origin, self.sessions.is_connected)
         plan = self.persist.plan(self, msg, deliveries, extra)
+        if msg.retain and not plan.empty:
+            msg.retain_state = RETAIN_PENDING
+            self._retained_pending.append((msg, plan))
         return deliveries, plan
 
     def apply_publish(
@@ -285,7 +327,10 @@ class Broker:
     ) -> None:
         """After the plan's commit (or at once when nothing was stored): retain and deliver."""
         if msg.retain:
-            self._set_retained(msg)
+            if msg.retain_state == RETAIN_PENDING:
+                self.settle_retained(msg)
+            elif msg.retain_state == 0:
+                self._set_retained(msg)
         by_num = self.sessions.by_num
         now = trio.current_time()
         for index, d in enumerate(deliveries):

@@ -18,7 +18,7 @@ from broker.message import AppMessage
 from broker.mqtt.encoder import encode
 from broker.mqtt.errors import Answer, MQTTProtocolError
 from broker.mqtt.packet_types import ProtocolVersion
-from broker.mqtt.packets import Connack, Connect, Publish
+from broker.mqtt.packets import Connack, Connect, Packet, Publish
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode, connack_return_code
 from broker.output import FLUSH_TIMEOUT, Output
@@ -39,6 +39,9 @@ class Handshake(Output):
     _drained: bool
     _early: Connect | MQTTProtocolError | None
     _early_error: Exception | None
+    # Packets decoded with the CONNECT (a server in CONNECTING decodes AUTH only): handled
+    # once the CONNACK is out, like anything else the client pipelined.
+    _behind_connect: list[Packet]
 
     if TYPE_CHECKING:  # ClientConnection's
 
@@ -75,8 +78,9 @@ class Handshake(Output):
                 return False
             connect = events[0]
             assert isinstance(connect, Connect)
-            if self._refusal(connect) is not None:
+            if self._refusal(connect) is not None or len(events) > 1:
                 self._early = connect
+                self._behind_connect = events[1:]  # AUTH: the task answers it after CONNACK
                 return False
             self._accept(connect)
             self._resend_inflight()  # before anything else can be sent to this session
@@ -115,6 +119,7 @@ class Handshake(Output):
             if events:
                 packet = events[0]
                 assert isinstance(packet, Connect)
+                self._behind_connect = events[1:]  # AUTH pipelined behind the CONNECT
                 return packet
 
     async def _refuse(

@@ -9,6 +9,9 @@ from broker.mqtt.encoder import EncodedPublish
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Publish
 
+RETAIN_PENDING = 1
+RETAIN_SETTLED = 2
+
 
 @dataclass(slots=True)
 class AppMessage:
@@ -28,6 +31,9 @@ class AppMessage:
     stored_seq: int = 0  # its sequence in $MQTT_msgs (0 = not stored / not yet committed)
     refs: int = 0  # pending entries in $MQTT_pend that reference the stored copy
     encoded: dict[ProtocolVersion, EncodedPublish] | None = None
+    # A retained update whose record is being committed: RETAIN_PENDING until it becomes
+    # (or, its commit failed, does not become) the topic's retained value: RETAIN_SETTLED.
+    retain_state: int = 0
 
     @property
     def topic(self) -> bytes:

@@ -314,6 +314,16 @@ class PublishPlan:
             res = await self.batch.results()
             self.results = res[self.offset : self.offset + self.count]
 
+    def committed(self) -> bool | None:
+        """Whether this plan's commit succeeded (False: failed), None while in flight."""
+        batch = self.batch
+        if batch is None or batch.done is not None:
+            return True
+        fut = batch.future
+        if fut is None or not fut.done():
+            return None
+        return fut.exception() is None
+
     def seq_of(self, op_index: int) -> int:
         res = self.results[op_index] if 0 <= op_index < len(self.results) else None
         return res.seq if isinstance(res, store.PubAck) else 0

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from broker.mqtt.decoder import Decoder
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Connack, Connect, Disconnect
 from broker.mqtt.properties import Properties
@@ -175,3 +176,34 @@ def test_keep_alive_timeout_closes_with_0x8d_mqtt_3_1_2_22(broker: BrokerThread)
         disconnect = c.expect_disconnect(timeout=10)
         assert disconnect is not None
         assert disconnect.reason_code is ReasonCode.KEEP_ALIVE_TIMEOUT
+
+
+@pytest.mark.parametrize(
+    "auth", [bytes([0xF0, 0]), bytes([0xF0, 2, 0x18, 0])], ids=["bare", "continue-no-props"]
+)
+@pytest.mark.parametrize("pipelined", [True, False], ids=["with-connect", "after-connack"])
+def test_auth_without_an_authentication_method_is_0x82_mqtt_4_12_0_7(
+    broker: BrokerThread, auth: bytes, pipelined: bool
+) -> None:
+    """A client whose CONNECT had no Authentication Method must not send AUTH: 0x82, whether
+    the AUTH came in the CONNECT's write (it was dropped) or after the CONNACK."""
+    with RawClient(broker.port) as c:
+        connect = c.encode(Connect(ProtocolVersion.MQTT_5, "auth-less"))
+        decoder = Decoder(ProtocolVersion.MQTT_5)
+        got: list[object] = []
+        if pipelined:
+            c.send_raw(connect + auth)
+        else:
+            c.send_raw(connect)
+        c.sock.settimeout(10)
+        while not got:
+            got.extend(decoder.feed(c.sock.recv(65536)))
+        assert isinstance(got[0], Connack)
+        if not pipelined:
+            c.send_raw(auth)
+        while len(got) < 2:
+            data = c.sock.recv(65536)
+            assert data, "closed without DISCONNECT"
+            got.extend(decoder.feed(data))
+        assert isinstance(got[1], Disconnect)
+        assert got[1].reason_code is ReasonCode.PROTOCOL_ERROR

@@ -163,6 +163,37 @@ def test_keep_alive_allows_one_and_a_half_times_the_interval_mqtt_3_1_2_22(
     run_with_broker(tmp_path, body)
 
 
+def test_a_packet_trickled_byte_by_byte_does_not_keep_alive_mqtt_3_1_2_22(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Only complete packets count: a byte every second of a PUBLISH that never ends is
+    disconnected 1.5 x keep alive after the last complete packet."""
+
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        client = await MemClient.connect(broker, "trickle", keep_alive=10)
+        start = trio.current_time()
+        # A PUBLISH announcing 100 bytes, sent one byte a second.
+        data = bytes([0x30, 100, 0, 1, 0x74]) + b"x" * 97
+        got: list[Packet] = []
+
+        async def read() -> None:
+            got.append(await client.next())
+
+        with trio.fail_after(600):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read)
+                for byte in data:
+                    if got:
+                        break
+                    await client.stream.send_all(bytes([byte]))
+                    await trio.sleep(1)
+        assert isinstance(got[0], Disconnect)
+        assert got[0].reason_code is ReasonCode.KEEP_ALIVE_TIMEOUT
+        assert trio.current_time() - start == pytest.approx(15, abs=1.5)
+
+    run_with_broker(tmp_path, body)
+
+
 def test_connect_timeout_closes_a_silent_connection(tmp_path: pathlib.Path) -> None:
     async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
         client_side, server_side = trio.testing.memory_stream_pair()
