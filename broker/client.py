@@ -41,7 +41,7 @@ import radix
 from broker.core import RETAINED_AT_ONCE, make_handle
 from broker.handshake import READ_SIZE, Handshake
 from broker.message import AppMessage, Outgoing
-from broker.mqtt.connection import Connection, DuplicatePublish, Role
+from broker.mqtt.connection import Connection, DuplicatePublish, Event, Role
 from broker.mqtt.encoder import encode
 from broker.mqtt.errors import Answer, MQTTProtocolError
 from broker.mqtt.packet_types import ProtocolVersion
@@ -169,7 +169,7 @@ class ClientConnection(Handshake):
         # What connect_now read but left to the handshake; a bug it ran into.
         self._early: Connect | MQTTProtocolError | None = None
         self._early_error: Exception | None = None
-        self._behind_connect: list[Packet] = []
+        self._behind_connect: list[Event] = []
         self._drained = False  # the last read emptied the socket: wait before the next recv
         self._parked_fd = -1  # the socket, while the connection is parked (no task yet)
         self._told_reserved = False  # a 3.1.x publish to a reserved topic was logged

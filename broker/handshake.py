@@ -15,10 +15,11 @@ import trio
 
 import radix
 from broker.message import AppMessage
+from broker.mqtt.connection import Event
 from broker.mqtt.encoder import encode
 from broker.mqtt.errors import Answer, MQTTProtocolError
 from broker.mqtt.packet_types import ProtocolVersion
-from broker.mqtt.packets import Connack, Connect, Packet, Publish
+from broker.mqtt.packets import Connack, Connect, Publish
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode, connack_return_code
 from broker.output import FLUSH_TIMEOUT, Output
@@ -41,7 +42,7 @@ class Handshake(Output):
     _early_error: Exception | None
     # Packets decoded with the CONNECT (a server in CONNECTING decodes AUTH only): handled
     # once the CONNACK is out, like anything else the client pipelined.
-    _behind_connect: list[Packet]
+    _behind_connect: list[Event]
 
     if TYPE_CHECKING:  # ClientConnection's
 
