@@ -75,6 +75,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetmq.client")
 
+# What the broker reads, at most, from a client it closes (see ClientConnection._linger).
+LINGER_SECONDS = 1.0
+LINGER_BYTES = 1 << 20
+
 _V5 = ProtocolVersion.MQTT_5
 _WILDCARDS = (b"+", b"#")
 # SUBACK codes by granted QoS (an Enum call per subscription is measurable in a storm).
@@ -173,6 +177,7 @@ class ClientConnection(Handshake):
         self._drained = False  # the last read emptied the socket: wait before the next recv
         self._parked_fd = -1  # the socket, while the connection is parked (no task yet)
         self._told_reserved = False  # a 3.1.x publish to a reserved topic was logged
+        self._peer_gone = False  # the client closed (EOF) or reset: nothing to linger for
 
     # == lifecycle ================================================================================
 
@@ -247,9 +252,35 @@ class ClientConnection(Handshake):
         raw = self._raw
         assert raw is not None
         if raw.fileno() != -1:
+            if not self._peer_gone:
+                await self._linger(raw)
             trio.lowlevel.notify_closing(raw)  # a task waiting on it gets ClosedResourceError
             raw.close()
         await trio.lowlevel.checkpoint()
+
+    async def _linger(self, raw: socket.socket) -> None:
+        """The broker closes first (a DISCONNECT, a refusal, shutdown): end the write side
+        and read what the client still sends, until it closes, for at most
+        ``LINGER_SECONDS`` and ``LINGER_BYTES``. Closing a socket with unread input sends
+        an RST, and a client still writing then dies on a broken pipe before it reads the
+        DISCONNECT that says why (Paho's test_flow_control2)."""
+        try:
+            raw.shutdown(socket.SHUT_WR)
+        except OSError:
+            return
+        left = LINGER_BYTES
+        with trio.move_on_after(LINGER_SECONDS):
+            while left > 0:
+                try:
+                    data = raw.recv(min(left, READ_SIZE))
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(raw)
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                left -= len(data)
 
     def connect_now(self) -> bool:
         """Called by the accept loop before this connection has a task: True when the
@@ -336,8 +367,10 @@ class ClientConnection(Handshake):
             try:
                 data = await self._receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._peer_gone = True
                 return
             if not data:
+                self._peer_gone = True
                 return  # closed without DISCONNECT: the will goes out
             now = trio.current_time()
             broker = self.broker
@@ -699,6 +732,7 @@ class ClientConnection(Handshake):
     def _on_disconnect(self, p: Disconnect) -> None:
         session = self.session
         assert session is not None
+        self._peer_gone = True  # it said goodbye: nothing more comes, no need to linger
         # 0x04: the client asks for its will [MQTT-3.14.4-3 otherwise discards it].
         self._send_will = p.reason_code == ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
         expiry = p.properties.session_expiry_interval

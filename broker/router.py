@@ -125,7 +125,7 @@ class Router:
                 qos = max(qos, h & handles.QOS_MASK)
                 rap = rap or bool(h & handles.RETAIN_AS_PUBLISHED)
                 sid = h >> handles.SUB_ID_SHIFT
-                if sid:
+                if sid and sid not in sids:  # one SUBSCRIBE's identifier on two filters: once
                     sids.append(sid)
             out.append(Delivery(client, qos, rap, tuple(sids)))
         for members in groups.values():

@@ -379,6 +379,13 @@ class Connection:
                 answer=Answer.CONNACK,
                 version=packet.protocol_version,
             )
+        if packet.will is not None and _has_wildcard(packet.will.properties.response_topic):
+            raise MQTTProtocolError(
+                ReasonCode.PROTOCOL_ERROR,
+                "will Response Topic contains a wildcard [MQTT-3.3.2-14]",
+                answer=Answer.CONNACK,
+                version=packet.protocol_version,
+            )
         self.keep_alive = packet.keep_alive
         self._session_expiry = props.session_expiry_interval or 0
         if props.receive_maximum is not None:
@@ -420,6 +427,8 @@ class Connection:
             )
         props = packet.properties
         if props is not EMPTY_PROPERTIES:
+            if _has_wildcard(props.response_topic):
+                raise protocol_error("Response Topic contains a wildcard [MQTT-3.3.2-14]")
             packet = self._resolve_alias(packet)
         elif not packet.topic:
             raise protocol_error("PUBLISH with an empty Topic Name and no Topic Alias")
@@ -685,3 +694,9 @@ class Connection:
             self.retain_available = bool(props.retain_available)
         if props.server_keep_alive is not None:
             self.keep_alive = props.server_keep_alive
+
+
+def _has_wildcard(topic: str | None) -> bool:
+    """A Response Topic is a Topic Name: no wildcards [MQTT-3.3.2-14] (a will's too: its
+    properties are those of the PUBLISH it becomes)."""
+    return topic is not None and ("+" in topic or "#" in topic)

@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 
+from broker.mqtt.decoder import Decoder
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import (
+    Disconnect,
     Puback,
     Publish,
     Pubrec,
@@ -84,6 +86,27 @@ def test_overlapping_subscriptions_give_one_copy_with_max_qos_and_every_identifi
         assert msg.qos == 2
         assert sorted(msg.properties.subscription_identifiers) == [7, 9]
         assert sub.nothing_within(0.3)
+
+
+def test_one_identifier_on_two_overlapping_filters_is_sent_once_mqtt_3_3_4_3(
+    broker: BrokerThread,
+) -> None:
+    """One SUBSCRIBE with identifier 2333 over ``s/+`` and ``s/#``: a message matching both
+    carries [2333], not [2333, 2333] (found by the EMQX suite)."""
+    with RawClient(broker.port) as sub, RawClient(broker.port) as pub:
+        sub.connect("ovl-one-id")
+        sub.send(
+            Subscribe(
+                1,
+                (Subscription(b"s/+", 1), Subscription(b"s/#", 1)),
+                Properties(subscription_identifiers=(2333,)),
+            )
+        )
+        sub.expect(Suback)
+        pub.connect("ovl-one-id-pub")
+        pub.publish(b"s/x", b"one", qos=1, packet_id=1)
+        pub.expect(Puback)
+        assert sub.expect_publish().properties.subscription_identifiers == (2333,)
 
 
 def test_no_local_mqtt_3_8_3_3(broker: BrokerThread) -> None:
@@ -387,3 +410,27 @@ def test_departed_shared_member_messages_go_to_another_member_mqtt_4_8_2_5(
             assert b.expect_publish().payload == kept  # QoS 1: re-dispatched to B
         else:
             assert b.nothing_within(0.5)  # QoS 2 already sent to A: never to anyone else
+
+
+def test_a_disconnect_reaches_a_client_that_is_still_writing(
+    make_broker: Callable[..., BrokerThread],
+) -> None:
+    """The broker shuts its write side and reads what the client still sends before it
+    closes: closing with unread input sends an RST, and the client died on a broken pipe
+    before it could read the 0x93 saying why (Paho's test_flow_control2)."""
+    broker = make_broker(receive_maximum=2)
+    with RawClient(broker.port) as c:
+        c.connect("still-writing")
+        burst = b"".join(c.encode(Publish(b"rm/t", b"x", 1, packet_id=i)) for i in (1, 2, 3))
+        tail = c.encode(Publish(b"rm/t", b"y" * 1000)) * 300  # ~300 KB the broker never reads
+        c.send_raw(burst + tail)
+        decoder = Decoder(ProtocolVersion.MQTT_5)
+        got: list[object] = []
+        c.sock.settimeout(10)
+        while True:
+            data = c.sock.recv(65536)  # an RST here raises ConnectionResetError
+            if not data:
+                break
+            got.extend(decoder.feed(data))
+        assert isinstance(got[-1], Disconnect)
+        assert got[-1].reason_code is ReasonCode.RECEIVE_MAXIMUM_EXCEEDED

@@ -51,6 +51,9 @@ VERSIONS = (V31, V311, V5)
 
 _chars = st.characters(exclude_categories=["Cs"], exclude_characters="\x00")
 text = st.text(alphabet=_chars, max_size=12)
+topic_names = st.text(
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00+#"), max_size=12
+)
 utf8_bytes = text.map(lambda t: t.encode("utf-8"))
 nonempty_utf8_bytes = st.text(alphabet=_chars, min_size=1, max_size=12).map(
     lambda t: t.encode("utf-8")
@@ -81,6 +84,8 @@ def properties(context: Context) -> st.SearchStrategy[Properties]:
             continue
         if row.id is PropertyId.USER_PROPERTY:
             optional[row.name] = st.lists(st.tuples(text, text), max_size=3).map(tuple)
+        elif row.id is PropertyId.RESPONSE_TOPIC:
+            optional[row.name] = topic_names  # a Topic Name: no wildcards [MQTT-3.3.2-14]
         elif row.id is PropertyId.SUBSCRIPTION_IDENTIFIER:
             most = 3 if context in row.repeatable_in else 1
             optional[row.name] = st.lists(st.integers(1, MAX_VARINT), max_size=most).map(tuple)

@@ -34,6 +34,7 @@ from broker.mqtt.packets import (
     Subscription,
     Unsuback,
     Unsubscribe,
+    Will,
 )
 from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode as RC
@@ -129,6 +130,28 @@ def test_empty_client_id_with_clean_start_is_accepted() -> None:
     for version in (V311, V5):
         server = Connection()
         assert server.receive_data(encode(Connect(version, "", True), version))
+
+
+@pytest.mark.parametrize("topic", ["resp/+", "resp/#", "#"])
+def test_mqtt_3_3_2_14_response_topic_with_a_wildcard_is_a_protocol_error(topic: str) -> None:
+    server, _client = pair()
+    publish = Publish(b"req/t", b"x", properties=Properties(response_topic=topic))
+    error = refused(server, encode(publish, V5))
+    assert error.reason_code is RC.PROTOCOL_ERROR
+    assert error.answer is Answer.DISCONNECT
+    # A will's Response Topic too: refused with a CONNACK.
+    will = Will(b"w", b"x", properties=Properties(response_topic=topic))
+    error = refused(Connection(), encode(Connect(V5, "c", will=will), V5))
+    assert error.reason_code is RC.PROTOCOL_ERROR
+    assert error.answer is Answer.CONNACK
+
+
+def test_response_topic_without_wildcards_is_accepted() -> None:
+    server, client = pair()
+    publish = Publish(b"req/t", b"x", properties=Properties(response_topic="resp/a b"))
+    assert deliver(client, server, publish) == [publish]
+    will = Will(b"w", b"x", properties=Properties(response_topic="resp/w"))
+    assert Connection().receive_data(encode(Connect(V5, "c", will=will), V5))
 
 
 def test_malformed_connect_answers_connack_with_its_version() -> None:
