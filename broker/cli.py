@@ -71,7 +71,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"jetmq: configuration error\n{exc}", file=sys.stderr)
         return 1
-    from broker.server import run_broker
+    from broker.net.server import run_broker
 
     return run_broker(config)
 

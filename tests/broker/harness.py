@@ -24,8 +24,8 @@ import trio
 import trio.testing
 
 from broker.config import BrokerConfig, load_config
-from broker.core import Broker
-from broker.server import serve
+from broker.core.hub import Broker
+from broker.net.server import serve
 
 START_TIMEOUT = 20.0
 

@@ -16,8 +16,7 @@ import pytest
 import trio
 import trio.testing
 
-from broker.client import prepare_socket
-from broker.core import Broker
+from broker.core.hub import Broker
 from broker.mqtt.connection import Connection, Role
 from broker.mqtt.encoder import encode
 from broker.mqtt.packet_types import ProtocolVersion
@@ -34,7 +33,8 @@ from broker.mqtt.packets import (
     Subscription,
 )
 from broker.mqtt.reason_codes import ReasonCode
-from broker.parking import Parking
+from broker.net.connection import prepare_socket
+from broker.net.parking import Parking
 from tests.broker.harness import run_with_broker
 
 pytestmark = pytest.mark.timeout(60)

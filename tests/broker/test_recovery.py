@@ -9,7 +9,6 @@ from collections.abc import Callable
 import pytest
 
 import store
-from broker import persist
 from broker.mqtt.packets import (
     Disconnect,
     Puback,
@@ -24,6 +23,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
+from broker.persist import state as persist
 from tests.broker.harness import BrokerThread
 from tests.broker.rawclient import RawClient
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.core import RETAINED_AT_ONCE
+from broker.core.hub import RETAINED_AT_ONCE
 from broker.mqtt.packets import Disconnect, Puback, Publish
 from broker.mqtt.properties import Properties
 from tests.broker.harness import BrokerThread

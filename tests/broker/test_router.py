@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker import handles
-from broker.router import Delivery, Router
+from broker.core import handles
+from broker.core.router import Delivery, Router
 
 
 def _h(qos: int = 1, *, no_local: bool = False, sub_id: int = 0) -> int:

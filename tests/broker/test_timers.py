@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 
-from broker.core import Broker
+from broker.core.hub import Broker
 from broker.mqtt.connection import Connection, Role
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import (

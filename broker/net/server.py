@@ -36,9 +36,9 @@ from typing import Any
 import trio
 
 import store
-from broker.client import prepare_socket
 from broker.config import BrokerConfig
-from broker.core import Broker
+from broker.core.hub import Broker
+from broker.net.connection import prepare_socket
 
 SHUTDOWN_GRACE = 5.0
 ACCEPT_BURST = 64

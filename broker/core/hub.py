@@ -19,24 +19,24 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from broker import handles
 from broker.config import BrokerConfig
-from broker.message import RETAIN_PENDING, RETAIN_SETTLED, AppMessage, Outgoing
+from broker.core import handles
+from broker.core.message import RETAIN_PENDING, RETAIN_SETTLED, AppMessage, Outgoing
+from broker.core.router import Delivery, Router
+from broker.core.sessions import RetainedBurst, Session, SessionManager, SubscriptionRecord
 from broker.mqtt.properties import Properties
-from broker.parking import Parkable, Parking
-from broker.persist import Persistence, PublishPlan, StorageError
-from broker.router import Delivery, Router
-from broker.sessions import RetainedBurst, Session, SessionManager, SubscriptionRecord
+from broker.net.parking import Parkable, Parking
+from broker.persist.state import Persistence, PublishPlan, StorageError
 
 if TYPE_CHECKING:
-    from broker.client import ClientConnection
-    from broker.output import Output
+    from broker.net.connection import ClientConnection
+    from broker.net.output import Output
 
 
 @functools.cache
 def _connection_class() -> type[ClientConnection]:
     # broker.client imports this module; resolved once, not per connection.
-    from broker.client import ClientConnection
+    from broker.net.connection import ClientConnection
 
     return ClientConnection
 

@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING
 import trio
 
 import radix
-from broker.core import RETAINED_AT_ONCE, make_handle
-from broker.handshake import READ_SIZE, Handshake
-from broker.message import AppMessage, Outgoing
+from broker.core.hub import RETAINED_AT_ONCE, make_handle
+from broker.core.message import AppMessage, Outgoing
+from broker.core.sessions import Session, SubscriptionRecord
+from broker.core.systopics import reserved_prefix
 from broker.mqtt.connection import Connection, DuplicatePublish, Event, Role
 from broker.mqtt.encoder import encode
 from broker.mqtt.errors import Answer, MQTTProtocolError
@@ -65,13 +66,12 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode
-from broker.output import FLUSH_TIMEOUT, NOT_STORED, Step
-from broker.persist import wait_future
-from broker.sessions import Session, SubscriptionRecord
-from broker.systopics import reserved_prefix
+from broker.net.handshake import READ_SIZE, Handshake
+from broker.net.output import FLUSH_TIMEOUT, NOT_STORED, Step
+from broker.persist.state import wait_future
 
 if TYPE_CHECKING:
-    from broker.core import Broker
+    from broker.core.hub import Broker
 
 log = logging.getLogger("jetmq.client")
 

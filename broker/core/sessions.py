@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from broker.message import AppMessage, Outgoing
+from broker.core.message import AppMessage, Outgoing
 from broker.mqtt.session import SessionState
 
 if TYPE_CHECKING:
-    from broker.client import ClientConnection
+    from broker.net.connection import ClientConnection
 
 NEVER_EXPIRES = 0xFFFF_FFFF
 

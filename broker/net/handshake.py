@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any, cast
 import trio
 
 import radix
-from broker.message import AppMessage
+from broker.core.message import AppMessage
+from broker.core.sessions import NEVER_EXPIRES, WillRecord
+from broker.core.systopics import reserved_prefix
 from broker.mqtt.connection import Event
 from broker.mqtt.encoder import encode
 from broker.mqtt.errors import Answer, MQTTProtocolError
@@ -22,12 +24,10 @@ from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Connack, Connect, Publish
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode, connack_return_code
-from broker.output import FLUSH_TIMEOUT, Output
-from broker.sessions import NEVER_EXPIRES, WillRecord
-from broker.systopics import reserved_prefix
+from broker.net.output import FLUSH_TIMEOUT, Output
 
 if TYPE_CHECKING:
-    from broker.client import ClientConnection
+    from broker.net.connection import ClientConnection
 
 READ_SIZE = 65536
 _V5 = ProtocolVersion.MQTT_5

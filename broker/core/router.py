@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import radix
-from broker import handles
+from broker.core import handles
 
 ROUTE_CACHE_SIZE = 16_384  # topics; the cache starts over when full
 

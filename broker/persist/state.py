@@ -42,19 +42,19 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 import store
-from broker import handles
 from broker.config import StorageConfig
-from broker.message import AppMessage, Outgoing
+from broker.core import handles
+from broker.core.message import AppMessage, Outgoing
+from broker.core.router import Delivery
+from broker.core.sessions import Session, SubscriptionRecord
 from broker.mqtt.encoder import EncodedPublish
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Publish
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.session import Stage
-from broker.router import Delivery
-from broker.sessions import Session, SubscriptionRecord
 
 if TYPE_CHECKING:
-    from broker.core import Broker
+    from broker.core.hub import Broker
 
 SESS = "$MQTT_sess"
 RMSGS = "$MQTT_rmsgs"

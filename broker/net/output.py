@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from broker.message import AppMessage, Outgoing
+from broker.core.message import AppMessage, Outgoing
+from broker.core.sessions import Session
 from broker.mqtt.connection import Connection
 from broker.mqtt.errors import PacketTooLargeError
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Packet
 from broker.mqtt.reason_codes import ReasonCode
-from broker.persist import StorageError, wait_future
-from broker.sessions import Session
+from broker.persist.state import StorageError, wait_future
 
 if TYPE_CHECKING:
-    from broker.core import Broker
+    from broker.core.hub import Broker
 
 FILL_BATCH = 256  # packets moved from a session queue per flush
 FLUSH_TIMEOUT = 2.0
