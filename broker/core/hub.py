@@ -1,45 +1,26 @@
-"""The broker: sessions, routing, retained messages and the publish path, on the trio thread.
+"""The hub: sessions, routing, retained messages and the publish path — the broker's
+state, with no I/O and no trio.
 
-``Broker`` is what every connection task talks to. It never does socket I/O
-itself: deliveries go into the recipient session's queue and its connection's
-writer task sends them (``ClientConnection.wake``). Storage goes through
-``broker.persist.Persistence``; the caller of ``publish`` decides whether to
-wait for the commit before acknowledging (a PUBACK means stored).
+``Hub`` is what every connection talks to. Deliveries go into the recipient session's
+queue, or straight to its connection for QoS 0 (``Peer.send_qos0``), and the connection
+sends them. Storage goes through the ``MqttStore`` port (``broker.persist``); the caller
+of ``plan_publish`` decides whether to wait for the commit before acknowledging (a
+PUBACK means stored). Time comes from the clock function handed in.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
-import socket
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
-
-import trio
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from broker.config import BrokerConfig
 from broker.core import handles
 from broker.core.message import RETAIN_PENDING, RETAIN_SETTLED, AppMessage, Outgoing
+from broker.core.ports import Clock, Plan, Timers
 from broker.core.router import Delivery, Router
 from broker.core.sessions import RetainedBurst, Session, SessionManager, SubscriptionRecord
-from broker.mqtt.properties import Properties
-from broker.net.parking import Parkable, Parking
-from broker.persist.state import Persistence, PublishPlan, StorageError
-
-if TYPE_CHECKING:
-    from broker.net.connection import ClientConnection
-    from broker.net.output import Output
-
-
-@functools.cache
-def _connection_class() -> type[ClientConnection]:
-    # broker.client imports this module; resolved once, not per connection.
-    from broker.net.connection import ClientConnection
-
-    return ClientConnection
-
 
 log = logging.getLogger("jetmq.broker")
 
@@ -47,15 +28,32 @@ RETAINED_AT_ONCE = 256  # retained messages of one SUBSCRIBE sent at once; more 
 RETAINED_REFILL = 256  # paced retained copies are queued while the queue is shorter
 
 
-class Broker:
+class MqttStore(Protocol):
+    """The MQTT state in the store (``broker.persist.state.Persistence``)."""
+
+    def plan(
+        self, hub: Hub, msg: AppMessage, deliveries: Sequence[Delivery], extra: Sequence[Any]
+    ) -> Plan: ...
+
+    def after_commit(self, msg: AppMessage, plan: Plan) -> None: ...
+
+    def copy_done(self, session: Session, og: Outgoing) -> None: ...
+
+    def session_ended(self, session: Session, dropped: Sequence[Outgoing]) -> None: ...
+
+
+class Hub:
     """Shared state of one broker process (see module docstring)."""
 
-    def __init__(self, config: BrokerConfig, persistence: Persistence) -> None:
+    def __init__(
+        self, config: BrokerConfig, persistence: MqttStore, *, clock: Clock, timers: Timers
+    ) -> None:
         self.config = config
+        self.now = clock
         self.router = Router()
         self.persist = persistence
         self.sessions = SessionManager(
-            publish_will=self._publish_will, end_session=self.end_session
+            timers, publish_will=self._publish_will, end_session=self.end_session
         )
         # Retained messages: topic -> message, and the radix retained index keyed by a handle.
         self.retained: dict[bytes, AppMessage] = {}
@@ -64,100 +62,21 @@ class Broker:
         self._next_retained_handle = 1
         # Retained updates read but not yet applied (their commit is in flight), in
         # submission order, which is commit order (see ``settle_retained``).
-        self._retained_pending: deque[tuple[AppMessage, PublishPlan]] = deque()
-        self._nursery: trio.Nursery | None = None
-        self.connections: set[ClientConnection] = set()
-        self._all_closed = trio.Event()
-        # Connections that got output while a reader handles one input chunk; the reader
-        # sends it at the end of the chunk (see ClientConnection.output_ready).
-        self.batch: list[Output] | None = None
-        # Connected clients that have sent nothing since their CONNECT (no task yet).
-        self.parking = Parking(self._start_parked)
-        # The CONNACK properties of an MQTT 5 client that asked for nothing special.
-        self.connack_properties: Properties | None = None
+        self._retained_pending: deque[tuple[AppMessage, Plan]] = deque()
 
-    # -- lifecycle -------------------------------------------------------------------------------
-
-    @classmethod
-    async def open(cls, config: BrokerConfig) -> Broker:
-        persistence = await Persistence.open(config.storage)
-        broker = cls(config, persistence)
-        try:
-            await persistence.load_into(broker)
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await persistence.close()
-            raise
-        return broker
-
-    def attach(self, nursery: trio.Nursery) -> None:
-        self._nursery = nursery
-        self.persist.attach(nursery)
-        nursery.start_soon(self.parking.run)
-        self.sessions.attach_nursery(nursery)
+    def start(self) -> None:
+        """The clock runs: sessions restored from the store start their expiry."""
         for session in self.sessions:
-            if session.conn is None:  # restored from the store: its expiry clock restarts now
+            if session.conn is None:
                 self.sessions.start_expiry(session)
 
-    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        """Run a task owned by the broker (outlives the connection that started it)."""
-        assert self._nursery is not None
-        self._nursery.start_soon(fn, *args)
-
-    def spawn_connection(self, transport: socket.socket | trio.abc.Stream) -> None:
-        """Serve one accepted connection (a socket from ``client.prepare_socket``, or a
-        trio stream in tests)."""
-        cls = _connection_class()
-        assert self._nursery is not None
-        conn = cls(self, transport)
-        self.connection_started(conn)
-        if not conn.connect_now():  # True: connected and parked, no task until needed
-            self._nursery.start_soon(conn.run)
-
-    def _start_parked(self, conn: Parkable) -> None:
-        assert self._nursery is not None
-        self._nursery.start_soon(conn.run)
-
-    def flush_batch(self) -> None:
-        """Send what the current input chunk produced, one write per connection."""
-        batch = self.batch
-        if batch is None:
-            return
-        self.batch = None
-        for conn in batch:
-            conn.flush_direct()
-
-    def connection_started(self, conn: ClientConnection) -> None:
-        self.connections.add(conn)
-
-    def connection_ended(self, conn: ClientConnection) -> None:
-        self.connections.discard(conn)
-        if not self.connections:
-            self._all_closed.set()
-            self._all_closed = trio.Event()
-
-    async def shutdown(self) -> None:
-        """Graceful stop: DISCONNECT 0x8B to every client, wills published, connections
-        flushed and closed, store writes committed. The caller bounds the time."""
-        for conn in list(self.connections):
-            conn.server_shutdown()
+    def fire_all_wills(self) -> None:
+        """The broker is going away: a pending will cannot wait for its delay."""
         for session in self.sessions:
-            # The broker is going away: a pending will cannot wait for its delay.
             self.sessions.fire_will(session)
-        if self.connections:
-            await self._all_closed.wait()
-        await self.persist.flush()
 
-    async def close(self) -> None:
-        self.parking.close()
-        await self.persist.close()
+    def close(self) -> None:
         self.router.close()
-
-    def log_warning(self, fmt: str, *args: Any) -> None:
-        log.warning(fmt, *args)
-
-    def log_exception(self, message: str) -> None:
-        log.exception(message)
 
     # -- sessions --------------------------------------------------------------------------------
 
@@ -229,7 +148,7 @@ class Broker:
             return
         queue = session.queue
         current = self.retained
-        now = trio.current_time()
+        now = self.now()
         # Half the session's own limits at most, so live copies still fit beside them.
         limits = self.config.sessions
         most = RETAINED_REFILL
@@ -255,19 +174,13 @@ class Broker:
         if not backlog:
             session.retained_backlog = session.retained_seen = None
 
-    @property
-    def retained_in_flight(self) -> bool:
-        return bool(self._retained_pending)
-
-    async def retained_committed(self) -> None:
-        """Wait until every retained update read so far is committed (or failed): a
-        SUBSCRIBE after a retained PUBLISH was read must see it (read-after-write; the
-        mosquitto_pub-then-mosquitto_sub case), and a retained value becomes visible only
-        once stored. No wait when none is in flight."""
-        if not self._retained_pending:
-            return
-        with contextlib.suppress(StorageError):  # not stored: not applied (settle_retained)
-            await self._retained_pending[-1][1].wait()
+    def last_retained_plan(self) -> Plan | None:
+        """The commit of the last retained update read, while one is in flight: a SUBSCRIBE
+        after a retained PUBLISH was read waits for it (read-after-write: the
+        mosquitto_pub-then-mosquitto_sub case; a retained value becomes visible only once
+        stored), then reads the set (``retained_for`` settles)."""
+        pending = self._retained_pending
+        return pending[-1][1] if pending else None
 
     def settle_retained(self, upto: AppMessage | None = None) -> None:
         """Apply the pending retained updates whose commit is done, in order, through
@@ -294,7 +207,7 @@ class Broker:
             self.settle_retained()
         if not self._retained_by_handle:
             return []  # nothing retained: no match to run (a subscription storm's case)
-        now = trio.current_time()
+        now = self.now()
         out = []
         for handle in self.router.retained.match(topic_filter):
             msg = self._retained_by_handle.get(handle)
@@ -310,7 +223,7 @@ class Broker:
 
     def plan_publish(
         self, msg: AppMessage, extra: Sequence[Any] = ()
-    ) -> tuple[list[Delivery], PublishPlan]:
+    ) -> tuple[list[Delivery], Plan]:
         """Route ``msg`` and work out what must be stored before it is acknowledged.
 
         ``extra`` store operations (inbound QoS 2 state) join the same commit.
@@ -322,9 +235,7 @@ class Broker:
             self._retained_pending.append((msg, plan))
         return deliveries, plan
 
-    def apply_publish(
-        self, msg: AppMessage, deliveries: Sequence[Delivery], plan: PublishPlan
-    ) -> None:
+    def apply_publish(self, msg: AppMessage, deliveries: Sequence[Delivery], plan: Plan) -> None:
         """After the plan's commit (or at once when nothing was stored): retain and deliver."""
         if msg.retain:
             if msg.retain_state == RETAIN_PENDING:
@@ -332,7 +243,7 @@ class Broker:
             elif msg.retain_state == 0:
                 self._set_retained(msg)
         by_num = self.sessions.by_num
-        now = trio.current_time()
+        now = self.now()
         for index, d in enumerate(deliveries):
             session = by_num.get(d.client)
             if session is None:
@@ -361,18 +272,14 @@ class Broker:
         if plan.empty:
             self.apply_publish(msg, deliveries, plan)
             return
-        assert self._nursery is not None
-        self._nursery.start_soon(self._publish_after_commit, msg, deliveries, plan)
 
-    async def _publish_after_commit(
-        self, msg: AppMessage, deliveries: Sequence[Delivery], plan: PublishPlan
-    ) -> None:
-        try:
-            await plan.wait()
-        except StorageError:
-            return  # not stored, so not published (broker.persist logs the failure)
-        self.persist.after_commit(msg, plan)
-        self.apply_publish(msg, deliveries, plan)
+        def committed(ok: bool) -> None:
+            if not ok:
+                return  # not stored, so not published (broker.persist logs the failure)
+            self.persist.after_commit(msg, plan)
+            self.apply_publish(msg, deliveries, plan)
+
+        plan.when_committed(committed)
 
     def queue_copy(self, session: Session, og: Outgoing) -> None:
         """Queue a copy for a session (bounded; the overflow policy picks the victim)."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from broker.mqtt.encoder import EncodedPublish
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Publish
+from broker.mqtt.properties import EMPTY_PROPERTIES
 
 RETAIN_PENDING = 1
 RETAIN_SETTLED = 2
@@ -90,3 +91,25 @@ class Outgoing:
     pend_seq: int = 0
     shared: bool = False  # delivered as the chosen member of a shared group
     order: int = 0  # first $MQTT_pend sequence of this copy: its place in send order on restore
+
+
+def message_from(publish: Publish, origin: int, now: float) -> AppMessage:
+    """The message as it will be forwarded, properties unchanged and in order
+    [MQTT-3.3.2-4, -15, -16, -17, -20]. A client's PUBLISH is forwarded as decoded: the
+    machine already resolved its topic alias, and the encoder sets dup, packet id, QoS and
+    retain per recipient. A will loses its Will Delay Interval. ``now`` is the broker's
+    clock (Message Expiry counts from it)."""
+    props = publish.properties
+    expires_at = None
+    if props is not EMPTY_PROPERTIES:
+        if props.message_expiry_interval is not None:
+            expires_at = now + props.message_expiry_interval
+        if props.will_delay_interval is not None:
+            publish = Publish(
+                publish.topic,
+                publish.payload,
+                publish.qos,
+                publish.retain,
+                properties=replace(props, will_delay_interval=None),
+            )
+    return AppMessage(publish, expires_at, origin)

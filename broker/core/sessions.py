@@ -5,7 +5,7 @@ A ``Session`` holds the subscriptions, the outbound copies not yet acknowledged
 packet id), the copies still waiting to be sent, the inbound QoS 2 packet
 identifiers awaiting PUBREL (in ``SessionState``), and the will. The
 ``SessionManager`` maps client ids to sessions, performs takeover, and owns the
-timers for will delay and session expiry (tasks in its own nursery).
+timers for will delay and session expiry (through the ``Timers`` port).
 
 Lifecycle
     CONNECT with Clean Start 1 (or Clean Session 1) discards any existing
@@ -24,15 +24,13 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import trio
+from typing import TYPE_CHECKING
 
 from broker.core.message import AppMessage, Outgoing
 from broker.mqtt.session import SessionState
 
 if TYPE_CHECKING:
-    from broker.net.connection import ClientConnection
+    from broker.core.ports import Peer, TimerHandle, Timers
 
 NEVER_EXPIRES = 0xFFFF_FFFF
 
@@ -76,7 +74,7 @@ class Session:
         "client_id",
         "conn",
         "expiry_interval",
-        "expiry_scope",
+        "expiry_timer",
         "num",
         "outgoing",
         "protocol_version",
@@ -89,7 +87,7 @@ class Session:
         "subscriptions",
         "token",
         "will",
-        "will_scope",
+        "will_timer",
     )
 
     def __init__(self, client_id: str, num: int) -> None:
@@ -109,10 +107,10 @@ class Session:
         self.outgoing: dict[int, Outgoing] = {}  # packet id -> the copy in flight
         self.stored = False  # whether anything of this session may be in the store
         self.token = ""  # its subject token in the store, computed on first use
-        self.conn: ClientConnection | None = None
+        self.conn: Peer | None = None
         self.will: WillRecord | None = None
-        self.will_scope: trio.CancelScope | None = None
-        self.expiry_scope: trio.CancelScope | None = None
+        self.will_timer: TimerHandle | None = None
+        self.expiry_timer: TimerHandle | None = None
 
     @property
     def persistent(self) -> bool:
@@ -125,6 +123,7 @@ class SessionManager:
 
     def __init__(
         self,
+        timers: Timers,
         *,
         publish_will: Callable[[Session, AppMessage], None],
         end_session: Callable[[Session], None],
@@ -134,11 +133,8 @@ class SessionManager:
         self._nums = itertools.count(1)
         self._publish_will = publish_will
         self._end_session = end_session
-        self._nursery: trio.Nursery | None = None
+        self._timers = timers
         self._assigned = itertools.count(1)
-
-    def attach_nursery(self, nursery: trio.Nursery) -> None:
-        self._nursery = nursery
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -174,12 +170,12 @@ class SessionManager:
         self.by_num.pop(session.num, None)
 
     def cancel_timers(self, session: Session) -> None:
-        if session.expiry_scope is not None:
-            session.expiry_scope.cancel()
-            session.expiry_scope = None
-        if session.will_scope is not None:
-            session.will_scope.cancel()
-            session.will_scope = None
+        if session.expiry_timer is not None:
+            session.expiry_timer.cancel()
+            session.expiry_timer = None
+        if session.will_timer is not None:
+            session.will_timer.cancel()
+            session.will_timer = None
 
     # -- connection closed ------------------------------------------------------------------
 
@@ -198,39 +194,35 @@ class SessionManager:
             if session.will.delay == 0:
                 self.fire_will(session)
             else:
-                self._start(self._will_timer, session, session.will.delay)
+                session.will_timer = self._timers.call_later(
+                    session.will.delay, lambda: self._will_due(session)
+                )
         self.start_expiry(session)
 
     def start_expiry(self, session: Session) -> None:
         """Start the expiry clock of a session without a connection (0xFFFFFFFF: never)."""
         if session.expiry_interval != NEVER_EXPIRES:
-            self._start(self._expiry_timer, session)
+            if session.expiry_timer is not None:
+                session.expiry_timer.cancel()
+            session.expiry_timer = self._timers.call_later(
+                session.expiry_interval, lambda: self._expiry_due(session)
+            )
 
     def fire_will(self, session: Session) -> None:
         """Publish the session's pending will, if any (once)."""
         will = session.will
         session.will = None
-        if session.will_scope is not None:
-            session.will_scope.cancel()
-            session.will_scope = None
+        if session.will_timer is not None:
+            session.will_timer.cancel()
+            session.will_timer = None
         if will is not None:
             self._publish_will(session, will.message)
 
-    def _start(self, fn: Callable[..., Any], *args: Any) -> None:
-        assert self._nursery is not None, "SessionManager used before attach_nursery"
-        self._nursery.start_soon(fn, *args)
+    def _will_due(self, session: Session) -> None:
+        session.will_timer = None
+        self.fire_will(session)
 
-    async def _will_timer(self, session: Session, delay: int) -> None:
-        with trio.CancelScope() as scope:
-            session.will_scope = scope
-            await trio.sleep(delay)
-            session.will_scope = None
-            self.fire_will(session)
-
-    async def _expiry_timer(self, session: Session) -> None:
-        with trio.CancelScope() as scope:
-            session.expiry_scope = scope
-            await trio.sleep(session.expiry_interval)
-            session.expiry_scope = None
-            if session.conn is None:
-                self._end_session(session)
+    def _expiry_due(self, session: Session) -> None:
+        session.expiry_timer = None
+        if session.conn is None:
+            self._end_session(session)

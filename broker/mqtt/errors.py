@@ -15,12 +15,11 @@ so per MQTT 5.0 §3.1.2.11.4 that message is skipped for that peer.
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker.mqtt.reason_codes import ReasonCode
 
 if TYPE_CHECKING:
-    from broker.mqtt.connection import Event
     from broker.mqtt.packet_types import ProtocolVersion
 
 __all__ = ["Answer", "LocalProtocolError", "MQTTProtocolError", "PacketTooLargeError"]
@@ -45,7 +44,9 @@ class MQTTProtocolError(Exception):
     ``reason_code`` and ``reason`` go on the wire; ``answer`` says which packet carries
     them; ``version`` is the protocol version to encode that answer in (None if unknown).
     ``packets`` holds the valid packets decoded from the same ``receive_data``/``feed``
-    call before the bad one, in order, so the caller may still process them.
+    call before the bad one, in order, so the caller may still process them: events of
+    ``broker.mqtt.connection`` (typed loosely here, as this module sits below every other
+    one of the package and imports none of them).
     """
 
     def __init__(
@@ -61,7 +62,7 @@ class MQTTProtocolError(Exception):
         self.reason = reason
         self.answer = answer
         self.version = version
-        self.packets: tuple[Event, ...] = ()
+        self.packets: tuple[Any, ...] = ()
 
 
 class LocalProtocolError(ValueError):

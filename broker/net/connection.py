@@ -1,15 +1,18 @@
-"""One network connection: its lifecycle, read loop and packet handling. The CONNECT
-handshake is in ``broker.handshake`` and everything it sends (direct sends, the writer,
-the ordered pipeline) in ``broker.output``, two mixins of :class:`ClientConnection`.
+"""One network connection: its lifecycle, read loop and packet dispatch, composed of a
+:class:`~broker.net.transport.Transport` (the bytes), a
+:class:`~broker.net.handshake.Handshake` (CONNECT to CONNACK), an
+:class:`~broker.net.inbound.Inbound` (what it does with each packet) and an
+:class:`~broker.net.output.Output` (what it sends).
 
 Tasks per connection (the reader is the connection's own task; the others are
 started in the broker's nursery when first needed, and the reader ends them):
 
 * the reader (this task): reads up to 64 KiB, feeds the codec machine, handles
   each event; one cancel scope covers the CONNECT timeout, keep alive (the
-  machine's deadline [MQTT-3.1.2-22]) and a close requested from elsewhere.
-  Output produced while handling a chunk is sent by this task at the chunk's
-  end, straight to the socket, when nothing is ahead of it;
+  machine's deadline, counted from the last complete packet [MQTT-3.1.2-22]) and
+  a close requested from elsewhere. Output produced while handling a chunk is
+  sent by this task at the chunk's end, straight to the socket, when nothing is
+  ahead of it;
 * the writer, started the first time output has to wait (the kernel did not
   take it all, a copy needs a commit first, or output arrives outside a
   chunk): waits for a wake-up, moves queued QoS 1/2 copies into the client's
@@ -32,23 +35,17 @@ import logging
 import math
 import socket
 import sys
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
 
-import radix
-from broker.core.hub import RETAINED_AT_ONCE, make_handle
-from broker.core.message import AppMessage, Outgoing
-from broker.core.sessions import Session, SubscriptionRecord
-from broker.core.systopics import reserved_prefix
-from broker.mqtt.connection import Connection, DuplicatePublish, Event, Role
+from broker.core.sessions import Session
+from broker.mqtt.connection import Connection, DuplicatePublish, Role
 from broker.mqtt.encoder import encode
 from broker.mqtt.errors import Answer, MQTTProtocolError
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import (
     Auth,
-    Connect,
     Disconnect,
     Packet,
     Pingreq,
@@ -58,29 +55,24 @@ from broker.mqtt.packets import (
     Publish,
     Pubrec,
     Pubrel,
-    RetainHandling,
-    Suback,
     Subscribe,
-    Unsuback,
     Unsubscribe,
 )
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode
-from broker.net.handshake import READ_SIZE, Handshake
-from broker.net.output import FLUSH_TIMEOUT, NOT_STORED, Step
-from broker.persist.state import wait_future
+from broker.net.handshake import Handshake
+from broker.net.inbound import Inbound
+from broker.net.output import FLUSH_TIMEOUT, Output
+from broker.net.transport import Transport
 
 if TYPE_CHECKING:
-    from broker.core.hub import Broker
+    from broker.net.link import Host
 
 log = logging.getLogger("jetmq.client")
 
-# What the broker reads, at most, from a client it closes (see ClientConnection._linger).
-LINGER_SECONDS = 1.0
-LINGER_BYTES = 1 << 20
-
 _V5 = ProtocolVersion.MQTT_5
-_WILDCARDS = (b"+", b"#")
+
+
 # SUBACK codes by granted QoS (an Enum call per subscription is measurable in a storm).
 _GRANTED = (ReasonCode.GRANTED_QOS_0, ReasonCode.GRANTED_QOS_1, ReasonCode.GRANTED_QOS_2)
 
@@ -119,112 +111,71 @@ class _InternalErrors:
 _internal_errors = _InternalErrors()
 
 
-def prepare_socket(sock: socket.socket) -> socket.socket:
-    """An accepted TCP socket as a connection uses it: non-blocking, Nagle off (trio's
-    ``SocketStream`` does the same; a connection works on the socket directly)."""
-    sock.setblocking(False)
-    # A peer that already reset the connection can make this fail; the first read says so.
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-def _raw_socket(stream: trio.abc.Stream) -> socket.socket | None:
-    """The non-blocking stdlib socket under a trio SocketStream, if there is one.
-
-    trio has no public accessor; ``_sock`` is checked, and anything else (an
-    in-memory test stream, a future trio) takes the plain ``send_all`` path.
-    """
-    raw = getattr(getattr(stream, "socket", None), "_sock", None)
-    return raw if isinstance(raw, socket.socket) else None
-
-
-class ClientConnection(Handshake):
+class ClientConnection:
     """See module docstring."""
 
-    def __init__(self, broker: Broker, transport: socket.socket | trio.abc.Stream) -> None:
-        """``transport``: an accepted socket (see :func:`prepare_socket`), or any trio
-        stream (tests drive a connection through in-memory streams)."""
+    def __init__(self, broker: Host, transport: socket.socket | trio.abc.Stream) -> None:
+        """``transport``: an accepted socket (see :func:`transport.prepare_socket`), or any
+        trio stream (tests drive a connection through in-memory streams)."""
         self.broker = broker
-        self.stream: trio.abc.Stream | None
-        self._raw: socket.socket | None
-        if isinstance(transport, socket.socket):
-            self.stream, self._raw = None, transport
-        else:
-            self.stream, self._raw = transport, _raw_socket(transport)
+        self.transport = Transport(transport)
         cfg = broker.config.mqtt
         self.proto = Connection(Role.SERVER, max_packet_size=cfg.max_packet_size)
         self.session: Session | None = None
         self.version = _V5
         self.problem_info = True  # Request Problem Information [MQTT-3.1.2-29]
-        self._out: list[bytes] = []
-        self._qos0_pending = 0
-        self._wake = trio.Event()
-        self._idle = False  # the writer waits for a wake-up with nothing in hand
-        self._in_batch = False
-        self._closing = False
-        self._send_will = True
-        self._writer_done = trio.Event()
-        self._writer_scope: trio.CancelScope | None = None  # set once the writer is started
+        self.closing = False
+        self.send_will = True
+        self.peer_gone = False  # the client closed (EOF), reset, or said goodbye: no linger
         self._read_scope: trio.CancelScope | None = None
-        # The ordered pipeline is created on first need (most connections never wait).
-        self._steps_send: trio.MemorySendChannel[Step] | None = None
-        self._steps_pending = 0
-        # What connect_now read but left to the handshake; a bug it ran into.
-        self._early: Connect | MQTTProtocolError | None = None
-        self._early_error: Exception | None = None
-        self._behind_connect: list[Event] = []
-        self._drained = False  # the last read emptied the socket: wait before the next recv
         self._parked_fd = -1  # the socket, while the connection is parked (no task yet)
-        self._told_reserved = False  # a 3.1.x publish to a reserved topic was logged
-        self._peer_gone = False  # the client closed (EOF) or reset: nothing to linger for
+        self.out = Output(self, self.transport)
+        self.handshake = Handshake(self, self.out)
+        self.inbound = Inbound(self, self.out)
+        # What the broker calls per recipient, bound once (no forwarding frame per call).
+        self.send_qos0 = self.out.send_qos0
+        self.wake = self.out.output_ready
 
     # == lifecycle ================================================================================
 
     async def run(self) -> None:
+        hs = self.handshake
         try:
-            if self._early_error is not None:
-                raise self._early_error  # a bug in connect_now: reported below
+            if hs.early_error is not None:
+                raise hs.early_error  # a bug in connect_now: reported below
             with trio.CancelScope() as scope:
                 self._read_scope = scope
                 if self.session is None:  # not connected by connect_now
                     connect_timeout = self.broker.config.mqtt.connect_timeout
                     scope.deadline = trio.current_time() + connect_timeout
-                    connect = await self._handshake()
+                    connect = await hs.read_connect()
                     if connect is None:
                         return
-                    refusal = self._refusal(connect)
+                    refusal = hs.refusal(connect)
                     if refusal is not None:
                         self.version = connect.protocol_version
-                        await self._refuse(refusal[0], refusal[1], connect.protocol_version)
+                        await hs.refuse(refusal[0], refusal[1], connect.protocol_version)
                         return
                     scope.deadline = math.inf
-                    self._accept(connect)
-                    self._resend_inflight()
+                    hs.accept(connect)
+                    hs.resend_inflight()
                 # Packets the client pipelined after CONNECT were held until CONNACK was
                 # sent (not handled if the session was taken over before this task ran).
-                for packet in self._behind_connect:
+                for packet in hs.behind_connect:
                     await self._handle(packet)
-                self._behind_connect = []
-                if not self._closing:
+                hs.behind_connect = []
+                if not self.closing:
                     await self._feed(b"")
                 await self._read_loop()
-            if scope.cancelled_caught and not self._closing and self.session is not None:
+            if scope.cancelled_caught and not self.closing and self.session is not None:
                 # Only the keep-alive deadline cancels the scope without closing first.
-                self._disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
-            self._closing = True
+                self.disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+            self.closing = True
             with trio.move_on_after(FLUSH_TIMEOUT):
-                if self._writer_scope is not None:
-                    self._wake.set()
-                    await self._writer_done.wait()
-                elif self._out:
-                    data = b"".join(self._out)
-                    self._out = []
-                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                        await self._send_all(data)
+                await self.out.flush_on_close()
         except Exception:
-            # A bug while serving this client must not take the broker down: log it with
-            # its traceback, tell the client (0x83), and close only this connection.
+            # A bug while serving this client must not take the broker down: log it,
+            # tell the client (0x83), and close only this connection.
             _internal_errors.report(self)
             if self.version is _V5:
                 data = encode(Disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR), _V5)
@@ -233,78 +184,39 @@ class ClientConnection(Handshake):
                     trio.move_on_after(FLUSH_TIMEOUT),
                     contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
                 ):
-                    await self._send_all(data)
+                    await self.transport.send_all(data)
         finally:
-            self._closing = True
-            if self._writer_scope is not None:
-                self._writer_scope.cancel()
-            if self._steps_send is not None:
-                self._steps_send.close()
-            self._detach()
+            self.closing = True
+            self.out.end()
+            self.detach()
             with trio.CancelScope(shield=True):
-                await self._close_transport()
+                await self.transport.aclose(linger=not self.peer_gone)
             self.broker.connection_ended(self)
-
-    async def _close_transport(self) -> None:
-        if self.stream is not None:
-            await trio.aclose_forcefully(self.stream)
-            return
-        raw = self._raw
-        assert raw is not None
-        if raw.fileno() != -1:
-            if not self._peer_gone:
-                await self._linger(raw)
-            trio.lowlevel.notify_closing(raw)  # a task waiting on it gets ClosedResourceError
-            raw.close()
-        await trio.lowlevel.checkpoint()
-
-    async def _linger(self, raw: socket.socket) -> None:
-        """The broker closes first (a DISCONNECT, a refusal, shutdown): end the write side
-        and read what the client still sends, until it closes, for at most
-        ``LINGER_SECONDS`` and ``LINGER_BYTES``. Closing a socket with unread input sends
-        an RST, and a client still writing then dies on a broken pipe before it reads the
-        DISCONNECT that says why (Paho's test_flow_control2)."""
-        try:
-            raw.shutdown(socket.SHUT_WR)
-        except OSError:
-            return
-        left = LINGER_BYTES
-        with trio.move_on_after(LINGER_SECONDS):
-            while left > 0:
-                try:
-                    data = raw.recv(min(left, READ_SIZE))
-                except BlockingIOError:
-                    await trio.lowlevel.wait_readable(raw)
-                    continue
-                except OSError:
-                    return
-                if not data:
-                    return
-                left -= len(data)
 
     def connect_now(self) -> bool:
         """Called by the accept loop before this connection has a task: True when the
         CONNECT was answered on the spot and the connection is parked (see
-        ``broker.parking``): its task starts when the client sends something, keep alive
-        runs out, or the broker closes it. False: start the task."""
-        if not self._connect_inline():
+        ``broker.net.parking``): its task starts when the client sends something, keep
+        alive runs out, or the broker closes it. False: start the task."""
+        if not self.handshake.connect_inline():
             return False
-        assert self._raw is not None
-        fd = self._raw.fileno()
+        raw = self.transport.raw
+        assert raw is not None
+        fd = raw.fileno()
         deadline = self.proto.keepalive_deadline(trio.current_time())
         if self.broker.parking.park(self, fd, deadline):
             self._parked_fd = fd
             return True
         return False
 
-    def _detach(self) -> None:
+    def detach(self) -> None:
         session = self.session
         if session is None or session.conn is not self:
             return
         session.conn = None
-        self.broker.sessions.connection_closed(session, send_will=self._send_will)
+        self.broker.hub.sessions.connection_closed(session, send_will=self.send_will)
 
-    def _stop_reading(self) -> None:
+    def stop_reading(self) -> None:
         """End the read loop (a parked connection gets its task, which then closes)."""
         if self._read_scope is not None:
             self._read_scope.cancel()
@@ -316,38 +228,37 @@ class ClientConnection(Handshake):
         served: the broker stops without a shutdown (its nursery was cancelled), or waking
         it failed on a bug. Nothing is published from here any more."""
         self._parked_fd = -1
-        self._closing = True
-        self._send_will = False
-        self._detach()
-        if self._raw is not None:
-            self._raw.close()
+        self.closing = True
+        self.send_will = False
+        self.detach()
+        self.transport.close_now()
         self.broker.connection_ended(self)
 
     def unparked(self, expired: bool) -> None:
         """Called by ``Parking`` before this connection's task starts."""
         self._parked_fd = -1
-        self._drained = False  # woken because the socket is readable (or to close)
+        self.transport.drained = False  # woken because the socket is readable (or to close)
         if expired:
-            self._disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+            self.disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
 
     def taken_over(self) -> None:
         """Another connection took this client id [MQTT-3.1.4-3]."""
-        self._disconnect(ReasonCode.SESSION_TAKEN_OVER, "another connection used this client id")
-        self._detach()
+        self.disconnect(ReasonCode.SESSION_TAKEN_OVER, "another connection used this client id")
+        self.detach()
 
     def server_shutdown(self) -> None:
         if self.session is None:  # still in the CONNECT handshake: just stop
             if self._read_scope is not None:
                 self._read_scope.cancel()
             return
-        self._disconnect(ReasonCode.SERVER_SHUTTING_DOWN, "the server is shutting down")
+        self.disconnect(ReasonCode.SERVER_SHUTTING_DOWN, "the server is shutting down")
 
-    def _disconnect(self, code: ReasonCode, reason: str) -> None:
+    def disconnect(self, code: ReasonCode, reason: str) -> None:
         """DISCONNECT with ``code`` (MQTT 5 only), then close."""
-        if self.version is _V5 and not self._closing:
+        if self.version is _V5 and not self.closing:
             props = Properties(reason_string=reason) if self.problem_info else EMPTY_PROPERTIES
-            self._out.append(encode(Disconnect(code, props), _V5))
-        self._close_soon()
+            self.out.out.append(encode(Disconnect(code, props), _V5))
+        self.out.close_soon()
 
     # == reading ================================================================================
 
@@ -357,20 +268,21 @@ class ClientConnection(Handshake):
         proto = self.proto
         scope = self._read_scope
         assert scope is not None
+        receive = self.transport.receive
         heard = trio.current_time()  # the CONNECT (or the parked wait) was just handled
-        while not self._closing:
+        while not self.closing:
             # Counted from the last COMPLETE packet: a client trickling a packet a byte at
             # a time does not keep its connection alive [MQTT-3.1.2-22].
             deadline = proto.keepalive_deadline(heard)
             if deadline is not None:
                 scope.deadline = deadline
             try:
-                data = await self._receive()
+                data = await receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._peer_gone = True
+                self.peer_gone = True
                 return
             if not data:
-                self._peer_gone = True
+                self.peer_gone = True
                 return  # closed without DISCONNECT: the will goes out
             now = trio.current_time()
             broker = self.broker
@@ -381,35 +293,6 @@ class ClientConnection(Handshake):
             finally:
                 broker.flush_batch()
                 broker.persist.chunk_done()
-
-    async def _receive(self) -> bytes | bytearray:
-        """``receive_some`` on the raw socket: a non-blocking ``recv`` first (skipped when
-        the last read emptied the socket), a wait only when there is nothing yet, and one
-        checkpoint either way, the wait being one (trio's own call also enters a conflict
-        detector and two context managers per read)."""
-        raw = self._raw
-        if raw is None:
-            assert self.stream is not None
-            return await self.stream.receive_some(READ_SIZE)
-        waited = False
-        if self._drained:
-            self._drained = False
-            await trio.lowlevel.wait_readable(raw)
-            waited = True
-        while True:
-            try:
-                data = raw.recv(READ_SIZE)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(raw)
-                waited = True
-                continue
-            except OSError as exc:
-                if raw.fileno() == -1:
-                    raise trio.ClosedResourceError from None
-                raise trio.BrokenResourceError from exc
-            if not waited:
-                await trio.lowlevel.checkpoint()
-            return data
 
     async def _feed(self, data: bytes) -> bool:
         """Handle the packets ``data`` completes; True when it completed at least one."""
@@ -422,326 +305,39 @@ class ClientConnection(Handshake):
             return bool(exc.packets)
         for event in events:
             await self._handle(event)
-            if self._closing:
+            if self.closing:
                 break
         return bool(events)
 
     def _protocol_error(self, exc: MQTTProtocolError) -> None:
-        if self._closing:
+        if self.closing:
             return
         log.debug("protocol error from a client: %s", exc)
         if exc.answer is Answer.DISCONNECT and self.version is _V5:
             props = Properties(reason_string=exc.reason) if self.problem_info else EMPTY_PROPERTIES
-            self._out.append(encode(Disconnect(exc.reason_code, props), _V5))
-        self._close_soon()
+            self.out.out.append(encode(Disconnect(exc.reason_code, props), _V5))
+        self.out.close_soon()
 
     async def _handle(self, event: Packet | DuplicatePublish) -> None:
+        inbound = self.inbound
         if isinstance(event, Publish):
-            await self._on_publish(event)
+            await inbound.on_publish(event)
         elif isinstance(event, Puback | Pubcomp):
-            self._copy_acknowledged(event.packet_id)
+            inbound.copy_acknowledged(event.packet_id)
         elif isinstance(event, Pubrec):
-            await self._on_pubrec(event)
+            await inbound.on_pubrec(event)
         elif isinstance(event, Pubrel):
-            await self._on_pubrel(event)
+            await inbound.on_pubrel(event)
         elif isinstance(event, DuplicatePublish):
-            pid = event.publish.packet_id
-            assert pid is not None
-            # Still awaiting PUBREL: answer again, deliver nothing [MQTT-4.3.3-10].
-            await self._step(None, lambda: self._send(Pubrec(pid)))
+            await inbound.duplicate_publish(event)
         elif isinstance(event, Subscribe):
-            await self._on_subscribe(event)
+            await inbound.on_subscribe(event)
         elif isinstance(event, Unsubscribe):
-            await self._on_unsubscribe(event)
+            await inbound.on_unsubscribe(event)
         elif isinstance(event, Pingreq):
-            self._send(Pingresp())  # [MQTT-3.12.4-1]
+            self.out.send(Pingresp())  # [MQTT-3.12.4-1]
         elif isinstance(event, Disconnect):
-            self._on_disconnect(event)
+            inbound.on_disconnect(event)
         elif isinstance(event, Auth):
             # No Authentication Method was accepted, so AUTH is a Protocol Error [MQTT-4.12.0-7].
-            self._disconnect(ReasonCode.PROTOCOL_ERROR, "AUTH without an authentication method")
-
-    # == inbound PUBLISH ==========================================================================
-
-    def _publish_refusal(self, p: Publish) -> tuple[ReasonCode, str] | None:
-        """Checks beyond topic syntax (which the radix match validates [MQTT-3.3.2-2])."""
-        if p.topic[:1] == b"$":
-            prefix = reserved_prefix(p.topic)
-            if prefix is not None:
-                return (
-                    ReasonCode.TOPIC_NAME_INVALID,
-                    f"{prefix.decode()} topics are reserved to the broker",
-                )
-        if (
-            p.properties.payload_format_indicator == 1
-            and self.broker.config.mqtt.validate_utf8_payload
-        ):
-            try:
-                p.payload.decode("utf-8")
-            except UnicodeDecodeError:
-                return ReasonCode.PAYLOAD_FORMAT_INVALID, "payload is not UTF-8 as its format says"
-        return None
-
-    async def _on_publish(self, p: Publish) -> None:
-        session = self.session
-        assert session is not None
-        refusal = self._publish_refusal(p)
-        if refusal is not None:
-            await self._refuse_publish(p, *refusal)
-            return
-        broker = self.broker
-        pid = p.packet_id
-        msg = self._message(p, session.num)
-        extra = broker.persist.qos2_received(session, pid) if p.qos == 2 and pid else []
-        try:
-            deliveries, plan = broker.plan_publish(msg, extra)
-        except radix.TopicError as exc:
-            await self._refuse_publish(p, ReasonCode.TOPIC_NAME_INVALID, f"invalid topic: {exc}")
-            return
-        code = ReasonCode.SUCCESS if deliveries else ReasonCode.NO_MATCHING_SUBSCRIBERS
-
-        def then() -> None:
-            broker.persist.after_commit(msg, plan)
-            broker.apply_publish(msg, deliveries, plan)
-            if p.qos == 1 and code is ReasonCode.SUCCESS and pid:
-                self._send_puback(pid)
-            elif p.qos:
-                self._send(self._ack(p, code))
-
-        def not_stored() -> None:
-            # Not stored, so not delivered. MQTT 5 is told (0x80, the exchange ends); a
-            # 3.1.x client gets no acknowledgement and is disconnected, so it sends it again.
-            if p.qos and self.version is _V5:
-                self._send(self._ack(p, ReasonCode.UNSPECIFIED_ERROR, NOT_STORED))
-            elif p.qos:
-                self._storage_failed()
-
-        await self._step(None if plan.empty else plan.wait, then, not_stored)
-
-    async def _refuse_publish(self, p: Publish, code: ReasonCode, reason: str) -> None:
-        """Not delivered: PUBACK/PUBREC with the reason (v5, QoS > 0), else DISCONNECT
-        with it; a 3.1.x client cannot be told why, so it is acknowledged (for a reserved
-        ``$`` topic) or disconnected (for anything malformed)."""
-        if p.qos and self.version is _V5:
-            await self._step(None, lambda: self._send(self._ack(p, code, reason)))
-            return
-        if code is ReasonCode.TOPIC_NAME_INVALID and reserved_prefix(p.topic) is not None:
-            # 3.1.x has no way to refuse a PUBLISH but a close; mosquitto acknowledges a
-            # denied one and drops it. The operator hears of it, once per connection.
-            if not self._told_reserved:
-                self._told_reserved = True
-                session = self.session
-                log.warning(
-                    "client %r published to reserved topic %r: dropped (%s)",
-                    session.client_id if session is not None else "-",
-                    p.topic.decode("utf-8", "replace"),
-                    reason,
-                )
-            if p.qos:
-                await self._step(None, lambda: self._send(self._ack(p, ReasonCode.SUCCESS)))
-            return
-        self._disconnect(code, reason)
-
-    def _ack(self, p: Publish, code: ReasonCode, reason: str | None = None) -> Puback | Pubrec:
-        pid = p.packet_id
-        assert pid is not None
-        if self.version is not _V5:
-            code = ReasonCode.SUCCESS
-        props = (
-            Properties(reason_string=reason) if reason and self.problem_info else EMPTY_PROPERTIES
-        )
-        return Puback(pid, code, props) if p.qos == 1 else Pubrec(pid, code, props)
-
-    async def _on_pubrel(self, p: Pubrel) -> None:
-        session = self.session
-        assert session is not None
-        known = p.packet_id in session.state.inbound_qos2
-        fut = self.broker.persist.qos2_released(session, p.packet_id) if known else None
-        wait = None if fut is None else (lambda: wait_future(fut))
-        await self._step(wait, lambda: self._send(self.proto.pubcomp_for(p, known)))
-
-    # == outbound acknowledgements ================================================================
-
-    def _copy_acknowledged(self, packet_id: int) -> None:
-        """PUBACK / PUBCOMP (or a PUBREC with an error): the copy is done [MQTT-4.4.0-2]."""
-        session = self.session
-        assert session is not None
-        og = session.outgoing.pop(packet_id, None)
-        if og is not None:
-            self.broker.persist.copy_done(session, og)
-            if session.queue:
-                self.output_ready()  # the window has room for a queued copy
-
-    async def _on_pubrec(self, p: Pubrec) -> None:
-        session = self.session
-        assert session is not None
-        pid = p.packet_id
-        if p.reason_code.is_error:
-            self._copy_acknowledged(pid)
-            return
-        og = session.outgoing.get(pid)
-        if og is None:
-            self._send(Pubrel(pid, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
-            return
-        persist = self.broker.persist
-        entries = [(og, pid, 2)]
-        fut = persist.stage_copies(session, entries) if og.pend_seq else None
-
-        async def recorded() -> None:
-            assert fut is not None
-            persist.stages_committed(entries, await wait_future(fut))
-
-        await self._step(None if fut is None else recorded, lambda: self._send(Pubrel(pid)))
-
-    # == subscriptions ============================================================================
-
-    async def _on_subscribe(self, p: Subscribe) -> None:
-        broker = self.broker
-        cfg = broker.config.mqtt
-        session = self.session
-        assert session is not None
-        sub_ids = p.properties.subscription_identifiers
-        sub_id = sub_ids[0] if sub_ids else 0
-        if sub_id and not cfg.subscription_identifiers_available:
-            self._disconnect(
-                ReasonCode.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,
-                "subscription identifiers are not available",
-            )
-            return
-        v5 = self.version is _V5
-        codes: list[ReasonCode] = []
-        granted: list[tuple[SubscriptionRecord, bytes, bool]] = []
-        added: list[SubscriptionRecord] = []
-        for sub in p.subscriptions:
-            try:
-                share, flt = radix.validate_filter(sub.filter)
-            except radix.TopicError:
-                codes.append(
-                    ReasonCode.TOPIC_FILTER_INVALID if v5 else ReasonCode.UNSPECIFIED_ERROR
-                )
-                continue
-            if share is not None and not cfg.shared_subscriptions_available:
-                codes.append(ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED)
-                continue
-            if not cfg.wildcard_subscription_available and any(
-                level in _WILDCARDS for level in flt.split(b"/")
-            ):
-                codes.append(ReasonCode.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED)
-                continue
-            qos = min(sub.qos, cfg.maximum_qos)
-            record = SubscriptionRecord(
-                sub.filter,
-                qos,
-                sub.no_local,
-                sub.retain_as_published,
-                int(sub.retain_handling),
-                sub_id,
-                make_handle(sub, qos, sub_id),
-            )
-            is_new = broker.subscribe(session, record)
-            codes.append(_GRANTED[qos])
-            added.append(record)
-            if share is None:
-                granted.append((record, flt, is_new))
-        fut = broker.persist.save_subscriptions(session, added) if session.stored else None
-        wait: Callable[[], Awaitable[object]] | None = None
-        if granted and broker.retained_in_flight:
-
-            async def wait() -> None:
-                if fut is not None:
-                    await wait_future(fut)
-                await broker.retained_committed()  # read-after-write: see retained_for
-
-        elif fut is not None:
-            wait = lambda: wait_future(fut)  # noqa: E731
-        pid = p.packet_id
-
-        def then() -> None:
-            self._send(Suback(pid, tuple(codes)))
-            self._send_retained(session, granted)
-
-        await self._step(wait, then)
-
-    def _send_retained(
-        self, session: Session, granted: list[tuple[SubscriptionRecord, bytes, bool]]
-    ) -> None:
-        """Retained messages for new subscriptions per Retain Handling [MQTT-3.3.1-9..11]."""
-        broker = self.broker
-        now = trio.current_time()
-        for record, flt, is_new in granted:
-            rh = record.retain_handling
-            if rh == RetainHandling.DO_NOT_SEND or (
-                rh == RetainHandling.SEND_IF_NEW_SUBSCRIPTION and not is_new
-            ):
-                continue
-            sub_ids = (record.sub_id,) if record.sub_id else ()
-            messages = broker.retained_for(flt)
-            if session.retained_backlog is not None or not self._retained_fit(messages):
-                broker.pace_retained(session, messages, record.qos, sub_ids)
-                self.output_ready()
-                continue
-            for msg in messages:
-                qos = min(msg.qos, record.qos)
-                if qos == 0:
-                    self.send_qos0(msg, True, sub_ids, now)
-                else:
-                    broker.queue_copy(session, Outgoing(msg, qos, True, sub_ids))
-
-    def _retained_fit(self, messages: list[AppMessage]) -> bool:
-        """Whether ``messages`` can go out at once without a copy limit cutting them short
-        (else they are paced): at most ``RETAINED_AT_ONCE``, within what is left of
-        ``max_outbound_queue`` for QoS 0 copies and of ``max_queued_messages`` /
-        ``max_queued_bytes`` for QoS 1/2 ones."""
-        n = len(messages)
-        if n > RETAINED_AT_ONCE:
-            return False
-        limits = self.broker.config.sessions
-        session = self.session
-        assert session is not None
-        if self._qos0_pending + n > limits.max_outbound_queue:
-            return False
-        if limits.max_queued_messages and len(session.queue) + n > limits.max_queued_messages:
-            return False
-        return (
-            not limits.max_queued_bytes
-            or session.queued_bytes + sum(len(m.payload) for m in messages)
-            <= limits.max_queued_bytes
-        )
-
-    async def _on_unsubscribe(self, p: Unsubscribe) -> None:
-        broker = self.broker
-        session = self.session
-        assert session is not None
-        codes: list[ReasonCode] = []
-        removed: list[bytes] = []
-        for flt in p.filters:
-            try:
-                radix.validate_filter(flt)
-            except radix.TopicError:
-                codes.append(ReasonCode.TOPIC_FILTER_INVALID)
-                continue
-            found = broker.unsubscribe(session, flt)
-            codes.append(ReasonCode.SUCCESS if found else ReasonCode.NO_SUBSCRIPTION_EXISTED)
-            if found:
-                removed.append(flt)
-        fut = broker.persist.remove_subscriptions(session, removed) if session.stored else None
-        wait = None if fut is None else (lambda: wait_future(fut))
-        pid = p.packet_id
-        await self._step(wait, lambda: self._send(Unsuback(pid, tuple(codes))))
-
-    def _on_disconnect(self, p: Disconnect) -> None:
-        session = self.session
-        assert session is not None
-        self._peer_gone = True  # it said goodbye: nothing more comes, no need to linger
-        # 0x04: the client asks for its will [MQTT-3.14.4-3 otherwise discards it].
-        self._send_will = p.reason_code == ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
-        expiry = p.properties.session_expiry_interval
-        if expiry is not None:
-            cap = self.broker.config.mqtt.max_session_expiry_interval
-            was_persistent = session.persistent
-            session.expiry_interval = min(expiry, cap)
-            if session.persistent:
-                self.broker.persist.save_session(session)
-            elif was_persistent:
-                self.broker.persist.session_ended(session, ())
-        self._close_soon()
+            self.disconnect(ReasonCode.PROTOCOL_ERROR, "AUTH without an authentication method")

@@ -2,19 +2,18 @@
 already in the socket, otherwise by the connection's task; session lookup and takeover,
 refusals, the CONNACK, and in-flight copies resent before anything new.
 
-A mixin of :class:`broker.client.ClientConnection`.
+Composed into :class:`broker.net.connection.ClientConnection`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 import radix
-from broker.core.message import AppMessage
+from broker.core.message import message_from
 from broker.core.sessions import NEVER_EXPIRES, WillRecord
 from broker.core.systopics import reserved_prefix
 from broker.mqtt.connection import Event
@@ -24,31 +23,31 @@ from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Connack, Connect, Publish
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode, connack_return_code
-from broker.net.output import FLUSH_TIMEOUT, Output
+from broker.net.output import FLUSH_TIMEOUT
 
 if TYPE_CHECKING:
-    from broker.net.connection import ClientConnection
+    from broker.net.link import Link
+    from broker.net.output import Output
 
-READ_SIZE = 65536
 _V5 = ProtocolVersion.MQTT_5
 
 
-class Handshake(Output):
-    """CONNECT to CONNACK."""
+class Handshake:
+    """CONNECT to CONNACK, for one connection (see module docstring)."""
 
-    problem_info: bool
-    _drained: bool
-    _early: Connect | MQTTProtocolError | None
-    _early_error: Exception | None
-    # Packets decoded with the CONNECT (a server in CONNECTING decodes AUTH only): handled
-    # once the CONNACK is out, like anything else the client pipelined.
-    _behind_connect: list[Event]
+    __slots__ = ("behind_connect", "conn", "early", "early_error", "out")
 
-    if TYPE_CHECKING:  # ClientConnection's
+    def __init__(self, conn: Link, out: Output) -> None:
+        self.conn = conn
+        self.out = out
+        # What connect_inline read but left to the task; a bug it ran into.
+        self.early: Connect | MQTTProtocolError | None = None
+        self.early_error: Exception | None = None
+        # Packets decoded with the CONNECT (a server in CONNECTING decodes AUTH only):
+        # handled once the CONNACK is out, like anything else the client pipelined.
+        self.behind_connect: list[Event] = []
 
-        async def _receive(self) -> bytes | bytearray: ...
-
-    def _connect_inline(self) -> bool:
+    def connect_inline(self) -> bool:
         """Called (through ``connect_now``) by the accept loop before the connection's
         task starts. Under load the
         CONNECT is usually in the socket by the time it is accepted: read it, and if it
@@ -59,71 +58,64 @@ class Handshake(Output):
 
         True: connected here with nothing more to read (``connect_now`` parks it).
         """
-        raw = self._raw
-        if raw is None:
-            return False
         try:
-            try:
-                data = raw.recv(READ_SIZE)
-            except OSError:  # nothing yet (BlockingIOError), or gone: the task finds out
+            data = self.conn.transport.recv_now()
+            if not data:  # nothing yet, or gone: the task finds out
                 return False
-            if not data:
-                return False
-            self._drained = len(data) < READ_SIZE
             try:
-                events = self.proto.receive_data(data)
+                events = self.conn.proto.receive_data(data)
             except MQTTProtocolError as exc:
-                self._early = exc
+                self.early = exc
                 return False
             if not events:
                 return False
             connect = events[0]
             assert isinstance(connect, Connect)
-            if self._refusal(connect) is not None or len(events) > 1:
-                self._early = connect
-                self._behind_connect = events[1:]  # AUTH: the task answers it after CONNACK
+            if self.refusal(connect) is not None or len(events) > 1:
+                self.early = connect
+                self.behind_connect = events[1:]  # AUTH: the task answers it after CONNACK
                 return False
-            self._accept(connect)
-            self._resend_inflight()  # before anything else can be sent to this session
+            self.accept(connect)
+            self.resend_inflight()  # before anything else can be sent to this session
             return not (
-                self._closing
-                or not self._drained
-                or self.proto.buffered  # packets pipelined behind the CONNECT
-                or self._writer_scope is not None
+                self.conn.closing
+                or not self.conn.transport.drained
+                or self.conn.proto.buffered  # packets pipelined behind the CONNECT
+                or self.out.writer_scope is not None
             )
         except Exception as exc:  # a bug: the task reports it (0x83) and closes
-            self._early_error = exc
+            self.early_error = exc
         return False
 
-    async def _handshake(self) -> Connect | None:
+    async def read_connect(self) -> Connect | None:
         """Read CONNECT (the caller's scope has the connect timeout [MQTT-3.1.0-1]);
         answer errors directly."""
-        early = self._early
+        early = self.early
         if early is not None:
-            self._early = None
+            self.early = None
             if isinstance(early, Connect):
                 return early
-            await self._refuse(early.reason_code, early.reason, early.version, early.answer)
+            await self.refuse(early.reason_code, early.reason, early.version, early.answer)
             return None
         while True:
             try:
-                data = await self._receive()
+                data = await self.conn.transport.receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return None
             if not data:
                 return None
             try:
-                events = self.proto.receive_data(bytes(data))
+                events = self.conn.proto.receive_data(bytes(data))
             except MQTTProtocolError as exc:
-                await self._refuse(exc.reason_code, exc.reason, exc.version, exc.answer)
+                await self.refuse(exc.reason_code, exc.reason, exc.version, exc.answer)
                 return None
             if events:
                 packet = events[0]
                 assert isinstance(packet, Connect)
-                self._behind_connect = events[1:]  # AUTH pipelined behind the CONNECT
+                self.behind_connect = events[1:]  # AUTH pipelined behind the CONNECT
                 return packet
 
-    async def _refuse(
+    async def refuse(
         self,
         code: ReasonCode,
         reason: str,
@@ -142,29 +134,29 @@ class Handshake(Output):
             data = encode(Connack(False, code), version)
         with trio.move_on_after(FLUSH_TIMEOUT):
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self._send_all(data)
+                await self.conn.transport.send_all(data)
 
-    def _accept(self, connect: Connect) -> None:
+    def accept(self, connect: Connect) -> None:
         """Session lookup, takeover, CONNACK (the CONNECT passed ``_refusal``)."""
-        broker = self.broker
+        broker = self.conn.broker
         cfg = broker.config.mqtt
         version = connect.protocol_version
-        self.version = version
+        self.conn.version = version
         props = connect.properties
         v5 = version is _V5
         if props.request_problem_information == 0:
-            self.problem_info = False
+            self.conn.problem_info = False
         client_id = connect.client_id
         assigned = None
         if not client_id:
-            client_id = assigned = broker.sessions.assign_client_id()
-        sessions = broker.sessions
+            client_id = assigned = broker.hub.sessions.assign_client_id()
+        sessions = broker.hub.sessions
         existing = sessions.get(client_id)
         if existing is not None and existing.conn is not None:
             existing.conn.taken_over()
             existing = sessions.get(client_id)
         if existing is not None and connect.clean_start:
-            broker.end_session(existing)  # [MQTT-3.1.2-4]: discard the old session
+            broker.hub.end_session(existing)  # [MQTT-3.1.2-4]: discard the old session
             existing = None
         session_present = existing is not None
         if existing is None:
@@ -192,11 +184,12 @@ class Handshake(Output):
             will = connect.will
             delay = will.properties.will_delay_interval or 0 if v5 else 0
             session.will = WillRecord(
-                self._message(
+                message_from(
                     Publish(
                         will.topic, will.payload, will.qos, will.retain, properties=will.properties
                     ),
                     session.num,
+                    trio.current_time(),
                 ),
                 delay,
             )
@@ -211,20 +204,20 @@ class Handshake(Output):
                 base = Properties(**self._connack_properties(client_id, None, props))
                 broker.connack_properties = base
             connack_properties = base
-        self.proto.session = session.state
+        self.conn.proto.session = session.state
         connack = Connack(session_present, ReasonCode.SUCCESS, connack_properties)
-        self._out.append(self.proto.send(connack))
+        self.out.out.append(self.conn.proto.send(connack))
         if "server_keep_alive" in connack_props:
-            self.proto.keep_alive = keep_alive
-        session.conn = cast("ClientConnection", self)  # the only subclass
-        self.session = session
+            self.conn.proto.keep_alive = keep_alive
+        session.conn = self.conn
+        self.conn.session = session
         if session.persistent:
             broker.persist.save_session(session)
         elif was_persistent:
             broker.persist.session_ended(session, ())
 
-    def _refusal(self, connect: Connect) -> tuple[ReasonCode, str] | None:
-        cfg = self.broker.config.mqtt
+    def refusal(self, connect: Connect) -> tuple[ReasonCode, str] | None:
+        cfg = self.conn.broker.config.mqtt
         props = connect.properties
         if props.authentication_method is not None:
             return ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
@@ -255,7 +248,7 @@ class Handshake(Output):
     def _connack_properties(
         self, client_id: str, assigned: str | None, props: Properties
     ) -> dict[str, Any]:
-        cfg = self.broker.config.mqtt
+        cfg = self.conn.broker.config.mqtt
         out: dict[str, Any] = {
             "receive_maximum": cfg.receive_maximum,
             "maximum_packet_size": cfg.max_packet_size,
@@ -273,29 +266,9 @@ class Handshake(Output):
             out["response_information"] = f"$response/{client_id}"
         return out
 
-    def _resend_inflight(self) -> None:
+    def resend_inflight(self) -> None:
         """Right after the CONNACK, with nothing in between: resend in-flight copies in
         order with DUP before anything new [MQTT-4.4.0-1], and send it all."""
-        for packet in self.proto.pending_retransmissions():
-            self._out.append(self.proto.send(packet))
-        self.flush_direct()
-
-    def _message(self, publish: Publish, origin: int) -> AppMessage:
-        """The message as it will be forwarded, properties unchanged and in order
-        [MQTT-3.3.2-4, -15, -16, -17, -20]. A client's PUBLISH is forwarded as decoded:
-        the machine already resolved its topic alias, and the encoder sets dup, packet
-        id, QoS and retain per recipient. A will loses its Will Delay Interval."""
-        props = publish.properties
-        expires_at = None
-        if props is not EMPTY_PROPERTIES:
-            if props.message_expiry_interval is not None:
-                expires_at = trio.current_time() + props.message_expiry_interval
-            if props.will_delay_interval is not None:
-                publish = Publish(
-                    publish.topic,
-                    publish.payload,
-                    publish.qos,
-                    publish.retain,
-                    properties=replace(props, will_delay_interval=None),
-                )
-        return AppMessage(publish, expires_at, origin)
+        for packet in self.conn.proto.pending_retransmissions():
+            self.out.out.append(self.conn.proto.send(packet))
+        self.out.flush_direct()

@@ -2,29 +2,27 @@
 started on first need, queued QoS 1/2 copies moved into the client's Receive Maximum
 window, and the ordered pipeline of acknowledgements that wait for a store commit.
 
-A mixin of :class:`broker.client.ClientConnection` (which owns the attributes declared
-here); see that module's docstring for the tasks of a connection.
+One ``Output`` per connection, composed into :class:`broker.net.connection.ClientConnection`
+(see that module's docstring for the tasks of a connection).
 """
 
 from __future__ import annotations
 
-import socket
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from broker.core.message import AppMessage, Outgoing
-from broker.core.sessions import Session
-from broker.mqtt.connection import Connection
 from broker.mqtt.errors import PacketTooLargeError
-from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Packet
 from broker.mqtt.reason_codes import ReasonCode
+from broker.net.transport import Transport
 from broker.persist.state import StorageError, wait_future
 
 if TYPE_CHECKING:
-    from broker.core.hub import Broker
+    from broker.net.link import Link
 
 FILL_BATCH = 256  # packets moved from a session queue per flush
 FLUSH_TIMEOUT = 2.0
@@ -35,75 +33,78 @@ NOT_STORED = "the broker could not store it"
 
 
 class Output:
-    """The sending half of a connection."""
+    """The sending half of one connection."""
 
-    broker: Broker
-    proto: Connection
-    version: ProtocolVersion
-    session: Session | None
-    stream: trio.abc.Stream | None
-    _raw: socket.socket | None
-    _out: list[bytes]
-    _qos0_pending: int
-    _wake: trio.Event
-    _idle: bool
-    _in_batch: bool
-    _closing: bool
-    _writer_done: trio.Event
-    _writer_scope: trio.CancelScope | None
-    _steps_send: trio.MemorySendChannel[Step] | None
-    _steps_pending: int
+    __slots__ = (
+        "_idle",
+        "_in_batch",
+        "_steps_pending",
+        "_steps_send",
+        "_wake",
+        "conn",
+        "out",
+        "qos0_pending",
+        "transport",
+        "writer_done",
+        "writer_scope",
+    )
 
-    if TYPE_CHECKING:  # ClientConnection's
+    def __init__(self, conn: Link, transport: Transport) -> None:
+        self.conn = conn
+        self.transport = transport
+        self.out: list[bytes] = []  # encoded packets not yet written
+        self.qos0_pending = 0
+        self._wake = trio.Event()
+        self._idle = False  # the writer waits for a wake-up with nothing in hand
+        self._in_batch = False
+        self.writer_done = trio.Event()
+        self.writer_scope: trio.CancelScope | None = None  # set once the writer is started
+        # The ordered pipeline is created on first need (most connections never wait).
+        self._steps_send: trio.MemorySendChannel[Step] | None = None
+        self._steps_pending = 0
 
-        def _stop_reading(self) -> None: ...
-
-        def _disconnect(self, code: ReasonCode, reason: str) -> None: ...
-
-    async def _send_all(self, data: bytes | memoryview) -> None:
-        """Everything in ``data``, waiting for the socket as needed."""
-        raw = self._raw
-        if raw is None:
-            assert self.stream is not None
-            await self.stream.send_all(data)
-            return
-        view = memoryview(data)
-        while view:
-            try:
-                sent = raw.send(view)
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(raw)
-                continue
-            except OSError as exc:
-                if raw.fileno() == -1:
-                    raise trio.ClosedResourceError from None
-                raise trio.BrokenResourceError from exc
-            view = view[sent:]
-
-    def _close_soon(self) -> None:
+    def close_soon(self) -> None:
         """Stop reading; what is queued is flushed and the connection closes."""
-        self._closing = True
-        self._stop_reading()
-        if self._writer_scope is not None:
+        self.conn.closing = True
+        self.conn.stop_reading()
+        if self.writer_scope is not None:
             self._wake.set()
+
+    def end(self) -> None:
+        """The connection is gone: no writer, no more steps."""
+        if self.writer_scope is not None:
+            self.writer_scope.cancel()
+        if self._steps_send is not None:
+            self._steps_send.close()
+
+    async def flush_on_close(self) -> None:
+        """Send what is left when the connection closes (the caller bounds the time)."""
+        if self.writer_scope is not None:
+            self._wake.set()
+            await self.writer_done.wait()
+        elif self.out:
+            data = b"".join(self.out)
+            self.out = []
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self.transport.send_all(data)
 
     # == sending ================================================================================
 
-    def _send(self, packet: Packet) -> None:
-        if self._closing or self.proto.closed:
+    def send(self, packet: Packet) -> None:
+        if self.conn.closing or self.conn.proto.closed:
             return
         try:
-            self._out.append(self.proto.send(packet))
+            self.out.append(self.conn.proto.send(packet))
         except PacketTooLargeError:
             return  # the client's Maximum Packet Size forbids it [MQTT-3.1.2-24]
         self.output_ready()
 
-    def _send_puback(self, packet_id: int) -> None:
-        """``_send(Puback(packet_id))`` through the machine's shortcut (4 bytes: never
+    def send_puback(self, packet_id: int) -> None:
+        """``send(Puback(packet_id))`` through the machine's shortcut (4 bytes: never
         above the client's Maximum Packet Size)."""
-        if self._closing or self.proto.closed:
+        if self.conn.closing or self.conn.proto.closed:
             return
-        self._out.append(self.proto.send_puback(packet_id))
+        self.out.append(self.conn.proto.send_puback(packet_id))
         self.output_ready()
 
     def wake(self) -> None:
@@ -113,21 +114,21 @@ class Output:
         """There is something to send. Inside a reader's chunk it waits for the chunk's
         end (``Broker.flush_batch``: one write per connection, no task switch);
         otherwise the writer task is woken."""
-        batch = self.broker.batch
+        batch = self.conn.broker.batch
         if batch is None:
-            self._kick()
+            self.kick()
         elif not self._in_batch:
             self._in_batch = True
-            batch.append(self)
+            batch.append(self.flush_direct)
 
-    def _kick(self) -> None:
+    def kick(self) -> None:
         """Wake the writer, starting it on first need. Before CONNACK and once closing
         there is none to start: ``run`` sends what is left itself."""
-        if self._writer_scope is None:
-            if self._closing or self.session is None:
+        if self.writer_scope is None:
+            if self.conn.closing or self.conn.session is None:
                 return
-            self._writer_scope = trio.CancelScope()
-            self.broker.spawn(self._writer)
+            self.writer_scope = trio.CancelScope()
+            self.conn.broker.spawn(self.writer)
         self._wake.set()
 
     def flush_direct(self) -> None:
@@ -135,58 +136,58 @@ class Output:
         writer, or an idle one), moving queued copies into the window first; what the
         kernel does not take, or a copy that needs a commit first, goes to the writer."""
         self._in_batch = False
-        raw = self._raw
-        if raw is None or self._closing or (self._writer_scope is not None and not self._idle):
-            self._kick()
+        if (
+            self.transport.raw is None
+            or self.conn.closing
+            or (self.writer_scope is not None and not self._idle)
+        ):
+            self.kick()
             return
         more = False
-        session = self.session
+        session = self.conn.session
         if session is not None and session.queue:
-            self._out.extend(self._take(None))
-            more = bool(session.queue) and self.proto.can_send_qos_message()
-        if not self._out:
+            self.out.extend(self.take(None))
+            more = bool(session.queue) and self.conn.proto.can_send_qos_message()
+        if not self.out:
             if more:
-                self._kick()
+                self.kick()
             return
-        out = self._out
+        out = self.out
         data = out[0] if len(out) == 1 else b"".join(out)
-        self._out = []
-        self._qos0_pending = 0
-        try:
-            sent = raw.send(data)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            self._close_soon()
+        self.out = []
+        self.qos0_pending = 0
+        sent = self.transport.send_now(data)
+        if sent < 0:
+            self.close_soon()
             return
         if sent < len(data):
-            self._out.append(data[sent:])
-            self._kick()
+            self.out.append(data[sent:])
+            self.kick()
         elif more:
-            self._kick()
+            self.kick()
 
     def send_qos0(
         self, msg: AppMessage, retain: bool, sub_ids: tuple[int, ...], now: float
     ) -> None:
         """A QoS 0 copy: bytes built once per shape and shared by recipients."""
-        if self._closing or self.proto.closed:
+        if self.conn.closing or self.conn.proto.closed:
             return
-        if self._qos0_pending >= self.broker.config.sessions.max_outbound_queue:
+        if self.qos0_pending >= self.conn.broker.config.sessions.max_outbound_queue:
             return  # slow consumer: QoS 0 is dropped rather than buffered without bound
-        enc = msg.encoded_for(self.version, now)
+        enc = msg.encoded_for(self.conn.version, now)
         if enc is None:
             return  # expired [MQTT-3.3.2-5]
         try:
-            data = self.proto.send_publish(
+            data = self.conn.proto.send_publish(
                 enc, qos=0, retain=retain, subscription_identifiers=sub_ids
             )
         except PacketTooLargeError:
             return
-        self._out.append(data)
-        self._qos0_pending += 1
+        self.out.append(data)
+        self.qos0_pending += 1
         self.output_ready()
 
-    def _take(self, staged: list[tuple[Outgoing, int, int]] | None) -> list[bytes]:
+    def take(self, staged: list[tuple[Outgoing, int, int]] | None) -> list[bytes]:
         """Move queued copies into the client's Receive Maximum window, in order, and
         return their bytes: at most ``FILL_BATCH`` packets, so a busy session still sends
         while new copies keep arriving.
@@ -195,12 +196,12 @@ class Output:
         before its bytes may go out: it is listed in ``staged`` for the caller to commit,
         or, with ``staged`` None (a direct flush, which cannot wait), left queued.
         """
-        session = self.session
+        session = self.conn.session
         assert session is not None
-        proto = self.proto
+        proto = self.conn.proto
         if proto.closed:
             return []  # a protocol error ended the exchange: the copies stay queued
-        persist = self.broker.persist
+        persist = self.conn.broker.persist
         queue = session.queue
         now = trio.current_time()
         ready: list[bytes] = []
@@ -212,7 +213,7 @@ class Output:
                 break
             queue.popleft()
             session.queued_bytes -= len(og.message.payload)
-            enc = og.message.encoded_for(self.version, now)
+            enc = og.message.encoded_for(self.conn.version, now)
             if enc is None:  # expired while waiting [MQTT-3.3.2-5]
                 persist.copy_done(session, og)
                 continue
@@ -235,69 +236,69 @@ class Output:
                     assert staged is not None
                     staged.append((og, pid, 0))
         if session.retained_backlog is not None:
-            self.broker.refill_retained(session)
+            self.conn.broker.hub.refill_retained(session)
         return ready
 
-    async def _fill(self) -> None:
+    async def fill(self) -> None:
         """The writer's move of queued copies (:meth:`_take`), committing staged ones."""
-        session = self.session
+        session = self.conn.session
         if session is None:
             return
         staged: list[tuple[Outgoing, int, int]] = []
-        ready = self._take(staged)
+        ready = self.take(staged)
         if staged:
-            persist = self.broker.persist
+            persist = self.conn.broker.persist
             fut = persist.stage_copies(session, staged)
             assert fut is not None
             persist.stages_committed(staged, await wait_future(fut))
-        self._out.extend(ready)
-        if session.queue and self.proto.can_send_qos_message():
+        self.out.extend(ready)
+        if session.queue and self.conn.proto.can_send_qos_message():
             self._wake.set()  # more to send after this flush
 
-    async def _writer(self) -> None:
+    async def writer(self) -> None:
         """Started by :meth:`_kick` in the broker's nursery; ended by ``run`` (closing
         flushes first) or by a failed send, which closes the connection."""
-        scope = self._writer_scope
+        scope = self.writer_scope
         assert scope is not None
         try:
             with scope:
                 while True:
-                    self._idle = not self._out
+                    self._idle = not self.out
                     await self._wake.wait()  # a checkpoint even when already set
                     self._idle = False
                     self._wake = trio.Event()
-                    if not self._closing:
+                    if not self.conn.closing:
                         try:
-                            await self._fill()
+                            await self.fill()
                         except StorageError:
-                            self._storage_failed()
-                    if self._out:
-                        out = self._out
-                        self._out = []
-                        self._qos0_pending = 0
+                            self.storage_failed()
+                    if self.out:
+                        out = self.out
+                        self.out = []
+                        self.qos0_pending = 0
                         data = out[0] if len(out) == 1 else b"".join(out)
                         try:
                             # The kernel first; only what it does not take waits (trio's
                             # send_all, two scheduler checkpoints per call, dominated
                             # fan-out to many connections).
-                            await self._send_all(data)
+                            await self.transport.send_all(data)
                         except (trio.BrokenResourceError, trio.ClosedResourceError):
-                            self._closing = True
-                            self._stop_reading()
+                            self.conn.closing = True
+                            self.conn.stop_reading()
                             return
-                    if self._closing and not self._out:
+                    if self.conn.closing and not self.out:
                         return
         finally:
-            self._writer_done.set()
+            self.writer_done.set()
 
-    def _storage_failed(self) -> None:
+    def storage_failed(self) -> None:
         """A commit this connection waited for failed (logged by ``broker.persist``): close
         it (0x80); the client's unacknowledged packets are sent again after it reconnects."""
-        self._disconnect(ReasonCode.UNSPECIFIED_ERROR, NOT_STORED)
+        self.conn.disconnect(ReasonCode.UNSPECIFIED_ERROR, NOT_STORED)
 
     # == the ordered pipeline ===================================================================
 
-    async def _step(
+    async def step(
         self,
         wait: Callable[[], Awaitable[Any]] | None,
         then: Callable[[], None],
@@ -310,15 +311,15 @@ class Output:
             return
         # About to wait (maybe): what this chunk produced so far goes out now, so no
         # other task's output is held while this one is suspended.
-        self.broker.flush_batch()
+        self.conn.broker.flush_batch()
         if self._steps_send is None:
-            if self._closing:
+            if self.conn.closing:
                 return
             send, recv = trio.open_memory_channel[Step](
-                self.broker.config.mqtt.receive_maximum + 256
+                self.conn.broker.config.mqtt.receive_maximum + 256
             )
             self._steps_send = send
-            self.broker.spawn(self._pipeline, recv)
+            self.conn.broker.spawn(self.pipeline, recv)
         self._steps_pending += 1
         try:
             # No checkpoint per packet: the rest of the chunk joins the same store batch.
@@ -329,7 +330,7 @@ class Output:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self._steps_pending -= 1
 
-    async def _pipeline(self, steps: trio.MemoryReceiveChannel[Step]) -> None:
+    async def pipeline(self, steps: trio.MemoryReceiveChannel[Step]) -> None:
         """Owned by the broker's nursery: a commit already submitted is applied even if
         this connection dies meanwhile (its acknowledgements are then not sent)."""
         async with steps:
@@ -342,7 +343,7 @@ class Output:
                         try:
                             await wait()
                         except StorageError:
-                            then = failed or self._storage_failed
+                            then = failed or self.storage_failed
                     then()
                     self._steps_pending -= 1
                     try:

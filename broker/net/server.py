@@ -37,8 +37,8 @@ import trio
 
 import store
 from broker.config import BrokerConfig
-from broker.core.hub import Broker
-from broker.net.connection import prepare_socket
+from broker.net.runtime import Broker
+from broker.net.transport import prepare_socket
 
 SHUTDOWN_GRACE = 5.0
 ACCEPT_BURST = 64

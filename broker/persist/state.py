@@ -35,9 +35,9 @@ import math
 import os
 import pathlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
@@ -54,7 +54,8 @@ from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.session import Stage
 
 if TYPE_CHECKING:
-    from broker.core.hub import Broker
+    from broker.core.hub import Hub
+    from broker.core.ports import Plan
 
 SESS = "$MQTT_sess"
 RMSGS = "$MQTT_rmsgs"
@@ -324,6 +325,30 @@ class PublishPlan:
             return None
         return fut.exception() is None
 
+    def when_committed(self, fn: Callable[[bool], None]) -> None:
+        """Call ``fn(ok)`` on the trio thread once this plan's commit is done (submitting
+        the open batch now); its results are in place by then."""
+        batch = self.batch
+        assert batch is not None
+        if batch.future is None:
+            batch.owner.submit_open()
+        fut = batch.future
+        assert fut is not None
+        token = trio.lowlevel.current_trio_token()
+
+        def done(f: concurrent.futures.Future[list[store.OpResult]]) -> None:
+            def on_trio_thread() -> None:
+                ok = f.exception() is None
+                if ok and not self.results:
+                    self.results = f.result()[self.offset : self.offset + self.count]
+                fn(ok)
+
+            # The loop may already be gone at shutdown; nobody is waiting then.
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(on_trio_thread)
+
+        fut.add_done_callback(done)
+
     def seq_of(self, op_index: int) -> int:
         res = self.results[op_index] if 0 <= op_index < len(self.results) else None
         return res.seq if isinstance(res, store.PubAck) else 0
@@ -518,7 +543,7 @@ class Persistence:
 
     def plan(
         self,
-        broker: Broker,
+        broker: Hub,
         msg: AppMessage,
         deliveries: Sequence[Delivery],
         extra: Sequence[store.Op] = (),
@@ -573,7 +598,10 @@ class Persistence:
         batch.awaited = True
         return plan
 
-    def after_commit(self, msg: AppMessage, plan: PublishPlan) -> None:
+    def after_commit(self, msg: AppMessage, plan: Plan) -> None:
+        """The plan's commit is done: a message stored once for several sessions learns
+        its sequence (its last acknowledgement deletes it)."""
+        plan = cast(PublishPlan, plan)  # the only kind this store client makes
         if plan.msg_op >= 0:
             msg.stored_seq = plan.seq_of(plan.msg_op)
 
@@ -725,7 +753,7 @@ class Persistence:
 
     # -- startup -------------------------------------------------------------------------------
 
-    async def load_into(self, broker: Broker) -> None:
+    async def load_into(self, broker: Hub) -> None:
         """Rebuild retained messages, sessions, subscriptions and queued copies."""
         st = self.store
 

@@ -24,7 +24,7 @@ import trio
 import trio.testing
 
 from broker.config import BrokerConfig, load_config
-from broker.core.hub import Broker
+from broker.net.runtime import Broker
 from broker.net.server import serve
 
 START_TIMEOUT = 20.0

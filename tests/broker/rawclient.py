@@ -116,7 +116,7 @@ class RawClient:
         try:
             self.inbox.extend(self.proto.receive_data(data))  # type: ignore[arg-type]
         except MQTTProtocolError as exc:
-            self.inbox.extend(exc.packets)  # type: ignore[arg-type]
+            self.inbox.extend(exc.packets)
             raise
 
     def next(self, timeout: float = TIMEOUT) -> Packet:

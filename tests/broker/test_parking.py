@@ -16,7 +16,6 @@ import pytest
 import trio
 import trio.testing
 
-from broker.core.hub import Broker
 from broker.mqtt.connection import Connection, Role
 from broker.mqtt.encoder import encode
 from broker.mqtt.packet_types import ProtocolVersion
@@ -33,8 +32,9 @@ from broker.mqtt.packets import (
     Subscription,
 )
 from broker.mqtt.reason_codes import ReasonCode
-from broker.net.connection import prepare_socket
 from broker.net.parking import Parking
+from broker.net.runtime import Broker
+from broker.net.transport import prepare_socket
 from tests.broker.harness import run_with_broker
 
 pytestmark = pytest.mark.timeout(60)

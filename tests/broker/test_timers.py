@@ -15,7 +15,6 @@ import pytest
 import trio
 import trio.testing
 
-from broker.core.hub import Broker
 from broker.mqtt.connection import Connection, Role
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import (
@@ -31,6 +30,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
+from broker.net.runtime import Broker
 from tests.broker.harness import run_with_broker
 
 pytestmark = pytest.mark.timeout(60)
@@ -111,7 +111,7 @@ def test_will_sent_when_session_expires_before_the_delay(tmp_path: pathlib.Path)
             msg = await watcher.next()
         assert isinstance(msg, Publish)
         assert trio.current_time() - gone_at == pytest.approx(30, abs=0.5)
-        assert broker.sessions.get("short") is None  # the session ended with it
+        assert broker.hub.sessions.get("short") is None  # the session ended with it
 
     run_with_broker(tmp_path, body)
 
@@ -140,10 +140,10 @@ def test_session_expiry_ends_the_session_mqtt_4_1_0_2(tmp_path: pathlib.Path) ->
         await client.subscribe(b"x/#")
         await client.send(Disconnect())
         await trio.sleep(119)
-        assert broker.sessions.get("exp") is not None
+        assert broker.hub.sessions.get("exp") is not None
         await trio.sleep(2)
-        assert broker.sessions.get("exp") is None
-        assert broker.router.index.subscriptions == 0
+        assert broker.hub.sessions.get("exp") is None
+        assert broker.hub.router.index.subscriptions == 0
 
     run_with_broker(tmp_path, body)
 
@@ -213,9 +213,9 @@ def test_expiry_raised_on_disconnect_keeps_the_session(tmp_path: pathlib.Path) -
         )
         await client.send(Disconnect(properties=Properties(session_expiry_interval=300)))
         await trio.sleep(299)
-        assert broker.sessions.get("chg") is not None
+        assert broker.hub.sessions.get("chg") is not None
         await trio.sleep(2)
-        assert broker.sessions.get("chg") is None
+        assert broker.hub.sessions.get("chg") is None
 
     run_with_broker(tmp_path, body)
 

@@ -1,0 +1,58 @@
+"""The narrow interfaces through which ``broker.core`` reaches what it does not own: the
+clock and timers (trio, in ``broker.net.runtime``), a connected client's output
+(``broker.net.connection``) and a store commit (``broker.persist``); the store itself is
+``hub.MqttStore``.
+
+``core`` never imports trio, ``net`` or ``persist``: those implement these protocols and
+are handed in. Time is an argument or a clock function; effects go out through the
+objects below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from broker.core.message import AppMessage
+
+Clock = Callable[[], float]
+
+
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Timers(Protocol):
+    """Calls ``fn`` once ``delay`` seconds have passed on the broker's clock, unless the
+    handle is cancelled first."""
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> TimerHandle: ...
+
+
+class Peer(Protocol):
+    """A session's live network connection, as the core sees it."""
+
+    def send_qos0(
+        self, msg: AppMessage, retain: bool, sub_ids: tuple[int, ...], now: float
+    ) -> None: ...
+
+    def wake(self) -> None: ...
+
+    def taken_over(self) -> None: ...
+
+
+class Plan(Protocol):
+    """What one PUBLISH stores before it is acknowledged (see ``broker.persist.state``)."""
+
+    @property
+    def empty(self) -> bool: ...
+
+    def committed(self) -> bool | None: ...
+
+    def pend_seq(self, delivery_index: int) -> int: ...
+
+    def when_committed(self, fn: Callable[[bool], None]) -> None: ...
+
+    async def wait(self) -> None:
+        """Until committed; raises the store client's error if the commit failed."""

@@ -1,0 +1,360 @@
+"""What a connection does with the packets a client sends once connected: PUBLISH (with
+its acknowledgement after the commit), the acknowledgements of outbound copies, SUBSCRIBE
+(with the retained messages it brings), UNSUBSCRIBE and DISCONNECT.
+
+One ``Inbound`` per connection, composed into :class:`broker.net.connection.ClientConnection`;
+what it sends goes through the connection's :class:`broker.net.output.Output`, in the
+order of the ordered pipeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+import radix
+from broker.core.hub import RETAINED_AT_ONCE, make_handle
+from broker.core.message import AppMessage, Outgoing, message_from
+from broker.core.sessions import Session, SubscriptionRecord
+from broker.core.systopics import reserved_prefix
+from broker.mqtt.connection import DuplicatePublish
+from broker.mqtt.packet_types import ProtocolVersion
+from broker.mqtt.packets import (
+    Disconnect,
+    Puback,
+    Publish,
+    Pubrec,
+    Pubrel,
+    RetainHandling,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+)
+from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
+from broker.mqtt.reason_codes import ReasonCode
+from broker.net.output import NOT_STORED
+from broker.persist.state import StorageError, wait_future
+
+if TYPE_CHECKING:
+    from broker.net.link import Link
+    from broker.net.output import Output
+
+log = logging.getLogger("jetmq.client")
+
+_V5 = ProtocolVersion.MQTT_5
+_WILDCARDS = (b"+", b"#")
+# SUBACK codes by granted QoS (an Enum call per subscription is measurable in a storm).
+_GRANTED = (ReasonCode.GRANTED_QOS_0, ReasonCode.GRANTED_QOS_1, ReasonCode.GRANTED_QOS_2)
+
+
+class Inbound:
+    """Packet handling of one connected client (see module docstring)."""
+
+    __slots__ = ("conn", "out", "told_reserved")
+
+    def __init__(self, conn: Link, out: Output) -> None:
+        self.conn = conn
+        self.out = out
+        self.told_reserved = False  # a 3.1.x publish to a reserved topic was logged
+
+    # == PUBLISH ==========================================================================
+
+    def _publish_refusal(self, p: Publish) -> tuple[ReasonCode, str] | None:
+        """Checks beyond topic syntax (which the radix match validates [MQTT-3.3.2-2])."""
+        if p.topic[:1] == b"$":
+            prefix = reserved_prefix(p.topic)
+            if prefix is not None:
+                return (
+                    ReasonCode.TOPIC_NAME_INVALID,
+                    f"{prefix.decode()} topics are reserved to the broker",
+                )
+        if (
+            p.properties.payload_format_indicator == 1
+            and self.conn.broker.config.mqtt.validate_utf8_payload
+        ):
+            try:
+                p.payload.decode("utf-8")
+            except UnicodeDecodeError:
+                return ReasonCode.PAYLOAD_FORMAT_INVALID, "payload is not UTF-8 as its format says"
+        return None
+
+    async def on_publish(self, p: Publish) -> None:
+        session = self.conn.session
+        assert session is not None
+        refusal = self._publish_refusal(p)
+        if refusal is not None:
+            await self._refuse_publish(p, *refusal)
+            return
+        broker = self.conn.broker
+        pid = p.packet_id
+        msg = message_from(p, session.num, trio.current_time())
+        extra = broker.persist.qos2_received(session, pid) if p.qos == 2 and pid else []
+        try:
+            deliveries, plan = broker.hub.plan_publish(msg, extra)
+        except radix.TopicError as exc:
+            await self._refuse_publish(p, ReasonCode.TOPIC_NAME_INVALID, f"invalid topic: {exc}")
+            return
+        code = ReasonCode.SUCCESS if deliveries else ReasonCode.NO_MATCHING_SUBSCRIBERS
+
+        def then() -> None:
+            broker.persist.after_commit(msg, plan)
+            broker.hub.apply_publish(msg, deliveries, plan)
+            if p.qos == 1 and code is ReasonCode.SUCCESS and pid:
+                self.out.send_puback(pid)
+            elif p.qos:
+                self.out.send(self._ack(p, code))
+
+        def not_stored() -> None:
+            # Not stored, so not delivered. MQTT 5 is told (0x80, the exchange ends); a
+            # 3.1.x client gets no acknowledgement and is disconnected, so it sends it again.
+            if p.qos and self.conn.version is _V5:
+                self.out.send(self._ack(p, ReasonCode.UNSPECIFIED_ERROR, NOT_STORED))
+            elif p.qos:
+                self.out.storage_failed()
+
+        await self.out.step(None if plan.empty else plan.wait, then, not_stored)
+
+    async def duplicate_publish(self, event: DuplicatePublish) -> None:
+        pid = event.publish.packet_id
+        assert pid is not None
+        # Still awaiting PUBREL: answer again, deliver nothing [MQTT-4.3.3-10].
+        await self.out.step(None, lambda: self.out.send(Pubrec(pid)))
+
+    async def _refuse_publish(self, p: Publish, code: ReasonCode, reason: str) -> None:
+        """Not delivered: PUBACK/PUBREC with the reason (v5, QoS > 0), else DISCONNECT
+        with it; a 3.1.x client cannot be told why, so it is acknowledged (for a reserved
+        ``$`` topic) or disconnected (for anything malformed)."""
+        if p.qos and self.conn.version is _V5:
+            await self.out.step(None, lambda: self.out.send(self._ack(p, code, reason)))
+            return
+        if code is ReasonCode.TOPIC_NAME_INVALID and reserved_prefix(p.topic) is not None:
+            # 3.1.x has no way to refuse a PUBLISH but a close; mosquitto acknowledges a
+            # denied one and drops it. The operator hears of it, once per connection.
+            if not self.told_reserved:
+                self.told_reserved = True
+                session = self.conn.session
+                log.warning(
+                    "client %r published to reserved topic %r: dropped (%s)",
+                    session.client_id if session is not None else "-",
+                    p.topic.decode("utf-8", "replace"),
+                    reason,
+                )
+            if p.qos:
+                await self.out.step(None, lambda: self.out.send(self._ack(p, ReasonCode.SUCCESS)))
+            return
+        self.conn.disconnect(code, reason)
+
+    def _ack(self, p: Publish, code: ReasonCode, reason: str | None = None) -> Puback | Pubrec:
+        pid = p.packet_id
+        assert pid is not None
+        if self.conn.version is not _V5:
+            code = ReasonCode.SUCCESS
+        props = (
+            Properties(reason_string=reason)
+            if reason and self.conn.problem_info
+            else EMPTY_PROPERTIES
+        )
+        return Puback(pid, code, props) if p.qos == 1 else Pubrec(pid, code, props)
+
+    async def on_pubrel(self, p: Pubrel) -> None:
+        session = self.conn.session
+        assert session is not None
+        known = p.packet_id in session.state.inbound_qos2
+        fut = self.conn.broker.persist.qos2_released(session, p.packet_id) if known else None
+        wait = None if fut is None else (lambda: wait_future(fut))
+        await self.out.step(wait, lambda: self.out.send(self.conn.proto.pubcomp_for(p, known)))
+
+    # == outbound acknowledgements ================================================================
+
+    def copy_acknowledged(self, packet_id: int) -> None:
+        """PUBACK / PUBCOMP (or a PUBREC with an error): the copy is done [MQTT-4.4.0-2]."""
+        session = self.conn.session
+        assert session is not None
+        og = session.outgoing.pop(packet_id, None)
+        if og is not None:
+            self.conn.broker.persist.copy_done(session, og)
+            if session.queue:
+                self.out.output_ready()  # the window has room for a queued copy
+
+    async def on_pubrec(self, p: Pubrec) -> None:
+        session = self.conn.session
+        assert session is not None
+        pid = p.packet_id
+        if p.reason_code.is_error:
+            self.copy_acknowledged(pid)
+            return
+        og = session.outgoing.get(pid)
+        if og is None:
+            self.out.send(Pubrel(pid, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+            return
+        persist = self.conn.broker.persist
+        entries = [(og, pid, 2)]
+        fut = persist.stage_copies(session, entries) if og.pend_seq else None
+
+        async def recorded() -> None:
+            assert fut is not None
+            persist.stages_committed(entries, await wait_future(fut))
+
+        await self.out.step(None if fut is None else recorded, lambda: self.out.send(Pubrel(pid)))
+
+    # == subscriptions ============================================================================
+
+    async def on_subscribe(self, p: Subscribe) -> None:
+        broker = self.conn.broker
+        cfg = broker.config.mqtt
+        session = self.conn.session
+        assert session is not None
+        sub_ids = p.properties.subscription_identifiers
+        sub_id = sub_ids[0] if sub_ids else 0
+        if sub_id and not cfg.subscription_identifiers_available:
+            self.conn.disconnect(
+                ReasonCode.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED,
+                "subscription identifiers are not available",
+            )
+            return
+        v5 = self.conn.version is _V5
+        codes: list[ReasonCode] = []
+        granted: list[tuple[SubscriptionRecord, bytes, bool]] = []
+        added: list[SubscriptionRecord] = []
+        for sub in p.subscriptions:
+            try:
+                share, flt = radix.validate_filter(sub.filter)
+            except radix.TopicError:
+                codes.append(
+                    ReasonCode.TOPIC_FILTER_INVALID if v5 else ReasonCode.UNSPECIFIED_ERROR
+                )
+                continue
+            if share is not None and not cfg.shared_subscriptions_available:
+                codes.append(ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED)
+                continue
+            if not cfg.wildcard_subscription_available and any(
+                level in _WILDCARDS for level in flt.split(b"/")
+            ):
+                codes.append(ReasonCode.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED)
+                continue
+            qos = min(sub.qos, cfg.maximum_qos)
+            record = SubscriptionRecord(
+                sub.filter,
+                qos,
+                sub.no_local,
+                sub.retain_as_published,
+                int(sub.retain_handling),
+                sub_id,
+                make_handle(sub, qos, sub_id),
+            )
+            is_new = broker.hub.subscribe(session, record)
+            codes.append(_GRANTED[qos])
+            added.append(record)
+            if share is None:
+                granted.append((record, flt, is_new))
+        fut = broker.persist.save_subscriptions(session, added) if session.stored else None
+        wait: Callable[[], Awaitable[object]] | None = None
+        retained = broker.hub.last_retained_plan() if granted else None
+        if retained is not None:
+
+            async def wait() -> None:
+                if fut is not None:
+                    await wait_future(fut)
+                # Read-after-write: a retained update read before this SUBSCRIBE is
+                # committed (or failed) before the retained set is read (Hub.retained_for).
+                with contextlib.suppress(StorageError):
+                    await retained.wait()
+
+        elif fut is not None:
+            wait = lambda: wait_future(fut)  # noqa: E731
+        pid = p.packet_id
+
+        def then() -> None:
+            self.out.send(Suback(pid, tuple(codes)))
+            self._send_retained(session, granted)
+
+        await self.out.step(wait, then)
+
+    def _send_retained(
+        self, session: Session, granted: list[tuple[SubscriptionRecord, bytes, bool]]
+    ) -> None:
+        """Retained messages for new subscriptions per Retain Handling [MQTT-3.3.1-9..11]."""
+        broker = self.conn.broker
+        now = trio.current_time()
+        for record, flt, is_new in granted:
+            rh = record.retain_handling
+            if rh == RetainHandling.DO_NOT_SEND or (
+                rh == RetainHandling.SEND_IF_NEW_SUBSCRIPTION and not is_new
+            ):
+                continue
+            sub_ids = (record.sub_id,) if record.sub_id else ()
+            messages = broker.hub.retained_for(flt)
+            if session.retained_backlog is not None or not self._retained_fit(messages):
+                broker.hub.pace_retained(session, messages, record.qos, sub_ids)
+                self.out.output_ready()
+                continue
+            for msg in messages:
+                qos = min(msg.qos, record.qos)
+                if qos == 0:
+                    self.out.send_qos0(msg, True, sub_ids, now)
+                else:
+                    broker.hub.queue_copy(session, Outgoing(msg, qos, True, sub_ids))
+
+    def _retained_fit(self, messages: list[AppMessage]) -> bool:
+        """Whether ``messages`` can go out at once without a copy limit cutting them short
+        (else they are paced): at most ``RETAINED_AT_ONCE``, within what is left of
+        ``max_outbound_queue`` for QoS 0 copies and of ``max_queued_messages`` /
+        ``max_queued_bytes`` for QoS 1/2 ones."""
+        n = len(messages)
+        if n > RETAINED_AT_ONCE:
+            return False
+        limits = self.conn.broker.config.sessions
+        session = self.conn.session
+        assert session is not None
+        if self.out.qos0_pending + n > limits.max_outbound_queue:
+            return False
+        if limits.max_queued_messages and len(session.queue) + n > limits.max_queued_messages:
+            return False
+        return (
+            not limits.max_queued_bytes
+            or session.queued_bytes + sum(len(m.payload) for m in messages)
+            <= limits.max_queued_bytes
+        )
+
+    async def on_unsubscribe(self, p: Unsubscribe) -> None:
+        broker = self.conn.broker
+        session = self.conn.session
+        assert session is not None
+        codes: list[ReasonCode] = []
+        removed: list[bytes] = []
+        for flt in p.filters:
+            try:
+                radix.validate_filter(flt)
+            except radix.TopicError:
+                codes.append(ReasonCode.TOPIC_FILTER_INVALID)
+                continue
+            found = broker.hub.unsubscribe(session, flt)
+            codes.append(ReasonCode.SUCCESS if found else ReasonCode.NO_SUBSCRIPTION_EXISTED)
+            if found:
+                removed.append(flt)
+        fut = broker.persist.remove_subscriptions(session, removed) if session.stored else None
+        wait = None if fut is None else (lambda: wait_future(fut))
+        pid = p.packet_id
+        await self.out.step(wait, lambda: self.out.send(Unsuback(pid, tuple(codes))))
+
+    def on_disconnect(self, p: Disconnect) -> None:
+        session = self.conn.session
+        assert session is not None
+        self.conn.peer_gone = True  # it said goodbye: nothing more comes, no need to linger
+        # 0x04: the client asks for its will [MQTT-3.14.4-3 otherwise discards it].
+        self.conn.send_will = p.reason_code == ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
+        expiry = p.properties.session_expiry_interval
+        if expiry is not None:
+            cap = self.conn.broker.config.mqtt.max_session_expiry_interval
+            was_persistent = session.persistent
+            session.expiry_interval = min(expiry, cap)
+            if session.persistent:
+                self.conn.broker.persist.save_session(session)
+            elif was_persistent:
+                self.conn.broker.persist.session_ended(session, ())
+        self.out.close_soon()

@@ -1,0 +1,69 @@
+"""What the parts of one connection see of it and of the broker: the ``Link`` (the
+connection's shared state) and the ``Host`` (the broker's trio side).
+
+A connection is composed of parts (``Output``, ``Handshake``, ``Inbound``) that each hold
+the connection as a ``Link``: the parts depend on these protocols, the connection
+(``broker.net.connection``) and the broker (``broker.net.runtime``) implement them, so
+nothing in ``net`` imports in a circle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+    from broker.core.hub import Hub
+    from broker.core.sessions import Session
+    from broker.mqtt.connection import Connection
+    from broker.mqtt.packet_types import ProtocolVersion
+    from broker.mqtt.properties import Properties
+    from broker.mqtt.reason_codes import ReasonCode
+    from broker.net.parking import Parking
+    from broker.net.transport import Transport
+    from broker.persist.state import Persistence
+
+
+class Host(Protocol):
+    """The broker as a connection uses it (``broker.net.runtime.Broker``)."""
+
+    hub: Hub
+    config: BrokerConfig
+    persist: Persistence
+    parking: Parking
+    # Flushes of connections that got output while a reader handles one input chunk
+    # (None outside a chunk): the reader runs them at the chunk's end.
+    batch: list[Callable[[], None]] | None
+    connack_properties: Properties | None
+
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None: ...
+
+    def flush_batch(self) -> None: ...
+
+    def connection_ended(self, conn: Any) -> None: ...
+
+
+class Link(Protocol):
+    """One connection's shared state (``broker.net.connection.ClientConnection``)."""
+
+    broker: Host
+    transport: Transport
+    proto: Connection
+    session: Session | None
+    version: ProtocolVersion
+    problem_info: bool
+    closing: bool
+    send_will: bool
+    peer_gone: bool
+
+    def stop_reading(self) -> None: ...
+
+    def disconnect(self, code: ReasonCode, reason: str) -> None: ...
+
+    # The core's Peer: what the hub calls on a session's connection.
+    def send_qos0(self, msg: Any, retain: bool, sub_ids: tuple[int, ...], now: float) -> None: ...
+
+    def wake(self) -> None: ...
+
+    def taken_over(self) -> None: ...
