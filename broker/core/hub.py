@@ -18,9 +18,10 @@ from typing import Any, Protocol
 from broker.config import BrokerConfig
 from broker.core import handles
 from broker.core.message import RETAIN_PENDING, RETAIN_SETTLED, AppMessage, Outgoing
-from broker.core.ports import Clock, Plan, Timers
+from broker.core.ports import Clock, Plan, Recipient, Timers
 from broker.core.router import Delivery, Router
 from broker.core.sessions import RetainedBurst, Session, SessionManager, SubscriptionRecord
+from broker.core.systopics import SystemTopics
 
 log = logging.getLogger("jetmq.broker")
 
@@ -63,6 +64,10 @@ class Hub:
         # Retained updates read but not yet applied (their commit is in flight), in
         # submission order, which is commit order (see ``settle_retained``).
         self._retained_pending: deque[tuple[AppMessage, Plan]] = deque()
+        # Receivers other than sessions, by their number in the radix index.
+        self._recipients: dict[int, Recipient] = {}
+        # Handlers of system topics ($JS/API/...), seen before routing.
+        self.systopics = SystemTopics()
 
     def start(self) -> None:
         """The clock runs: sessions restored from the store start their expiry."""
@@ -121,6 +126,25 @@ class Hub:
         found = self.router.unsubscribe(session.num, topic_filter)
         session.subscriptions.pop(topic_filter, None)
         return found
+
+    def add_recipient(self, recipient: Recipient) -> int:
+        """Register an internal recipient; its number is its identity in the radix index."""
+        num = self.sessions.new_num()
+        self._recipients[num] = recipient
+        return num
+
+    def subscribe_internal(
+        self, num: int, topic_filter: bytes, qos: int, *, sub_id: int = 0
+    ) -> bool:
+        """Subscribe internal recipient ``num`` (True when the subscription is new)."""
+        handle = handles.pack(
+            qos, no_local=False, retain_as_published=True, retain_handling=0, sub_id=sub_id
+        )
+        return self.router.subscribe(num, topic_filter, handle)
+
+    def remove_recipient(self, num: int) -> None:
+        if self._recipients.pop(num, None) is not None:
+            self.router.unsubscribe_all(num)
 
     def pace_retained(
         self, session: Session, messages: list[AppMessage], qos: int, sub_ids: tuple[int, ...]
@@ -247,6 +271,10 @@ class Hub:
         for index, d in enumerate(deliveries):
             session = by_num.get(d.client)
             if session is None:
+                recipient = self._recipients.get(d.client)
+                if recipient is not None:
+                    qos = msg.qos if msg.qos < d.qos else d.qos
+                    recipient.deliver(msg, qos, msg.retain and d.retain_as_published, d.sub_ids)
                 continue
             qos = msg.qos if msg.qos < d.qos else d.qos
             retain = msg.retain and d.retain_as_published
@@ -268,6 +296,11 @@ class Hub:
 
     def publish_now(self, msg: AppMessage) -> None:
         """Publish without an acknowledgement to wait for (wills, broker messages)."""
+        if msg.topic[:1] == b"$":
+            handler = self.systopics.handler_for(msg.topic)
+            if handler is not None:
+                handler.publish(msg, None)
+                return
         deliveries, plan = self.plan_publish(msg)
         if plan.empty:
             self.apply_publish(msg, deliveries, plan)

@@ -42,6 +42,17 @@ class Peer(Protocol):
     def taken_over(self) -> None: ...
 
 
+class Recipient(Protocol):
+    """Something inside the broker that receives messages through the radix index like a
+    session does (the bridge's export, JetStream push, ``$SYS`` listeners, tests): it
+    subscribes with ``Hub.subscribe_internal`` and gets each matching message once, with
+    the QoS and identifiers of its subscriptions, after the message's commit."""
+
+    def deliver(
+        self, msg: AppMessage, qos: int, retain: bool, sub_ids: tuple[int, ...]
+    ) -> None: ...
+
+
 class Plan(Protocol):
     """What one PUBLISH stores before it is acknowledged (see ``broker.persist.state``)."""
 

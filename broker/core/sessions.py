@@ -156,6 +156,10 @@ class SessionManager:
             if candidate not in self._by_id:
                 return candidate
 
+    def new_num(self) -> int:
+        """A number no session or internal recipient uses (the radix client id)."""
+        return next(self._nums)
+
     def create(self, client_id: str) -> Session:
         session = Session(client_id, next(self._nums))
         self._by_id[client_id] = session

@@ -1,4 +1,5 @@
-"""Topics the broker owns: the reserved ``$`` prefixes clients may not publish to.
+"""Topics the broker owns: the reserved ``$`` prefixes clients may not publish to, and the
+handlers that claim system topics (the system-topic seam).
 
 MQTT lets a broker give ``$`` topics a meaning of its own; filters starting with a
 wildcard do not match them [MQTT-4.7.2-1], and otherwise they are ordinary topics
@@ -7,9 +8,21 @@ them too, except under the prefixes it owns: ``$SYS`` (broker status), ``$JS`` (
 JetStream API and ack topics) and ``$MQTT`` (the streams that hold MQTT state). A client
 can publish there neither by PUBLISH nor by will: a will could otherwise plant a retained
 ``$SYS/broker/version`` that no client can clear.
+
+A handler registered for a prefix (``$JS/API/``, ``$JS/ACK/``, ...) sees every PUBLISH
+and will on a topic under it instead of the router: it answers the publisher's
+acknowledgement with a reason code, and the message reaches no subscriber. The reserved
+prefixes are closed to clients except where a handler claims a topic.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from broker.core.message import AppMessage
+    from broker.core.sessions import Session
+    from broker.mqtt.reason_codes import ReasonCode
 
 RESERVED_PREFIXES = (b"$SYS", b"$JS", b"$MQTT")
 
@@ -20,3 +33,35 @@ def reserved_prefix(topic: bytes) -> bytes | None:
         return None
     first = topic.split(b"/", 1)[0]
     return first if first in RESERVED_PREFIXES else None
+
+
+class SystemHandler(Protocol):
+    def publish(self, msg: AppMessage, session: Session | None) -> ReasonCode:
+        """Handle a PUBLISH (``session``: its publisher) or a will (None); the reason code
+        is the publisher's PUBACK/PUBREC (3.1.x: success is all it can be told)."""
+        ...
+
+
+class SystemTopics:
+    """Handlers by topic prefix; the longest registered prefix wins."""
+
+    __slots__ = ("_handlers",)
+
+    def __init__(self) -> None:
+        self._handlers: list[tuple[bytes, SystemHandler]] = []
+
+    def register(self, prefix: bytes, handler: SystemHandler) -> None:
+        if not prefix.startswith(b"$"):
+            raise ValueError(f"system topic prefixes start with $: {prefix!r}")
+        self._handlers.append((prefix, handler))
+        self._handlers.sort(key=lambda entry: -len(entry[0]))
+
+    def unregister(self, prefix: bytes) -> None:
+        self._handlers = [entry for entry in self._handlers if entry[0] != prefix]
+
+    def handler_for(self, topic: bytes) -> SystemHandler | None:
+        """The handler claiming ``topic`` (a ``$`` topic), or None."""
+        for prefix, handler in self._handlers:
+            if topic.startswith(prefix):
+                return handler
+        return None

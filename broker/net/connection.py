@@ -151,7 +151,7 @@ class ClientConnection:
                     connect = await hs.read_connect()
                     if connect is None:
                         return
-                    refusal = hs.refusal(connect)
+                    refusal = hs.refusal(connect) or await hs.authenticate(connect)
                     if refusal is not None:
                         self.version = connect.protocol_version
                         await hs.refuse(refusal[0], refusal[1], connect.protocol_version)

@@ -71,7 +71,11 @@ class Handshake:
                 return False
             connect = events[0]
             assert isinstance(connect, Connect)
-            if self.refusal(connect) is not None or len(events) > 1:
+            if (
+                self.refusal(connect) is not None
+                or len(events) > 1
+                or self.conn.broker.authenticator is not None  # may take time: the task's
+            ):
                 self.early = connect
                 self.behind_connect = events[1:]  # AUTH: the task answers it after CONNACK
                 return False
@@ -114,6 +118,13 @@ class Handshake:
                 assert isinstance(packet, Connect)
                 self.behind_connect = events[1:]  # AUTH pipelined behind the CONNECT
                 return packet
+
+    async def authenticate(self, connect: Connect) -> tuple[ReasonCode, str] | None:
+        """The broker's authenticator on ``connect`` (None: accepted, or nobody asks)."""
+        authenticator = self.conn.broker.authenticator
+        if authenticator is None:
+            return None
+        return await authenticator.authenticate(connect)
 
     async def refuse(
         self,
@@ -237,7 +248,10 @@ class Handshake:
             except radix.TopicError as exc:
                 return ReasonCode.TOPIC_NAME_INVALID, f"will topic invalid: {exc}"
             prefix = reserved_prefix(will.topic)
-            if prefix is not None:
+            if (
+                prefix is not None
+                and self.conn.broker.hub.systopics.handler_for(will.topic) is None
+            ):
                 # As mosquitto answers a will its ACL denies (3.1.1: return code 5).
                 return (
                     ReasonCode.NOT_AUTHORIZED,

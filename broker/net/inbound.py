@@ -86,6 +86,13 @@ class Inbound:
     async def on_publish(self, p: Publish) -> None:
         session = self.conn.session
         assert session is not None
+        if p.topic[:1] == b"$":
+            handler = self.conn.broker.hub.systopics.handler_for(p.topic)
+            if handler is not None:  # a system topic: its handler, not the router
+                code = handler.publish(message_from(p, session.num, trio.current_time()), session)
+                if p.qos:
+                    await self.out.step(None, lambda: self.out.send(self._ack(p, code)))
+                return
         refusal = self._publish_refusal(p)
         if refusal is not None:
             await self._refuse_publish(p, *refusal)

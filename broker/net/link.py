@@ -18,11 +18,20 @@ if TYPE_CHECKING:
     from broker.core.sessions import Session
     from broker.mqtt.connection import Connection
     from broker.mqtt.packet_types import ProtocolVersion
+    from broker.mqtt.packets import Connect
     from broker.mqtt.properties import Properties
     from broker.mqtt.reason_codes import ReasonCode
     from broker.net.parking import Parking
     from broker.net.transport import Transport
     from broker.persist.state import Persistence
+
+
+class Authenticator(Protocol):
+    """Decides on a CONNECT (username, password, client certificate...): None accepts,
+    else the refusal's reason code and reason. It runs in the connection's own task,
+    never in the accept loop, so it may take its time (a password hash in a thread)."""
+
+    async def authenticate(self, connect: Connect) -> tuple[ReasonCode, str] | None: ...
 
 
 class Host(Protocol):
@@ -36,6 +45,7 @@ class Host(Protocol):
     # (None outside a chunk): the reader runs them at the chunk's end.
     batch: list[Callable[[], None]] | None
     connack_properties: Properties | None
+    authenticator: Authenticator | None  # None: every CONNECT is accepted (no auth)
 
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None: ...
 

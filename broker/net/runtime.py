@@ -26,10 +26,13 @@ from broker.config import BrokerConfig
 from broker.core.hub import Hub
 from broker.mqtt.properties import Properties
 from broker.net.connection import ClientConnection
+from broker.net.link import Authenticator
 from broker.net.parking import Parkable, Parking
 from broker.persist.state import Persistence
 
 log = logging.getLogger("jetmq.broker")
+
+RESTART_ONLY = ("listener", "storage")  # configuration sections a reload cannot change
 
 
 class _Timer:
@@ -84,6 +87,8 @@ class Broker:
         self.parking = Parking(self._start_parked)
         # The CONNACK properties of an MQTT 5 client that asked for nothing special.
         self.connack_properties: Properties | None = None
+        # The CONNECT seam: None answers CONNECTs in the accept loop when they are there.
+        self.authenticator: Authenticator | None = None
 
     @classmethod
     async def open(cls, config: BrokerConfig) -> Broker:
@@ -147,6 +152,18 @@ class Broker:
         if self.connections:
             await self._all_closed.wait()
         await self.persist.flush()
+
+    def apply_config(self, new: BrokerConfig) -> list[str]:
+        """Swap in a new configuration (the reload seam): what comes next uses it — new
+        connections, and every limit, since they are read where they apply. Returns the
+        sections only a restart can change (listeners, storage): those are kept."""
+        kept = [name for name in RESTART_ONLY if getattr(new, name) != getattr(self.config, name)]
+        if kept:
+            new = new.model_copy(update={name: getattr(self.config, name) for name in kept})
+        self.config = new
+        self.hub.config = new
+        self.connack_properties = None  # built from the configuration: built again
+        return kept
 
     async def close(self) -> None:
         self.parking.close()

@@ -16,14 +16,11 @@ import pytest
 import trio
 import trio.testing
 
-from broker.mqtt.connection import Connection, Role
 from broker.mqtt.encoder import encode
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import (
     Connack,
-    Connect,
     Disconnect,
-    Packet,
     Pingreq,
     Pingresp,
     Publish,
@@ -34,60 +31,12 @@ from broker.mqtt.packets import (
 from broker.mqtt.reason_codes import ReasonCode
 from broker.net.parking import Parking
 from broker.net.runtime import Broker
-from broker.net.transport import prepare_socket
 from tests.broker.harness import run_with_broker
+from tests.broker.memclient import SockClient
 
 pytestmark = pytest.mark.timeout(60)
 
 V5 = ProtocolVersion.MQTT_5
-
-
-def tcp_pair() -> tuple[socket.socket, socket.socket]:
-    """A connected TCP pair on 127.0.0.1 (client end, accepted end)."""
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        client = socket.create_connection(listener.getsockname())
-        accepted, _addr = listener.accept()
-    return client, accepted
-
-
-class SockClient:
-    """The client end of a socket pair, through our codec's client role."""
-
-    def __init__(
-        self,
-        broker: Broker,
-        client_id: str,
-        keep_alive: int = 0,
-        *,
-        after: bytes = b"",
-        written: int | None = None,
-    ) -> None:
-        """Connect, with ``after`` pipelined behind the CONNECT; only the first ``written``
-        bytes of it all are in the socket when the broker accepts (``rest`` is the rest)."""
-        ours, theirs = tcp_pair()
-        self.proto = Connection(Role.CLIENT)
-        wire = self.proto.send(Connect(V5, client_id, True, keep_alive)) + after
-        cut = len(wire) if written is None else written
-        ours.sendall(wire[:cut])
-        self.rest = wire[cut:]
-        self.sock = trio.socket.from_stdlib_socket(ours)
-        self.inbox: list[Packet] = []
-        broker.spawn_connection(prepare_socket(theirs))
-
-    async def next(self) -> Packet | None:
-        """The next packet from the broker, None once it closed the connection."""
-        while not self.inbox:
-            data = await self.sock.recv(65536)
-            if not data:
-                return None
-            self.inbox.extend(p for p in self.proto.receive_data(data) if isinstance(p, Packet))
-        return self.inbox.pop(0)
-
-    async def send(self, packet: Packet) -> None:
-        await self.sock.send(self.proto.send(packet))
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def test_a_connect_split_across_writes_is_answered(tmp_path: pathlib.Path) -> None:

@@ -15,67 +15,22 @@ import pytest
 import trio
 import trio.testing
 
-from broker.mqtt.connection import Connection, Role
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import (
-    Connack,
-    Connect,
     Disconnect,
     Packet,
     Publish,
-    Suback,
-    Subscribe,
-    Subscription,
     Will,
 )
 from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
 from broker.net.runtime import Broker
 from tests.broker.harness import run_with_broker
+from tests.broker.memclient import MemClient
 
 pytestmark = pytest.mark.timeout(60)
 
 V5 = ProtocolVersion.MQTT_5
-
-
-class MemClient:
-    """An MQTT client on an in-memory stream, driven by our codec's client role."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.proto = Connection(Role.CLIENT)
-        self.inbox: list[Packet] = []
-
-    @classmethod
-    async def connect(cls, broker: Broker, client_id: str, **kwargs: object) -> MemClient:
-        client_side, server_side = trio.testing.memory_stream_pair()
-        broker.spawn_connection(server_side)
-        client = cls(client_side)
-        properties = kwargs.pop("properties", Properties())
-        await client.send(Connect(V5, client_id, properties=properties, **kwargs))  # type: ignore[arg-type]
-        connack = await client.next()
-        assert isinstance(connack, Connack)
-        assert connack.reason_code is ReasonCode.SUCCESS
-        return client
-
-    async def send(self, packet: Packet) -> None:
-        await self.stream.send_all(self.proto.send(packet))
-
-    async def next(self) -> Packet:
-        while not self.inbox:
-            data = await self.stream.receive_some(65536)
-            if not data:
-                raise EOFError("the broker closed the connection")
-            self.inbox.extend(self.proto.receive_data(bytes(data)))  # type: ignore[arg-type]
-        return self.inbox.pop(0)
-
-    async def subscribe(self, topic_filter: bytes) -> None:
-        await self.send(Subscribe(1, (Subscription(topic_filter, 0),)))
-        assert isinstance(await self.next(), Suback)
-
-    async def abort(self) -> None:
-        """Close the socket without DISCONNECT."""
-        await self.stream.aclose()
 
 
 def test_will_delay_is_honoured_to_the_second_mqtt_3_1_2_8(tmp_path: pathlib.Path) -> None:
