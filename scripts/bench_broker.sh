@@ -5,8 +5,13 @@
 #   scripts/bench_broker.sh                 # MQTT 5: all six scenarios, qos1 persistent, amqtt
 #   REPEAT=1 BENCH_GROUPS="jetmq mosquitto" scripts/bench_broker.sh fanin qos1
 #
-# Groups: jetmq mosquitto persist amqtt (default: all). Results: JSON per group in $OUT and a
+# Groups: jetmq mosquitto persist amqtt (default: all), and jetmq-old: the same scenarios
+# against another checkout's jetmq (OLD=<checkout with its own .venv>, e.g. a worktree of the
+# commit before a change): `OLD=/tmp/jetmq-old BENCH_GROUPS="jetmq-old jetmq"` A/Bs a change. Results: JSON per group in $OUT and a
 # comparison table on stdout (mqttbench --compare). Nothing generated here is committed.
+# ROUNDS=N: the groups take turns N times (one run per scenario each) and the table is the
+# per-round ratio of the last group to the first (scripts/bench_ab.py), e.g.
+#   OLD=/tmp/jetmq-old ROUNDS=3 BENCH_GROUPS="jetmq-old jetmq" scripts/bench_broker.sh
 #
 # "persist" runs qos1 with a subscriber that holds a persistent session (MQTT 5 clean start 0 +
 # Session Expiry 3600), so jetmq stores and fsyncs every message before its PUBACK; mosquitto
@@ -58,6 +63,23 @@ JETMQ="sh -c 'rm -rf $WORK/jetmq-data; exec $ROOT/.venv/bin/jetmq serve --listen
 MOSQ="mosquitto -c $SHARED/anchors/mosquitto.conf"
 MOSQP="sh -c 'rm -rf /tmp/mqttbench-mosq-persist; mkdir -p /tmp/mqttbench-mosq-persist; exec mosquitto -c $SHARED/anchors/mosquitto-persist.conf'"
 AMQTT="$ROOT/.venv/bin/amqtt -c $SHARED/anchors/amqtt.yaml"
+OLD=${OLD:-}
+JETMQ_OLD="sh -c 'rm -rf $WORK/jetmq-old-data; exec $OLD/.venv/bin/jetmq serve --listen 127.0.0.1:19841 --data-dir $WORK/jetmq-old-data'"
+
+if [ -n "${ROUNDS:-}" ]; then
+  # Alternating rounds for an A/B: every group once per round (one run per scenario), the
+  # groups taking turns, then per-round ratios of the last group to the first (bench_ab.py).
+  first=${BENCH_GROUPS%% *}; last=${BENCH_GROUPS##* }
+  for i in $(seq 1 "$ROUNDS"); do
+    for g in $BENCH_GROUPS; do
+      OUT="$OUT" REPEAT=1 ROUNDS= BENCH_GROUPS="$g" WORK="$WORK" "$0" $SCENARIOS >/dev/null
+      mv "$OUT/$g.json" "$OUT/$g-r$i.json"
+    done
+  done
+  python3 "$ROOT/scripts/bench_ab.py" "$first" "$last" "$OUT"
+  echo "results in $OUT"
+  exit 0
+fi
 
 jsons=()
 for g in $BENCH_GROUPS; do
@@ -66,6 +88,11 @@ for g in $BENCH_GROUPS; do
     run --label jetmq --port 19840 --broker-cmd "$JETMQ" --broker-log "$WORK/jetmq.log" \
         --json "$OUT/jetmq.json" $SCENARIOS
     jsons+=("$OUT/jetmq.json") ;;
+  jetmq-old)
+    [ -x "$OLD/.venv/bin/jetmq" ] || { echo "bench_broker: OLD=<checkout with .venv> needed for jetmq-old" >&2; exit 2; }
+    run --label jetmq-old --port 19841 --broker-cmd "$JETMQ_OLD" --broker-log "$WORK/jetmq-old.log" \
+        --json "$OUT/jetmq-old.json" $SCENARIOS
+    jsons+=("$OUT/jetmq-old.json") ;;
   mosquitto)
     run --label mosquitto --port 19831 --broker-cmd "$MOSQ" --broker-log "$WORK/mosquitto.log" \
         --json "$OUT/mosquitto.json" $SCENARIOS

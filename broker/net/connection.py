@@ -114,6 +114,25 @@ _internal_errors = _InternalErrors()
 class ClientConnection:
     """See module docstring."""
 
+    __slots__ = (
+        "_parked_fd",
+        "_read_scope",
+        "broker",
+        "closing",
+        "handshake",
+        "inbound",
+        "out",
+        "peer_gone",
+        "problem_info",
+        "proto",
+        "send_qos0",
+        "send_will",
+        "session",
+        "transport",
+        "version",
+        "wake",
+    )
+
     def __init__(self, broker: Host, transport: socket.socket | trio.abc.Stream) -> None:
         """``transport``: an accepted socket (see :func:`transport.prepare_socket`), or any
         trio stream (tests drive a connection through in-memory streams)."""
