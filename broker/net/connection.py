@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from broker.core.message import AppMessage
 from broker.core.sessions import Session
 from broker.mqtt.connection import Connection, DuplicatePublish, Role
 from broker.mqtt.encoder import encode
@@ -125,12 +126,10 @@ class ClientConnection:
         "peer_gone",
         "problem_info",
         "proto",
-        "send_qos0",
         "send_will",
         "session",
         "transport",
         "version",
-        "wake",
     )
 
     def __init__(self, broker: Host, transport: socket.socket | trio.abc.Stream) -> None:
@@ -149,22 +148,30 @@ class ClientConnection:
         self._read_scope: trio.CancelScope | None = None
         self._parked_fd = -1  # the socket, while the connection is parked (no task yet)
         self.out = Output(self, self.transport)
-        self.handshake = Handshake(self, self.out)
+        self.handshake: Handshake | None = Handshake(self, self.out)
         self.inbound = Inbound(self, self.out)
-        # What the broker calls per recipient, bound once (no forwarding frame per call).
-        self.send_qos0 = self.out.send_qos0
-        self.wake = self.out.output_ready
+
+    # == the core's Peer =========================================================================
+
+    def send_qos0(
+        self, msg: AppMessage, retain: bool, sub_ids: tuple[int, ...], now: float
+    ) -> None:
+        self.out.send_qos0(msg, retain, sub_ids, now)
+
+    def wake(self) -> None:
+        self.out.output_ready()
 
     # == lifecycle ================================================================================
 
     async def run(self) -> None:
         hs = self.handshake
+        self.handshake = None  # the task holds it while it needs it
         try:
-            if hs.early_error is not None:
+            if hs is not None and hs.early_error is not None:
                 raise hs.early_error  # a bug in connect_now: reported below
             with trio.CancelScope() as scope:
                 self._read_scope = scope
-                if self.session is None:  # not connected by connect_now
+                if hs is not None and self.session is None:  # not connected by connect_now
                     connect_timeout = self.broker.config.mqtt.connect_timeout
                     scope.deadline = trio.current_time() + connect_timeout
                     connect = await hs.read_connect()
@@ -180,9 +187,10 @@ class ClientConnection:
                     hs.resend_inflight()
                 # Packets the client pipelined after CONNECT were held until CONNACK was
                 # sent (not handled if the session was taken over before this task ran).
-                for packet in hs.behind_connect:
-                    await self._handle(packet)
-                hs.behind_connect = []
+                if hs is not None:
+                    for packet in hs.behind_connect:
+                        await self._handle(packet)
+                    hs = None
                 if not self.closing:
                     await self._feed(b"")
                 await self._read_loop()
@@ -217,6 +225,7 @@ class ClientConnection:
         CONNECT was answered on the spot and the connection is parked (see
         ``broker.net.parking``): its task starts when the client sends something, keep
         alive runs out, or the broker closes it. False: start the task."""
+        assert self.handshake is not None
         if not self.handshake.connect_inline():
             return False
         raw = self.transport.raw
@@ -225,6 +234,7 @@ class ClientConnection:
         deadline = self.proto.keepalive_deadline(trio.current_time())
         if self.broker.parking.park(self, fd, deadline):
             self._parked_fd = fd
+            self.handshake = None  # done with: an idle connection keeps what it needs
             return True
         return False
 

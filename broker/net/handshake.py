@@ -8,6 +8,7 @@ Composed into :class:`broker.net.connection.ClientConnection`.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -45,7 +46,7 @@ class Handshake:
         self.early_error: Exception | None = None
         # Packets decoded with the CONNECT (a server in CONNECTING decodes AUTH only):
         # handled once the CONNACK is out, like anything else the client pipelined.
-        self.behind_connect: list[Event] = []
+        self.behind_connect: Sequence[Event] = ()
 
     def connect_inline(self) -> bool:
         """Called (through ``connect_now``) by the accept loop before the connection's
