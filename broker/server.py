@@ -37,13 +37,25 @@ import trio
 
 import store
 from broker.client import prepare_socket
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, KeyNames, show_value
 from broker.core import Broker
 
 SHUTDOWN_GRACE = 5.0
 ACCEPT_BURST = 64
 GC_THRESHOLD = 10_000  # net allocations between young-generation collections
 _PEER_GONE = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM})
+
+
+class ListenError(OSError):
+    """A listen address that could not be bound: the address as configured and the cause
+    (``run_broker`` adds the key or flag it came from)."""
+
+    def __init__(self, address: str, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror)
+        self.address = address
+
+    def __str__(self) -> str:
+        return f"{show_value(self.address)}: {self.strerror}"
 
 
 async def _accept_loop(broker: Broker, listener: trio.SocketListener) -> None:
@@ -96,8 +108,13 @@ async def serve(
     broker = await Broker.open(config)
     try:
         listeners: list[trio.SocketListener] = []
-        for host, port in config.listener.addresses():
-            listeners.extend(await trio.open_tcp_listeners(port, host=host))
+        for text, (host, port) in zip(
+            config.listener.listen, config.listener.addresses(), strict=True
+        ):
+            try:
+                listeners.extend(await trio.open_tcp_listeners(port, host=host))
+            except OSError as exc:
+                raise ListenError(text, exc) from exc
         addresses: list[tuple[str, int]] = []
         for listener in listeners:
             sockname: Any = listener.socket.getsockname()
@@ -152,13 +169,16 @@ def _tune_gc() -> None:
     gc.set_threshold(GC_THRESHOLD, 10, 10)
 
 
-def run_broker(config: BrokerConfig) -> int:
+def run_broker(config: BrokerConfig, names: KeyNames | None = None) -> int:
     """Entry point of ``jetmq serve``: run until SIGTERM/SIGINT, then shut down cleanly.
 
     An operating-system error (a port in use, a data directory it may not write) or a store
     it cannot open or write at start (not an LMDB environment, a damaged or newer one, a
     full disk) ends it with one line on stderr and exit status 1, as mosquitto does, not a
-    traceback; trio hands it over inside an exception group."""
+    traceback; trio hands it over inside an exception group. An address it cannot listen
+    on is named with the key or flag it came from (``names``): ``--listen:
+    '127.0.0.1:1883': Address already in use``."""
+    names = names or KeyNames()
     listening: list[bool] = []
     failed: list[Exception] = []
     try:
@@ -167,7 +187,8 @@ def run_broker(config: BrokerConfig) -> int:
         failed.extend(_leaves(group))
     for exc in failed:
         what = "stopped" if listening else "cannot start"
-        print(f"jetmq: {what}: {exc}", file=sys.stderr)
+        where = f"{names(('listener', 'listen'))}: " if isinstance(exc, ListenError) else ""
+        print(f"jetmq: {what}: {where}{exc}", file=sys.stderr)
     return 1 if failed else 0
 
 
