@@ -14,6 +14,11 @@ Error handling
     closed socket (see ``broker.client``). A bug that does escape cancels the
     server; that is deliberate, it must not go unnoticed.
 
+Signals
+    SIGTERM and SIGINT shut down (below). SIGHUP is logged ("reload not supported
+    yet") and otherwise ignored until reloading exists; a SIGHUP before the signal
+    receiver is set up (during imports) still ends the process.
+
 Shutdown
     Cancelling the scope given to ``serve`` (SIGTERM/SIGINT in ``run_broker``)
     stops accepting at once, tells every MQTT 5 client DISCONNECT 0x8B
@@ -140,7 +145,8 @@ async def serve(
 
 
 async def _main(config: BrokerConfig, listening: list[bool]) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    # SIGHUP is received (its default action would end the process) but reloads nothing yet.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             addresses = await nursery.start(functools.partial(serve, config))
             listening.append(True)
@@ -148,6 +154,9 @@ async def _main(config: BrokerConfig, listening: list[bool]) -> None:
             for host, port in addresses:
                 print(f"jetmq: listening on {host}:{port}", flush=True)
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    print("jetmq: SIGHUP: reload not supported yet, going on", flush=True)
+                    continue
                 print(f"jetmq: {signal.Signals(signum).name}, shutting down", flush=True)
                 nursery.cancel_scope.cancel()
                 break

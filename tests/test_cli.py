@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 
 from broker import __version__
 from tests.broker.harness import BrokerProcess, refused_at_start, serve_command
+from tests.broker.pahoclient import Paho
 
 
 def _jetmq(*args: str) -> subprocess.CompletedProcess[str]:
@@ -173,3 +175,27 @@ def test_serve_on_a_busy_port_names_the_key_and_line(tmp_path: pathlib.Path) -> 
         f"jetmq: cannot start: {path}: listener.listen (line 2): {address!r}:"
         " Address already in use"
     )
+
+
+@pytest.mark.timeout(60)
+def test_sighup_is_logged_and_the_broker_serves_on(tmp_path: pathlib.Path) -> None:
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    try:
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGHUP)
+        line = broker.wait_for_output("SIGHUP")
+        assert line.strip() == "jetmq: SIGHUP: reload not supported yet, going on"
+        sub = Paho(broker.port, "hup-sub")
+        pub = Paho(broker.port, "hup-pub")
+        try:
+            sub.connect()
+            sub.subscribe("after/hup", qos=1)
+            pub.connect()
+            pub.publish("after/hup", b"still here", qos=1)
+            assert sub.get().payload == b"still here"
+        finally:
+            pub.disconnect()
+            sub.disconnect()
+    finally:
+        assert broker.terminate() == 0

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,6 +164,7 @@ class BrokerProcess:
     proc: subprocess.Popen[str] | None = None
     output: list[str] = field(default_factory=list)
     _pump: threading.Thread | None = None
+    _lines: queue.Queue[str] = field(default_factory=queue.Queue)
 
     def start(self) -> None:
         cmd = serve_command(self.data_dir, self.port, self.file_size_limit)
@@ -171,7 +173,7 @@ class BrokerProcess:
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
         assert self.proc.stdout is not None
-        lines: queue.Queue[str] = queue.Queue()
+        lines = self._lines
 
         stdout = self.proc.stdout
 
@@ -191,6 +193,18 @@ class BrokerProcess:
             if "listening on" in line:
                 self.port = int(line.rsplit(":", 1)[1])
                 return
+
+    def wait_for_output(self, text: str, timeout: float = START_TIMEOUT) -> str:
+        """The next line of output containing ``text`` (lines before it are skipped)."""
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                line = self._lines.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if text in line:
+                return line
+        raise AssertionError(f"no {text!r} within {timeout} s: " + "".join(self.output))
 
     def _reap(self, timeout: float) -> int:
         assert self.proc is not None
