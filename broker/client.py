@@ -348,6 +348,7 @@ class ClientConnection(Handshake):
         if self._closing:
             return
         log.debug("protocol error from a client: %s", exc)
+        self._log_over_limit(exc)
         if exc.answer is Answer.DISCONNECT and self.version is _V5:
             props = Properties(reason_string=exc.reason) if self.problem_info else EMPTY_PROPERTIES
             self._out.append(encode(Disconnect(exc.reason_code, props), _V5))

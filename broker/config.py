@@ -91,7 +91,11 @@ class StorageConfig(_Section):
 class MqttConfig(_Section):
     """What the broker announces in CONNACK and enforces on every connection."""
 
-    max_packet_size: Annotated[int, Field(ge=32, le=268_435_455)] = 1_048_576
+    # 16 MiB: mosquitto takes up to MQTT's 268,435,455 and 1 MiB refused ordinary payloads
+    # (images, firmware); a packet is buffered whole, ≈3x its size at peak (a 50 MB
+    # PUBLISH to one subscriber: +150 MB RSS), so not the protocol's maximum. Every
+    # refusal is logged with the client id and the size (broker.handshake).
+    max_packet_size: Annotated[int, Field(ge=32, le=268_435_455)] = 16_777_216
     receive_maximum: Annotated[int, Field(ge=1, le=65_535)] = 1024
     topic_alias_maximum: U16 = 64
     maximum_qos: Literal[0, 1, 2] = 2

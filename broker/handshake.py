@@ -8,6 +8,7 @@ A mixin of :class:`broker.client.ClientConnection`.
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -16,7 +17,7 @@ import trio
 import radix
 from broker.message import AppMessage
 from broker.mqtt.encoder import encode
-from broker.mqtt.errors import Answer, MQTTProtocolError
+from broker.mqtt.errors import Answer, MQTTProtocolError, PacketOverLimitError
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Connack, Connect, Publish
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 READ_SIZE = 65536
 _V5 = ProtocolVersion.MQTT_5
+log = logging.getLogger("jetmq.client")
 
 
 class Handshake(Output):
@@ -42,6 +44,28 @@ class Handshake(Output):
     if TYPE_CHECKING:  # ClientConnection's
 
         async def _receive(self) -> bytes | bytearray: ...
+
+    def _log_over_limit(self, exc: MQTTProtocolError) -> None:
+        """A packet over ``mqtt.max_packet_size`` is refused with one warning naming the
+        client and the size, so an operator can tell a client it is too big or raise the
+        limit (the connection closes after it: one line per refusal)."""
+        if not isinstance(exc, PacketOverLimitError):
+            return
+        session = self.session
+        if session is not None:
+            who = f"client {session.client_id!r}"
+        else:
+            who = "a client before its CONNECT"
+            with contextlib.suppress(OSError):
+                if self._raw is not None:
+                    host, port = self._raw.getpeername()[:2]
+                    who += f" (from {host} port {port})"
+        log.warning(
+            "%s: refused a packet of %d bytes, over mqtt.max_packet_size = %d (0x95)",
+            who,
+            exc.size,
+            exc.limit,
+        )
 
     def _connect_inline(self) -> bool:
         """Called (through ``connect_now``) by the accept loop before the connection's
@@ -97,6 +121,7 @@ class Handshake(Output):
             self._early = None
             if isinstance(early, Connect):
                 return early
+            self._log_over_limit(early)
             await self._refuse(early.reason_code, early.reason, early.version, early.answer)
             return None
         while True:
@@ -109,6 +134,7 @@ class Handshake(Output):
             try:
                 events = self.proto.receive_data(bytes(data))
             except MQTTProtocolError as exc:
+                self._log_over_limit(exc)
                 await self._refuse(exc.reason_code, exc.reason, exc.version, exc.answer)
                 return None
             if events:

@@ -116,11 +116,15 @@ def running_broker(data_dir: pathlib.Path, **mqtt: Any) -> Iterator[BrokerThread
 
 
 def serve_command(
-    data_dir: pathlib.Path, port: int = 0, file_size_limit: int | None = None
+    data_dir: pathlib.Path,
+    port: int = 0,
+    file_size_limit: int | None = None,
+    config: pathlib.Path | None = None,
 ) -> list[str]:
     """``jetmq serve`` on 127.0.0.1 as a child process; with ``file_size_limit`` the child
     may not grow any file past that many bytes (RLIMIT_FSIZE, SIGXFSZ ignored: writes
-    beyond fail with EFBIG, as on a full disk)."""
+    beyond fail with EFBIG, as on a full disk); ``config``: a jetmq.toml (the listen
+    address and the data dir still come from the flags)."""
     launch = ["-m", "broker"]
     if file_size_limit is not None:
         n = file_size_limit
@@ -139,6 +143,7 @@ def serve_command(
         f"127.0.0.1:{port}",
         "--data-dir",
         str(data_dir),
+        *(["--config", str(config)] if config is not None else []),
     ]
 
 
@@ -161,13 +166,14 @@ class BrokerProcess:
     data_dir: pathlib.Path
     port: int = 0
     file_size_limit: int | None = None  # see serve_command
+    config: pathlib.Path | None = None  # see serve_command
     proc: subprocess.Popen[str] | None = None
     output: list[str] = field(default_factory=list)
     _pump: threading.Thread | None = None
     _lines: queue.Queue[str] = field(default_factory=queue.Queue)
 
     def start(self) -> None:
-        cmd = serve_command(self.data_dir, self.port, self.file_size_limit)
+        cmd = serve_command(self.data_dir, self.port, self.file_size_limit, self.config)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
