@@ -12,7 +12,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from broker import __version__
-from broker.config import DEFAULT_DATA_DIR, DEFAULT_LISTEN, BrokerConfig, ConfigError, load_config
+from broker.config import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_LISTEN,
+    BrokerConfig,
+    ConfigError,
+    KeyNames,
+    load_config_named,
+)
+from broker.preflight import check_system
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +45,8 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--version", action="version", version=f"jetmq {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # No command is a usage error (usage on stderr, exit status 2), as argparse reports others.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_config_args(sub.add_parser("serve", help="run the broker"))
     _add_config_args(
         sub.add_parser("check-config", help="validate a configuration and print the result")
@@ -45,18 +54,28 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _config_from_args(args: argparse.Namespace) -> BrokerConfig:
+def _config_from_args(
+    args: argparse.Namespace, *, create_data_dir: bool
+) -> tuple[BrokerConfig, KeyNames]:
+    """The configuration ``serve`` would run with, checked against this machine as well
+    (``broker.preflight``): ``check-config`` and ``serve`` refuse the same things."""
     overrides: dict[str, dict[str, Any]] = {}
-    if args.listen:
-        overrides["listener"] = {"listen": list(args.listen)}
-    if args.data_dir:
-        overrides["storage"] = {"data_dir": args.data_dir}
-    return load_config(args.config, overrides)
+    flags: dict[tuple[str, str], str] = {}
+    for (section, key), flag, value in (
+        (("listener", "listen"), "--listen", args.listen),
+        (("storage", "data_dir"), "--data-dir", args.data_dir),
+    ):
+        if value:
+            overrides.setdefault(section, {})[key] = value
+            flags[section, key] = flag
+    config, names = load_config_named(args.config, overrides, flags)
+    check_system(config, names, create_data_dir=create_data_dir)
+    return config, names
 
 
 def _check_config(args: argparse.Namespace) -> int:
     try:
-        config = _config_from_args(args)
+        config, _names = _config_from_args(args, create_data_dir=False)
     except ConfigError as exc:
         print(f"jetmq: configuration error\n{exc}", file=sys.stderr)
         return 1
@@ -67,13 +86,13 @@ def _check_config(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     try:
-        config = _config_from_args(args)
+        config, names = _config_from_args(args, create_data_dir=True)
     except ConfigError as exc:
         print(f"jetmq: configuration error\n{exc}", file=sys.stderr)
         return 1
     from broker.net.server import run_broker
 
-    return run_broker(config)
+    return run_broker(config, names)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,10 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
-    if args.command == "check-config":
-        return _check_config(args)
-    parser.print_help()
-    return 0
+    assert args.command == "check-config"  # the parser allows nothing else
+    return _check_config(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

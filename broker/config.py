@@ -2,8 +2,12 @@
 
 Every setting has an embedded default, so ``jetmq serve`` runs with no file at
 all. Unknown keys are errors (a typo must not be silently ignored), and every
-error names the dotted key, the line where it stands when it can be found, and
-what is wrong with it.
+error names where the value came from (the command-line flag, or the file, the
+dotted key and its line when it can be found), the value, and what is wrong with
+it: ``jetmq.toml: storage.sync (line 2): 'never': Input should be ...``,
+``--listen: 'nohost': expected HOST:PORT``. What only the machine can tell (a
+host that resolves, a data directory that can be created) is checked by
+``broker.preflight`` with the same naming (``KeyNames``).
 """
 
 from __future__ import annotations
@@ -12,9 +16,17 @@ import pathlib
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 DEFAULT_PORT = 1883
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
@@ -33,27 +45,35 @@ class _Section(BaseModel):
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6); raise ValueError with the reason."""
+    """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6); raise ValueError with the reason
+    (the caller names the value)."""
     host, sep, port_text = value.rpartition(":")
     if not sep or not host:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
+        raise ValueError("expected HOST:PORT ([ADDRESS]:PORT for IPv6)")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+    if not host:
+        raise ValueError("the host is empty")
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65_535:
-        raise ValueError(f"port must be an integer 0..65535, got {port_text!r}")
+        raise ValueError(f"the port must be an integer 0..65535, not {port_text!r}")
     return host, int(port_text)
 
 
+def _valid_listen(value: str) -> str:
+    parse_listen(value)
+    return value
+
+
 class ListenerConfig(_Section):
-    listen: list[str] = Field(default_factory=lambda: [DEFAULT_LISTEN])
+    listen: list[Annotated[str, AfterValidator(_valid_listen)]] = Field(
+        default_factory=lambda: [DEFAULT_LISTEN]
+    )
 
     @field_validator("listen")
     @classmethod
     def _check_listen(cls, value: list[str]) -> list[str]:
         if not value:
             raise ValueError("at least one HOST:PORT is required")
-        for item in value:
-            parse_listen(item)
         return value
 
     def addresses(self) -> list[tuple[str, int]]:
@@ -71,7 +91,11 @@ class StorageConfig(_Section):
 class MqttConfig(_Section):
     """What the broker announces in CONNACK and enforces on every connection."""
 
-    max_packet_size: Annotated[int, Field(ge=32, le=268_435_455)] = 1_048_576
+    # 16 MiB: mosquitto takes up to MQTT's 268,435,455 and 1 MiB refused ordinary payloads
+    # (images, firmware); a packet is buffered whole, ≈3x its size at peak (a 50 MB
+    # PUBLISH to one subscriber: +150 MB RSS), so not the protocol's maximum. Every
+    # refusal is logged with the client id and the size (broker.net.handshake).
+    max_packet_size: Annotated[int, Field(ge=32, le=268_435_455)] = 16_777_216
     receive_maximum: Annotated[int, Field(ge=1, le=65_535)] = 1024
     topic_alias_maximum: U16 = 64
     maximum_qos: Literal[0, 1, 2] = 2
@@ -131,31 +155,67 @@ def _find_line(text: str, loc: Sequence[str | int]) -> int | None:
     return None
 
 
-def _format_errors(err: ValidationError, text: str | None, source: str) -> str:
+@dataclass(frozen=True)
+class KeyNames:
+    """Says where a setting came from, for error messages: the flag that set it
+    (``flags`` maps ``(section, key)`` to e.g. ``"--listen"``), else the file, the dotted
+    key and its line, else (no file) the dotted key alone."""
+
+    path: str | None = None
+    text: str | None = None
+    flags: Mapping[tuple[str, str], str] = field(default_factory=dict)
+
+    def __call__(self, loc: Sequence[str | int]) -> str:
+        keys = tuple(str(k) for k in loc if isinstance(k, str))
+        flag = self.flags.get((keys[0], keys[1])) if len(keys) >= 2 else None
+        if flag is not None:
+            return flag
+        key = ".".join(keys) or "(top level)"
+        if self.path is None:
+            return key
+        line = _find_line(self.text, loc) if self.text is not None else None
+        return f"{self.path}: {key}" + (f" (line {line})" if line is not None else "")
+
+
+def show_value(value: object, limit: int = 80) -> str:
+    """A value as an error message quotes it (its repr, cut short when long)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _format_errors(err: ValidationError, names: KeyNames) -> str:
     lines = []
     for item in err.errors():
-        loc = item["loc"]
-        key = ".".join(str(k) for k in loc) or "(top level)"
-        where = ""
-        if text is not None:
-            line = _find_line(text, loc)
-            if line is not None:
-                where = f" (line {line})"
-        message = item["msg"]
+        name = names(item["loc"])
         if item["type"] == "extra_forbidden":
-            message = "unknown key"
-        lines.append(f"{source}: {key}{where}: {message}")
+            lines.append(f"{name}: unknown key")
+            continue
+        cause = item.get("ctx", {}).get("error")
+        message = str(cause) if isinstance(cause, ValueError) else item["msg"]
+        lines.append(f"{name}: {show_value(item['input'])}: {message}")
     return "\n".join(lines)
 
 
 def load_config(
-    path: str | pathlib.Path | None = None, overrides: Mapping[str, Mapping[str, Any]] | None = None
+    path: str | pathlib.Path | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    flags: Mapping[tuple[str, str], str] | None = None,
 ) -> BrokerConfig:
     """Read and validate a config file (or the embedded defaults when ``path`` is None).
 
-    ``overrides`` (e.g. from ``--listen``) are applied per section on top of the file.
-    Raises ConfigError naming the key, its line and the problem.
+    ``overrides`` (e.g. from ``--listen``) are applied per section on top of the file;
+    ``flags`` names the flag each override came from. Raises ConfigError naming the key
+    (and its line) or the flag, the value and the problem.
     """
+    return load_config_named(path, overrides, flags)[0]
+
+
+def load_config_named(
+    path: str | pathlib.Path | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    flags: Mapping[tuple[str, str], str] | None = None,
+) -> tuple[BrokerConfig, KeyNames]:
+    """``load_config``, also returning how to name each setting in later errors."""
     data: dict[str, Any] = {}
     text: str | None = None
     source = "<defaults>"
@@ -173,7 +233,8 @@ def load_config(
         merged = dict(data.get(section, {}))
         merged.update(values)
         data[section] = merged
+    names = KeyNames(None if path is None else source, text, dict(flags or {}))
     try:
-        return BrokerConfig.model_validate(data)
+        return BrokerConfig.model_validate(data), names
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, text, source)) from exc
+        raise ConfigError(_format_errors(exc, names)) from exc

@@ -26,7 +26,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from broker.mqtt.errors import Answer, MQTTProtocolError, malformed, protocol_error
+from broker.mqtt.errors import (
+    Answer,
+    MQTTProtocolError,
+    PacketOverLimitError,
+    malformed,
+    protocol_error,
+)
 from broker.mqtt.packet_types import PacketType, ProtocolVersion
 from broker.mqtt.packets import (
     Auth,
@@ -203,10 +209,7 @@ class Decoder:
                 end = pos + header + length
                 p = pos + header
             if end - pos > max_size:
-                raise MQTTProtocolError(
-                    ReasonCode.PACKET_TOO_LARGE,
-                    f"packet of {end - pos} bytes exceeds Maximum Packet Size {max_size}",
-                )
+                raise PacketOverLimitError(end - pos, max_size)
             if end > n:
                 self._need = end - pos
                 break

@@ -3,6 +3,8 @@
 :class:`MQTTProtocolError` is the only exception the decoder and the connection machine
 raise for *anything the peer sends* (any bytes). It carries what goes on the wire: the
 reason code, a reason string, and which packet to answer with (:class:`Answer`).
+:class:`PacketOverLimitError` is the one kind of it with more for the caller: the size
+of a packet over our Maximum Packet Size and the limit (the broker logs them).
 
 :class:`LocalProtocolError` is raised when *our own side* asks for something the protocol
 forbids (sending a second CONNACK, a packet identifier that is in use, a QoS 1 message
@@ -22,7 +24,13 @@ from broker.mqtt.reason_codes import ReasonCode
 if TYPE_CHECKING:
     from broker.mqtt.packet_types import ProtocolVersion
 
-__all__ = ["Answer", "LocalProtocolError", "MQTTProtocolError", "PacketTooLargeError"]
+__all__ = [
+    "Answer",
+    "LocalProtocolError",
+    "MQTTProtocolError",
+    "PacketOverLimitError",
+    "PacketTooLargeError",
+]
 
 
 class Answer(Enum):
@@ -63,6 +71,20 @@ class MQTTProtocolError(Exception):
         self.answer = answer
         self.version = version
         self.packets: tuple[Any, ...] = ()
+
+
+class PacketOverLimitError(MQTTProtocolError):
+    """The peer sent a packet larger than our Maximum Packet Size (0x95 [MQTT-3.2.2-15]);
+    ``size`` (its whole length as announced by its fixed header) and ``limit`` are for
+    the log, since the packet is refused before its body is read."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            ReasonCode.PACKET_TOO_LARGE,
+            f"packet of {size} bytes exceeds Maximum Packet Size {limit}",
+        )
+        self.size = size
+        self.limit = limit
 
 
 class LocalProtocolError(ValueError):

@@ -61,7 +61,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode
-from broker.net.handshake import Handshake
+from broker.net.handshake import Handshake, log_over_limit
 from broker.net.inbound import Inbound
 from broker.net.output import FLUSH_TIMEOUT, Output
 from broker.net.transport import Transport
@@ -342,6 +342,7 @@ class ClientConnection:
         if self.closing:
             return
         log.debug("protocol error from a client: %s", exc)
+        log_over_limit(self, exc)
         if exc.answer is Answer.DISCONNECT and self.version is _V5:
             props = Properties(reason_string=exc.reason) if self.problem_info else EMPTY_PROPERTIES
             self.out.out.append(encode(Disconnect(exc.reason_code, props), _V5))

@@ -8,6 +8,7 @@ Composed into :class:`broker.net.connection.ClientConnection`.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from broker.core.sessions import NEVER_EXPIRES, WillRecord
 from broker.core.systopics import reserved_prefix
 from broker.mqtt.connection import Event
 from broker.mqtt.encoder import encode
-from broker.mqtt.errors import Answer, MQTTProtocolError
+from broker.mqtt.errors import Answer, MQTTProtocolError, PacketOverLimitError
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Connack, Connect, Publish
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
@@ -31,6 +32,33 @@ if TYPE_CHECKING:
     from broker.net.output import Output
 
 _V5 = ProtocolVersion.MQTT_5
+log = logging.getLogger("jetmq.client")
+
+
+def log_over_limit(conn: Link, exc: MQTTProtocolError) -> None:
+    """One warning per packet refused for ``mqtt.max_packet_size``, naming the client (or,
+    before its CONNECT, its address) and the size; other errors log nothing here."""
+    if not isinstance(exc, PacketOverLimitError):
+        return
+    session = conn.session
+    if session is not None:
+        who = f"client {session.client_id!r}"
+    else:
+        who = "a client before its CONNECT"
+        raw = conn.transport.raw
+        with contextlib.suppress(OSError):
+            if raw is not None:
+                host, port = raw.getpeername()[:2]
+                who += f" (from {host} port {port})"
+    log.warning(
+        "%s: refused a packet of %d bytes, over mqtt.max_packet_size = %d (0x95)",
+        who,
+        exc.size,
+        exc.limit,
+    )
+
+
+log = logging.getLogger("jetmq.client")
 
 
 class Handshake:
@@ -47,6 +75,12 @@ class Handshake:
         # Packets decoded with the CONNECT (a server in CONNECTING decodes AUTH only):
         # handled once the CONNACK is out, like anything else the client pipelined.
         self.behind_connect: Sequence[Event] = ()
+
+    def log_over_limit(self, exc: MQTTProtocolError) -> None:
+        """A packet over ``mqtt.max_packet_size`` is refused with one warning naming the
+        client and the size, so an operator can tell a client it is too big or raise the
+        limit (the connection closes after it: one line per refusal)."""
+        log_over_limit(self.conn, exc)
 
     def connect_inline(self) -> bool:
         """Called (through ``connect_now``) by the accept loop before the connection's
@@ -100,6 +134,7 @@ class Handshake:
             self.early = None
             if isinstance(early, Connect):
                 return early
+            self.log_over_limit(early)
             await self.refuse(early.reason_code, early.reason, early.version, early.answer)
             return None
         while True:
@@ -112,6 +147,7 @@ class Handshake:
             try:
                 events = self.conn.proto.receive_data(bytes(data))
             except MQTTProtocolError as exc:
+                self.log_over_limit(exc)
                 await self.refuse(exc.reason_code, exc.reason, exc.version, exc.answer)
                 return None
             if events:

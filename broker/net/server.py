@@ -11,8 +11,13 @@ Resource handling
 Error handling
     A connection task never lets an exception escape into the handler nursery
     for anything a peer can send: protocol errors become reason codes and a
-    closed socket (see ``broker.client``). A bug that does escape cancels the
+    closed socket (see ``broker.net.connection``). A bug that does escape cancels the
     server; that is deliberate, it must not go unnoticed.
+
+Signals
+    SIGTERM and SIGINT shut down (below). SIGHUP is logged ("reload not supported
+    yet") and otherwise ignored until reloading exists; a SIGHUP before the signal
+    receiver is set up (during imports) still ends the process.
 
 Shutdown
     Cancelling the scope given to ``serve`` (SIGTERM/SIGINT in ``run_broker``)
@@ -36,7 +41,7 @@ from typing import Any
 import trio
 
 import store
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, KeyNames, show_value
 from broker.net.runtime import Broker
 from broker.net.transport import prepare_socket
 
@@ -44,6 +49,18 @@ SHUTDOWN_GRACE = 5.0
 ACCEPT_BURST = 64
 GC_THRESHOLD = 10_000  # net allocations between young-generation collections
 _PEER_GONE = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EPERM})
+
+
+class ListenError(OSError):
+    """A listen address that could not be bound: the address as configured and the cause
+    (``run_broker`` adds the key or flag it came from)."""
+
+    def __init__(self, address: str, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror)
+        self.address = address
+
+    def __str__(self) -> str:
+        return f"{show_value(self.address)}: {self.strerror}"
 
 
 async def _accept_loop(broker: Broker, listener: trio.SocketListener) -> None:
@@ -96,8 +113,13 @@ async def serve(
     broker = await Broker.open(config)
     try:
         listeners: list[trio.SocketListener] = []
-        for host, port in config.listener.addresses():
-            listeners.extend(await trio.open_tcp_listeners(port, host=host))
+        for text, (host, port) in zip(
+            config.listener.listen, config.listener.addresses(), strict=True
+        ):
+            try:
+                listeners.extend(await trio.open_tcp_listeners(port, host=host))
+            except OSError as exc:
+                raise ListenError(text, exc) from exc
         addresses: list[tuple[str, int]] = []
         for listener in listeners:
             sockname: Any = listener.socket.getsockname()
@@ -123,7 +145,8 @@ async def serve(
 
 
 async def _main(config: BrokerConfig, listening: list[bool]) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    # SIGHUP is received (its default action would end the process) but reloads nothing yet.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             addresses = await nursery.start(functools.partial(serve, config))
             listening.append(True)
@@ -131,6 +154,9 @@ async def _main(config: BrokerConfig, listening: list[bool]) -> None:
             for host, port in addresses:
                 print(f"jetmq: listening on {host}:{port}", flush=True)
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    print("jetmq: SIGHUP: reload not supported yet, going on", flush=True)
+                    continue
                 print(f"jetmq: {signal.Signals(signum).name}, shutting down", flush=True)
                 nursery.cancel_scope.cancel()
                 break
@@ -152,13 +178,16 @@ def _tune_gc() -> None:
     gc.set_threshold(GC_THRESHOLD, 10, 10)
 
 
-def run_broker(config: BrokerConfig) -> int:
+def run_broker(config: BrokerConfig, names: KeyNames | None = None) -> int:
     """Entry point of ``jetmq serve``: run until SIGTERM/SIGINT, then shut down cleanly.
 
     An operating-system error (a port in use, a data directory it may not write) or a store
     it cannot open or write at start (not an LMDB environment, a damaged or newer one, a
     full disk) ends it with one line on stderr and exit status 1, as mosquitto does, not a
-    traceback; trio hands it over inside an exception group."""
+    traceback; trio hands it over inside an exception group. An address it cannot listen
+    on is named with the key or flag it came from (``names``): ``--listen:
+    '127.0.0.1:1883': Address already in use``."""
+    names = names or KeyNames()
     listening: list[bool] = []
     failed: list[Exception] = []
     try:
@@ -167,7 +196,8 @@ def run_broker(config: BrokerConfig) -> int:
         failed.extend(_leaves(group))
     for exc in failed:
         what = "stopped" if listening else "cannot start"
-        print(f"jetmq: {what}: {exc}", file=sys.stderr)
+        where = f"{names(('listener', 'listen'))}: " if isinstance(exc, ListenError) else ""
+        print(f"jetmq: {what}: {where}{exc}", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,11 +116,15 @@ def running_broker(data_dir: pathlib.Path, **mqtt: Any) -> Iterator[BrokerThread
 
 
 def serve_command(
-    data_dir: pathlib.Path, port: int = 0, file_size_limit: int | None = None
+    data_dir: pathlib.Path,
+    port: int = 0,
+    file_size_limit: int | None = None,
+    config: pathlib.Path | None = None,
 ) -> list[str]:
     """``jetmq serve`` on 127.0.0.1 as a child process; with ``file_size_limit`` the child
     may not grow any file past that many bytes (RLIMIT_FSIZE, SIGXFSZ ignored: writes
-    beyond fail with EFBIG, as on a full disk)."""
+    beyond fail with EFBIG, as on a full disk); ``config``: a jetmq.toml (the listen
+    address and the data dir still come from the flags)."""
     launch = ["-m", "broker"]
     if file_size_limit is not None:
         n = file_size_limit
@@ -138,6 +143,7 @@ def serve_command(
         f"127.0.0.1:{port}",
         "--data-dir",
         str(data_dir),
+        *(["--config", str(config)] if config is not None else []),
     ]
 
 
@@ -160,18 +166,20 @@ class BrokerProcess:
     data_dir: pathlib.Path
     port: int = 0
     file_size_limit: int | None = None  # see serve_command
+    config: pathlib.Path | None = None  # see serve_command
     proc: subprocess.Popen[str] | None = None
     output: list[str] = field(default_factory=list)
     _pump: threading.Thread | None = None
+    _lines: queue.Queue[str] = field(default_factory=queue.Queue)
 
     def start(self) -> None:
-        cmd = serve_command(self.data_dir, self.port, self.file_size_limit)
+        cmd = serve_command(self.data_dir, self.port, self.file_size_limit, self.config)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
         assert self.proc.stdout is not None
-        lines: queue.Queue[str] = queue.Queue()
+        lines = self._lines
 
         stdout = self.proc.stdout
 
@@ -191,6 +199,18 @@ class BrokerProcess:
             if "listening on" in line:
                 self.port = int(line.rsplit(":", 1)[1])
                 return
+
+    def wait_for_output(self, text: str, timeout: float = START_TIMEOUT) -> str:
+        """The next line of output containing ``text`` (lines before it are skipped)."""
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                line = self._lines.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if text in line:
+                return line
+        raise AssertionError(f"no {text!r} within {timeout} s: " + "".join(self.output))
 
     def _reap(self, timeout: float) -> int:
         assert self.proc is not None

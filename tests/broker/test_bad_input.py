@@ -137,7 +137,7 @@ def test_truncated_packet_then_close_is_an_abnormal_close(broker: BrokerThread) 
 def test_oversize_packet_is_refused_before_it_is_buffered(broker: BrokerThread) -> None:
     with RawClient(broker.port) as c:
         c.connect("huge")
-        # Announce 200 MB; send only the fixed header. The limit is 1 MiB.
+        # Announce 200 MB; send only the fixed header. The limit is 16 MiB.
         c.send_raw(bytes([0x30, 0x80, 0x80, 0x80, 0x60]))
         disconnect = c.expect_disconnect()
         assert disconnect is not None

@@ -57,3 +57,24 @@ def test_invalid_toml_and_missing_file(tmp_path: pathlib.Path) -> None:
         load_config(bad)
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "absent.toml")
+
+
+def test_a_bad_flag_is_named_by_the_flag_with_its_value() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            None,
+            {"listener": {"listen": ["127.0.0.1:0", "nohost"]}},
+            {("listener", "listen"): "--listen"},
+        )
+    assert str(info.value) == "--listen: 'nohost': expected HOST:PORT ([ADDRESS]:PORT for IPv6)"
+
+
+def test_every_error_quotes_the_value(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[storage]\nsync = 'never'\n[mqtt]\nmax_packet_size = 10\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value).splitlines() == [
+        f"{path}: storage.sync (line 2): 'never': Input should be 'always' or 'batch'",
+        f"{path}: mqtt.max_packet_size (line 4): 10: Input should be greater than or equal to 32",
+    ]

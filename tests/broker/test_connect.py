@@ -44,7 +44,7 @@ def test_connack_properties_mqtt_3_2_2(broker: BrokerThread) -> None:
         assert connack.reason_code is ReasonCode.SUCCESS
         assert not connack.session_present
         assert p.receive_maximum == 1024
-        assert p.maximum_packet_size == 1_048_576
+        assert p.maximum_packet_size == 16_777_216
         assert p.topic_alias_maximum == 64
         assert p.retain_available == 1
         assert p.wildcard_subscription_available == 1

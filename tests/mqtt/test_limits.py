@@ -6,7 +6,12 @@ import pytest
 
 from broker.mqtt.codec import MAX_PACKET_SIZE, Decoder, encode
 from broker.mqtt.connection import Connection, Role
-from broker.mqtt.errors import LocalProtocolError, MQTTProtocolError, PacketTooLargeError
+from broker.mqtt.errors import (
+    LocalProtocolError,
+    MQTTProtocolError,
+    PacketOverLimitError,
+    PacketTooLargeError,
+)
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Connack, Connect, Puback, Publish, Subscribe, Subscription
 from broker.mqtt.properties import Properties
@@ -68,9 +73,10 @@ def test_maximum_packet_size_at_limit_and_beyond(limit: int) -> None:
     bigger = encode(Publish(b"t", b"x" * (limit - 4)), V311)
     assert len(bigger) == size + 1
     header = bigger[: 3 if bigger[1] & 0x80 else 2]
-    with pytest.raises(MQTTProtocolError) as info:
+    with pytest.raises(PacketOverLimitError) as info:
         Decoder(V311, max_packet_size=size).feed(header)
     assert info.value.reason_code is RC.PACKET_TOO_LARGE
+    assert (info.value.size, info.value.limit) == (size + 1, size)  # for the broker's log
 
 
 def test_peer_maximum_packet_size_at_limit_and_beyond() -> None:
