@@ -8,30 +8,20 @@ Rules of this file
   :class:`LocalProtocolError` (and :class:`PacketTooLargeError`, which the broker catches
   to skip a message for a peer with a small Maximum Packet Size).
 * Which packets may arrive and which may be sent is one table per direction,
-  ``_INBOUND`` and ``_OUTBOUND``, keyed by (role, state). A packet outside the table is a
-  Protocol Error (inbound) or a LocalProtocolError (outbound).
+  ``INBOUND`` and ``OUTBOUND`` in :mod:`broker.mqtt.states`, keyed by (role, state), with
+  the state diagram. Call ``receive_data(b"")`` after sending CONNACK to get the packets
+  the client pipelined behind its CONNECT.
 * State that outlives the network connection is in :class:`SessionState` (passed in,
   persisted by the broker); everything else here dies with the connection.
-
-States::
-
-    AWAIT_CONNECT --CONNECT--> CONNECTING --CONNACK 0x00--> CONNECTED --DISCONNECT--> CLOSED
-                                   |                            (sent or received)
-                                   +--CONNACK >= 0x80--> CLOSED;   any MQTTProtocolError -> CLOSED
-
-A server in CONNECTING decodes only AUTH; packets the client pipelined after CONNECT stay
-buffered until CONNACK is sent (§3.1.4; and nothing after a refusing CONNACK,
-[MQTT-3.1.4-5] in 3.1.1); call ``receive_data(b"")`` after sending
-CONNACK to get them.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
-from enum import Enum
+from dataclasses import replace
 from typing import cast
 
+from broker.mqtt.aliases import AliasPlan, TopicAliases, has_wildcard
 from broker.mqtt.decoder import MAX_PACKET_SIZE, Decoder
 from broker.mqtt.encoder import EncodedPublish, encode, strip_diagnostics
 from broker.mqtt.errors import (
@@ -60,6 +50,14 @@ from broker.mqtt.packets import (
 from broker.mqtt.properties import EMPTY_PROPERTIES
 from broker.mqtt.reason_codes import ReasonCode
 from broker.mqtt.session import Inflight, SessionState, Stage
+from broker.mqtt.states import (
+    INBOUND,
+    OUTBOUND,
+    ConnectionState,
+    DuplicatePublish,
+    Event,
+    Role,
+)
 
 __all__ = [
     "Connection",
@@ -71,75 +69,8 @@ __all__ = [
 
 _V5 = ProtocolVersion.MQTT_5
 _P = PacketType
-
-
-class Role(Enum):
-    SERVER = "server"
-    CLIENT = "client"
-
-    # Members are singletons compared by identity: identity hashing keeps the per-packet
-    # table lookups keyed by (role, state) in C (Enum's own __hash__ is Python code).
-    __hash__ = object.__hash__
-
-
-class ConnectionState(Enum):
-    __hash__ = object.__hash__
-
-    AWAIT_CONNECT = "await_connect"
-    CONNECTING = "connecting"  # CONNECT seen, CONNACK not yet
-    CONNECTED = "connected"
-    CLOSED = "closed"
-
-
-@dataclass(frozen=True, slots=True)
-class DuplicatePublish:
-    """A QoS 2 PUBLISH whose packet id still awaits PUBREL: not a new message. Answer it
-    with PUBREC again and do not deliver it (MQTT 5.0 §4.3.3)."""
-
-    publish: Publish
-
-
-Event = Packet | DuplicatePublish
-
 _S = ConnectionState
 _SERVER, _CLIENT = Role.SERVER, Role.CLIENT
-_NOTHING: frozenset[PacketType] = frozenset()
-
-#: (role, state) -> packet types the peer may send us.
-_INBOUND: dict[tuple[Role, ConnectionState], frozenset[PacketType]] = {
-    (_SERVER, _S.AWAIT_CONNECT): frozenset({_P.CONNECT}),
-    (_SERVER, _S.CONNECTING): frozenset({_P.AUTH}),
-    (_SERVER, _S.CONNECTED): frozenset(
-        {_P.PUBLISH, _P.PUBACK, _P.PUBREC, _P.PUBREL, _P.PUBCOMP, _P.SUBSCRIBE}
-        | {_P.UNSUBSCRIBE, _P.PINGREQ, _P.DISCONNECT, _P.AUTH}
-    ),
-    (_SERVER, _S.CLOSED): _NOTHING,
-    (_CLIENT, _S.AWAIT_CONNECT): _NOTHING,
-    (_CLIENT, _S.CONNECTING): frozenset({_P.CONNACK, _P.AUTH, _P.DISCONNECT}),
-    (_CLIENT, _S.CONNECTED): frozenset(
-        {_P.PUBLISH, _P.PUBACK, _P.PUBREC, _P.PUBREL, _P.PUBCOMP, _P.SUBACK}
-        | {_P.UNSUBACK, _P.PINGRESP, _P.DISCONNECT, _P.AUTH}
-    ),
-    (_CLIENT, _S.CLOSED): _NOTHING,
-}
-
-#: (role, state) -> packet types we may send.
-_OUTBOUND: dict[tuple[Role, ConnectionState], frozenset[PacketType]] = {
-    (_SERVER, _S.AWAIT_CONNECT): _NOTHING,
-    (_SERVER, _S.CONNECTING): frozenset({_P.CONNACK, _P.AUTH}),
-    (_SERVER, _S.CONNECTED): frozenset(
-        {_P.PUBLISH, _P.PUBACK, _P.PUBREC, _P.PUBREL, _P.PUBCOMP, _P.SUBACK}
-        | {_P.UNSUBACK, _P.PINGRESP, _P.DISCONNECT, _P.AUTH}
-    ),
-    (_SERVER, _S.CLOSED): _NOTHING,
-    (_CLIENT, _S.AWAIT_CONNECT): frozenset({_P.CONNECT}),
-    (_CLIENT, _S.CONNECTING): frozenset({_P.AUTH, _P.DISCONNECT}),
-    (_CLIENT, _S.CONNECTED): frozenset(
-        {_P.PUBLISH, _P.PUBACK, _P.PUBREC, _P.PUBREL, _P.PUBCOMP, _P.SUBSCRIBE}
-        | {_P.UNSUBSCRIBE, _P.PINGREQ, _P.DISCONNECT, _P.AUTH}
-    ),
-    (_CLIENT, _S.CLOSED): _NOTHING,
-}
 
 
 class Connection:
@@ -178,8 +109,8 @@ class Connection:
         # Per-connection state.
         self._session_expiry = 0
         self._inbound_qos1: set[int] = set()
-        self._inbound_aliases: dict[int, bytes] = {}
-        self._outbound_aliases: dict[bytes, int] = {}  # LRU order: oldest first
+        self._aliases = TopicAliases()
+        self._inbound_aliases = self._aliases.inbound  # the peer's, as they were set
         self._pending_acks: set[int] = set()  # our SUBSCRIBE/UNSUBSCRIBE ids (client role)
         self._next_id = 1
 
@@ -321,7 +252,7 @@ class Connection:
 
     def _receive(self, packet: Packet) -> Event:
         ptype = packet.TYPE
-        if ptype not in _INBOUND[self.role, self.state]:
+        if ptype not in INBOUND[self.role, self.state]:
             if ptype is _P.CONNECT:
                 raise protocol_error("a second CONNECT [MQTT-3.1.0-2]")
             raise protocol_error(f"{ptype.name} is not allowed from the peer in {self.state.name}")
@@ -379,7 +310,7 @@ class Connection:
                 answer=Answer.CONNACK,
                 version=packet.protocol_version,
             )
-        if packet.will is not None and _has_wildcard(packet.will.properties.response_topic):
+        if packet.will is not None and has_wildcard(packet.will.properties.response_topic):
             raise MQTTProtocolError(
                 ReasonCode.PROTOCOL_ERROR,
                 "will Response Topic contains a wildcard [MQTT-3.3.2-14]",
@@ -427,7 +358,7 @@ class Connection:
             )
         props = packet.properties
         if props is not EMPTY_PROPERTIES:
-            if _has_wildcard(props.response_topic):
+            if has_wildcard(props.response_topic):
                 raise protocol_error("Response Topic contains a wildcard [MQTT-3.3.2-14]")
             packet = self._resolve_alias(packet)
         elif not packet.topic:
@@ -454,31 +385,11 @@ class Connection:
             )
 
     def _resolve_alias(self, packet: Publish) -> Publish:
-        props = packet.properties
-        if props.subscription_identifiers and self.role is Role.SERVER:
+        if packet.properties.subscription_identifiers and self.role is Role.SERVER:
             raise protocol_error(
                 "PUBLISH from a client with a Subscription Identifier [MQTT-3.3.4-6]"
             )
-        alias = props.topic_alias
-        if alias is None:
-            if not packet.topic:
-                raise protocol_error("PUBLISH with an empty Topic Name and no Topic Alias")
-            return packet
-        if alias == 0 or alias > self.topic_alias_maximum:
-            raise MQTTProtocolError(
-                ReasonCode.TOPIC_ALIAS_INVALID,
-                f"Topic Alias {alias} outside 1..{self.topic_alias_maximum} "
-                "[MQTT-3.3.2-8] [MQTT-3.3.2-9]",
-            )
-        topic = packet.topic
-        if topic:
-            self._inbound_aliases[alias] = topic
-        else:
-            known = self._inbound_aliases.get(alias)
-            if known is None:
-                raise protocol_error(f"Topic Alias {alias} has no mapping on this connection")
-            topic = known
-        return replace(packet, topic=topic, properties=replace(props, topic_alias=None))
+        return self._aliases.resolve(packet, self.topic_alias_maximum)
 
     # ---- outbound --------------------------------------------------------------------
     def send(self, packet: Packet) -> bytes:
@@ -582,7 +493,7 @@ class Connection:
         return self.version
 
     def _check_outbound(self, ptype: PacketType) -> None:
-        if ptype not in _OUTBOUND[self.role, self.state]:
+        if ptype not in OUTBOUND[self.role, self.state]:
             raise LocalProtocolError(f"cannot send {ptype.name} in {self.state.name}")
 
     def _check_window(self, qos: int, packet_id: int | None, dup: bool) -> None:
@@ -622,24 +533,12 @@ class Connection:
             self._record_inflight(packet)
         return data
 
-    def _alias_plan(self, topic: bytes) -> tuple[int, bool, bytes | None] | None:
-        """(alias, first use, topic evicted) without committing anything."""
-        if self.version is not _V5 or not self.peer_topic_alias_maximum:
-            return None
-        known = self._outbound_aliases.get(topic)
-        if known is not None:
-            return known, False, None
-        if len(self._outbound_aliases) < self.peer_topic_alias_maximum:
-            return len(self._outbound_aliases) + 1, True, None
-        oldest = next(iter(self._outbound_aliases))
-        return self._outbound_aliases[oldest], True, oldest
+    def _alias_plan(self, topic: bytes) -> AliasPlan | None:
+        peer_maximum = self.peer_topic_alias_maximum if self.version is _V5 else 0
+        return self._aliases.plan(topic, peer_maximum)
 
-    def _commit_alias(self, topic: bytes, plan: tuple[int, bool, bytes | None]) -> None:
-        aliases = self._outbound_aliases
-        if plan[2] is not None:
-            del aliases[plan[2]]
-        aliases.pop(topic, None)
-        aliases[topic] = plan[0]
+    def _commit_alias(self, topic: bytes, plan: AliasPlan) -> None:
+        self._aliases.commit(topic, plan)
 
     def _sent(self, packet: Packet, version: ProtocolVersion) -> None:
         if isinstance(packet, Puback):
@@ -694,9 +593,3 @@ class Connection:
             self.retain_available = bool(props.retain_available)
         if props.server_keep_alive is not None:
             self.keep_alive = props.server_keep_alive
-
-
-def _has_wildcard(topic: str | None) -> bool:
-    """A Response Topic is a Topic Name: no wildcards [MQTT-3.3.2-14] (a will's too: its
-    properties are those of the PUBLISH it becomes)."""
-    return topic is not None and ("+" in topic or "#" in topic)
