@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from store import gojson, keys, slices
 from store.consumers import ConsumerRt
+from store.continuations import CreateConsumerMore, EnforceLimits
 from store.counting import EVERY_SUBJECT, LPS_START, lps_slice
 from store.ctx import Ctx
 from store.errors import JetStreamError, js_error
@@ -29,10 +30,8 @@ from store.models import (
 )
 from store.ops import (
     CreateConsumer,
-    CreateConsumerMore,
     CreateStream,
     DeleteMsg,
-    EnforceLimits,
     GetConsumerInfo,
     OpResult,
     PullStatus,

@@ -23,6 +23,14 @@ from typing import Any, TypeVar
 
 from store import admin, keys, slices
 from store.consumers import SHORT_WALK, ConsumerRt, PullRequest
+from store.continuations import (
+    AnyOp,
+    CreateConsumerMore,
+    EnforceLimits,
+    PurgeMore,
+    Reevaluate,
+    SweepStream,
+)
 from store.counting import COUNT_AT_ONCE
 from store.ctx import Ctx
 from store.env import Env
@@ -37,28 +45,23 @@ from store.ops import (
     AckKind,
     Advisory,
     CreateConsumer,
-    CreateConsumerMore,
     CreateStream,
     DeleteConsumer,
     DeleteMsg,
     DeleteStream,
-    EnforceLimits,
     GetConsumerInfo,
     GetStreamInfo,
-    Op,
     OpResult,
     PubAck,
     Publish,
     Pull,
     PullStatus,
-    PurgeMore,
     PurgeStream,
-    Reevaluate,
     SetPushInterest,
-    SweepStream,
     Tick,
     WithdrawPulls,
 )
+from store.purgeplan import plan_of
 from store.streams import Rollup, StreamRt
 from store.subjects import subject_matches
 from store.writer import AnyJob
@@ -94,7 +97,7 @@ class Engine:
         self.next_due: int | None = None  # read from any thread (one attribute load)
         self._with_waiting: set[tuple[str, str]] = set()
         self._waiting_snapshot: dict[tuple[str, str], list[PullRequest]] = {}
-        self._unfinished: list[tuple[AnyJob, Op]] = []
+        self._unfinished: list[tuple[AnyJob, AnyOp]] = []
         self.sweeps: list[int] = []  # ids of deleted streams / consumers with data left (at load)
         self.rechecks: list[Reevaluate] = []  # consumer-deletion checks to go on with
         self.purges: list[PurgeMore] = []  # purges to go on with
@@ -166,7 +169,7 @@ class Engine:
         self.purges = []
         for (sid, rid), v in _meta_records(mcur, keys.META_PURGE_PREFIX, keys.read_purge_key):
             st = by_sid.get(sid)
-            self.purges.append(PurgeMore(st.name if st else "", sid, slices.plan_of(v), 0, rid))
+            self.purges.append(PurgeMore(st.name if st else "", sid, plan_of(v), 0, rid))
         self.trims = []
         for sid, v in _meta_records(mcur, keys.META_TRIM_PREFIX, keys.read_trim_key):
             st = by_sid.get(sid)
@@ -224,7 +227,7 @@ class Engine:
         self._unfinished = ctx.unfinished
         return ctx.events
 
-    def take_unfinished(self) -> list[tuple[AnyJob, Op]]:
+    def take_unfinished(self) -> list[tuple[AnyJob, AnyOp]]:
         """After a commit: the jobs the batch left to go on with (see store.writer)."""
         out, self._unfinished = self._unfinished, []
         return out
@@ -279,7 +282,7 @@ class Engine:
     def next_deadline(self) -> int | None:
         return self.next_due
 
-    def _op(self, ctx: Ctx, op: Op) -> OpResult:
+    def _op(self, ctx: Ctx, op: AnyOp) -> OpResult:
         match op:
             case Publish():
                 return self._publish(ctx, op)

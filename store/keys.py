@@ -240,7 +240,7 @@ def read_purge_key(key: bytes) -> tuple[int, int] | None:
 def pack_purge_record(
     subject: str | None, wildcard: bool, floor: bool, start: int, below: int, compact_to: int
 ) -> bytes:
-    """A purge as it stands between slices (``store.ops.PurgePlan``)."""
+    """A purge as it stands between slices (``store.purgeplan.PurgePlan``)."""
     kind = 0 if subject is None else 2 if wildcard else 1
     head = _PURGE.pack(PURGE_RECORD_VERSION, kind, floor, start, below, compact_to)
     return head + subject.encode() if subject is not None else head

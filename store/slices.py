@@ -30,18 +30,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from store import keys
+from store.continuations import EnforceLimits, PurgeMore, Reevaluate, SweepStream
 from store.ctx import Ctx
-from store.ops import (
-    EnforceLimits,
-    GetConsumerInfo,
-    OpResult,
-    PubAck,
-    PurgeMore,
-    PurgePlan,
-    PurgeResult,
-    Reevaluate,
-    SweepStream,
-)
+from store.ops import GetConsumerInfo, OpResult, PubAck, PurgeResult
+from store.purgeplan import PurgePlan, plan_record
 from store.streams import StreamRt
 from store.writer import CallbackJob
 
@@ -133,25 +125,6 @@ def sweep(eng: Engine, ctx: Ctx, sid: int) -> OpResult:
 
 
 # -- purge -------------------------------------------------------------------------------------
-
-
-def plan_record(plan: PurgePlan) -> bytes:
-    subject = plan.pattern if plan.pattern is not None else plan.filter
-    return keys.pack_purge_record(
-        subject, plan.pattern is not None, plan.floor, plan.start, plan.below, plan.compact_to
-    )
-
-
-def plan_of(record: bytes) -> PurgePlan:
-    subject, wildcard, floor, start, below, compact_to = keys.unpack_purge_record(record)
-    return PurgePlan(
-        filter=None if wildcard else subject,
-        pattern=subject if wildcard else None,
-        start=start,
-        below=below,
-        compact_to=compact_to,
-        floor=floor,
-    )
 
 
 def purge(eng: Engine, ctx: Ctx, st: StreamRt, plan: PurgePlan) -> OpResult:

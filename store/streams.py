@@ -21,7 +21,8 @@ from store import keepbound, keys
 from store.ctx import Ctx
 from store.errors import JetStreamError, js_error
 from store.models import StreamConfig
-from store.ops import Headers, PubAck, PurgePlan
+from store.ops import Headers, PubAck
+from store.purgeplan import PurgePlan
 from store.subjects import is_literal, is_valid_subject, matcher
 from store.subjrecs import SubjectRecords
 
