@@ -181,7 +181,7 @@ class Store:
         if self._closed:
             return
         self._closed = True
-        self._engine.closing = True
+        self._engine.catalog.closing = True
         self._writer.close()
         self.env.close()
 
