@@ -11,8 +11,8 @@ import string
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from store import gojson, keys, slices
-from store.consumers import ConsumerRt
+from store import gojson, keys, purges, slices
+from store.consumers import ConsumerRt, Stream
 from store.continuations import CreateConsumerMore, EnforceLimits
 from store.counting import EVERY_SUBJECT, LPS_START, lps_slice
 from store.ctx import Ctx
@@ -81,7 +81,7 @@ def create_stream(cat: Catalog, ctx: Ctx, op: CreateStream) -> OpResult:
             )
         check_overlap(cat, cfg, None)
         sid = cat.next_id(ctx)
-        st = StreamRt(cfg.name, sid, cfg, ctx.now)
+        st: Stream = StreamRt(cfg.name, sid, cfg, ctx.now)
         if cfg.first_seq:
             st.first_seq = cfg.first_seq
             st.last_seq = cfg.first_seq - 1
@@ -143,7 +143,7 @@ def enforce_more(cat: Catalog, ctx: Ctx, op: EnforceLimits) -> OpResult:
     return stream_info(cat, ctx, st) if op.info else True
 
 
-def check_overlap(cat: Catalog, cfg: StreamConfig, me: StreamRt | None) -> None:
+def check_overlap(cat: Catalog, cfg: StreamConfig, me: Stream | None) -> None:
     for other in cat.streams.values():
         if other is me:
             continue
@@ -153,7 +153,7 @@ def check_overlap(cat: Catalog, cfg: StreamConfig, me: StreamRt | None) -> None:
                     raise js_error("stream_subject_overlap")
 
 
-def write_stream_record(cat: Catalog, ctx: Ctx, st: StreamRt) -> None:
+def write_stream_record(cat: Catalog, ctx: Ctx, st: Stream) -> None:
     ctx.txn.put(
         st.name.encode(),
         keys.pack_named_record(
@@ -173,7 +173,7 @@ def delete_stream(cat: Catalog, ctx: Ctx, name: str) -> OpResult:
     ctx.txn.delete(keys.u64(st.sid), db=ctx.db(keys.DB_SSTATE))
     ctx.txn.delete(name.encode(), db=ctx.db(keys.DB_STREAMS))
     cat.drop_stream(name)
-    ctx.touched.discard(st)
+    cat.batch.streams.discard(st)
     return slices.begin_sweep(cat, ctx, st.sid)
 
 
@@ -188,7 +188,7 @@ def purge(cat: Catalog, ctx: Ctx, op: PurgeStream) -> OpResult:
         raise js_error("bad_request")
     if op.filter is not None and not _valid_filter(op.filter):
         raise js_error("bad_request")
-    plan = st.purge_plan(ctx, op.filter, op.seq, op.keep, op.keep_from)
+    plan = purges.purge_plan(st, ctx, op.filter, op.seq, op.keep, op.keep_from)
     return slices.purge(cat, ctx, st, plan)
 
 
@@ -215,11 +215,11 @@ def delete_msg(cat: Catalog, ctx: Ctx, op: DeleteMsg) -> OpResult:
         if op.seq < st.first_seq or op.seq == 0:
             raise js_error("msg_delete_failed", err="no message found")
         raise js_error("sequence_not_found", seq=op.seq)
-    ctx.touched.add(st)  # the engine writes the state record once per batch
+    cat.batch.streams.add(st)  # the engine writes the state record once per batch
     return True
 
 
-def stream_info(cat: Catalog, ctx: Ctx, st: StreamRt) -> StreamInfo:
+def stream_info(cat: Catalog, ctx: Ctx, st: Stream) -> StreamInfo:
     num_deleted = 0
     if st.messages:
         num_deleted = st.last_seq - st.first_seq + 1 - st.messages
@@ -293,12 +293,12 @@ def create_consumer(
     write_consumer_record(cat, ctx, c)
     st.consumers[name] = c
     c.save(ctx)
-    ctx.touched.add(st)
+    cat.batch.streams.add(st)
     return consumer_info(cat, ctx, c)
 
 
 def initial_position(
-    cat: Catalog, ctx: Ctx, st: StreamRt, c: ConsumerRt, last: int | None = None
+    cat: Catalog, ctx: Ctx, st: Stream, c: ConsumerRt, last: int | None = None
 ) -> None:
     """Where a new consumer starts (``last``: its last match, if found by the caller; a
     placed one starts where :func:`place` puts it)."""
@@ -310,8 +310,8 @@ def initial_position(
     elif dp == "last":
         if last is not None:
             pass
-        elif c.filters:
-            last = max((st.last_seq_of_subject(ctx, f) for f in c.filters), default=0)
+        elif c.counts.filters:
+            last = max((st.subj.last_seq_of_subject(ctx, f) for f in c.counts.filters), default=0)
         else:
             last = st.last_seq if st.messages else 0
         start = last - 1 if last else st.last_seq
@@ -320,7 +320,7 @@ def initial_position(
     elif dp == "by_start_time":
         start = st.first_at_or_after(ctx, parse_time(cfg.opt_start_time or "")) - 1
     if dp == "new":
-        c.num_pending_cache = 0
+        c.counts.num_pending_cache = 0
     c.delivered_sseq = max(0, start)
 
 
@@ -334,7 +334,7 @@ def create_consumer_more(cat: Catalog, ctx: Ctx, op: CreateConsumerMore) -> OpRe
     scan = op.scan
     while True:
         budget = max(ctx.walk_left, ctx.count_min)
-        scan, read = lps_slice(ctx, st, filters, 0, op.cap, scan, budget)
+        scan, read = lps_slice(ctx, st.subj, filters, 0, op.cap, scan, budget)
         ctx.walk_left -= read
         if scan.pos is None:
             return create_consumer(cat, ctx, op.create, replace(op, scan=scan))
@@ -343,7 +343,7 @@ def create_consumer_more(cat: Catalog, ctx: Ctx, op: CreateConsumerMore) -> OpRe
             return None
 
 
-def place(st: StreamRt, c: ConsumerRt, walk: CreateConsumerMore) -> None:
+def place(st: Stream, c: ConsumerRt, walk: CreateConsumerMore) -> None:
     """Position a new consumer as its finished walk found. ``last_per_subject``: from the
     lowest of its subjects' last messages, skipping what a later one up to the highest
     supersedes, num_pending the subjects found; ``last``: from the highest, num_pending
@@ -360,14 +360,14 @@ def place(st: StreamRt, c: ConsumerRt, walk: CreateConsumerMore) -> None:
         c.delivered_sseq = scan.lo - 1
         c.lps_end = scan.hi
     if st.removals != walk.removals:
-        c.forget_pending()
+        c.counts.forget()
     elif st.last_seq == walk.cap:
-        c.num_pending_cache = n
+        c.counts.num_pending_cache = n
     else:
-        c.counting = [walk.cap + 1, walk.cap + 1, n]
+        c.counts.counting = [walk.cap + 1, walk.cap + 1, n]
 
 
-def check_stream_rules(st: StreamRt, cfg: ConsumerConfig, updating: ConsumerRt | None) -> None:
+def check_stream_rules(st: Stream, cfg: ConsumerConfig, updating: ConsumerRt | None) -> None:
     """The rules a consumer's config must meet on its stream, at creation and (as
     nats-server 2.15.1, measured) at an update: no delivery into the stream's own
     subjects; on a workqueue stream explicit acks, deliver all, and filters no other
@@ -392,7 +392,7 @@ def check_stream_rules(st: StreamRt, cfg: ConsumerConfig, updating: ConsumerRt |
             raise js_error("wq_multiple_unfiltered")
         return
     for o in others:
-        if any(subjects_overlap(a, b) for a in cfg.filters for b in o.filters or (">",)):
+        if any(subjects_overlap(a, b) for a in cfg.filters for b in o.counts.filters or (">",)):
             raise js_error("wq_consumer_not_unique")
 
 
@@ -412,14 +412,14 @@ def update_consumer(
             raise js_error("consumer_create", err=msg)
     check_stream_rules(c.stream, cfg, c)
     c.config = cfg
-    c.filters = cfg.filters
+    c.counts.filters = cfg.filters
     c.scan_floor = 0
-    c.forget_pending()
+    c.counts.forget()
     if (old.ack_wait, old.backoff) != (cfg.ack_wait, cfg.backoff):
         c.retime_ack_waits(ctx, old)
     write_consumer_record(cat, ctx, c)
-    ctx.touched.add(c.stream)
-    ctx.dirty_consumers.add(c)
+    cat.batch.streams.add(c.stream)
+    cat.batch.consumers.add(c)
     st = c.stream
     # Interest decides again with the new filters: messages only the old ones wanted go
     # (nats-server 2.15.1, measured). Over a slice, the info answers at the end.
@@ -443,7 +443,7 @@ def write_consumer_record(cat: Catalog, ctx: Ctx, c: ConsumerRt) -> None:
 
 
 def delete_consumer(
-    cat: Catalog, ctx: Ctx, st: StreamRt, name: str, *, reevaluate: bool = True
+    cat: Catalog, ctx: Ctx, st: Stream, name: str, *, reevaluate: bool = True
 ) -> OpResult:
     c = st.consumers.get(name)
     if c is None:
@@ -458,8 +458,8 @@ def delete_consumer(
     ctx.txn.delete(keys.u64(c.cid), db=ctx.db(keys.DB_CSTATE))
     ctx.txn.delete(keys.consumer_key(st.sid, name), db=ctx.db(keys.DB_CONSUMERS))
     del st.consumers[name]
-    ctx.dirty_consumers.discard(c)
-    ctx.touched.add(st)
+    cat.batch.consumers.discard(c)
+    cat.batch.streams.add(st)
     # Interest retention decides again without it; a workqueue stream keeps what only
     # this consumer would have taken, for the next consumer (nats-server 2.15.1, measured).
     if reevaluate and st.config.retention == "interest":
@@ -491,7 +491,7 @@ def consumer_info(cat: Catalog, ctx: Ctx, c: ConsumerRt) -> ConsumerInfo | None:
         num_ack_pending=c.num_ack_pending,
         num_redelivered=sum(1 for e in c.pending.values() if e.count > 1),
         num_waiting=len(c.waiting),
-        num_pending=c.num_pending(ctx),
+        num_pending=c.counts.num_pending(ctx),
         push_bound=True if c.config.is_push and c.push_bound else None,
         ts=format_time(cat.clock()),
     )

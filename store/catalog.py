@@ -5,22 +5,53 @@ except :attr:`Catalog.next_due` (one attribute load from any thread) and
 :attr:`Catalog.closing` (set by ``Store.close``).
 
 It is the narrow interface :mod:`store.admin` and :mod:`store.slices` get instead of the
-engine: they look streams up, add and drop them here; the engine (store.engine) owns the
-catalog and runs the batch.
+engine: they look streams up, add and drop them here, and record what they touched in
+``batch`` (:class:`Touched`); the engine (store.engine) owns the catalog and runs the batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from store import keys
-from store.consumers import ConsumerRt
+from store.consumers import ConsumerRt, Stream
 from store.ctx import Ctx
 from store.errors import js_error
 from store.streams import StreamRt
 from store.subjects import subject_matches
 
 MAX_CAPTURE_CACHE = 100_000  # subjects remembered by capture(); cleared when over
+
+
+class Touched:
+    """What the current batch touched, for the engine's delivery and retention phases and
+    the state records it writes before the commit. Every stream reports here
+    (store.streams.StreamHooks); operations add what they change."""
+
+    def __init__(self) -> None:
+        self.streams: set[Stream] = set()  # deliver, flush and save these
+        self.consumers: set[ConsumerRt] = set()  # save these
+        self.retention: list[tuple[Stream, int]] = []  # seqs a consumer is done with
+
+    def clear(self) -> None:
+        self.streams.clear()
+        self.consumers.clear()
+        self.retention.clear()
+
+    # -- store.streams.StreamHooks (a stream is always a Stream here) -------------------
+
+    def touched(self, st: StreamRt[Any]) -> None:
+        self.streams.add(st)
+
+    def removed(self, ctx: Ctx, st: StreamRt[Any], seq: int, subject: str, purged: bool) -> None:
+        for c in st.consumers.values():
+            c.on_remove(ctx, seq, subject, purged)
+            self.consumers.add(c)
+        self.streams.add(st)
+
+    def released(self, st: StreamRt[Any], seq: int) -> None:
+        self.retention.append((st, seq))
 
 
 class Catalog:
@@ -33,14 +64,15 @@ class Catalog:
         # Set by Store.close (another thread; read between slices): a long operation stops
         # at its next slice and is finished by the next open, so closing does not wait.
         self.closing = False
-        self.streams: dict[str, StreamRt] = {}
+        self.streams: dict[str, Stream] = {}
+        self.batch = Touched()
         self.deadlines: dict[str, int] = {}  # stream name -> its earliest timer
         self.next_due: int | None = None  # the earliest of them
-        self._capture: dict[str, StreamRt | None] = {}
+        self._capture: dict[str, Stream | None] = {}
 
     # -- lookups -------------------------------------------------------------------------
 
-    def stream(self, name: str) -> StreamRt:
+    def stream(self, name: str) -> Stream:
         st = self.streams.get(name)
         if st is None:
             raise js_error("stream_not_found")
@@ -56,7 +88,7 @@ class Catalog:
         st = self.streams.get(key[0])
         return st.consumers.get(key[1]) if st is not None else None
 
-    def capture(self, subject: str) -> StreamRt | None:
+    def capture(self, subject: str) -> Stream | None:
         """The stream whose subjects match ``subject`` (stream subjects never overlap)."""
         try:
             return self._capture[subject]
@@ -74,9 +106,9 @@ class Catalog:
 
     # -- changes -------------------------------------------------------------------------
 
-    def add_stream(self, st: StreamRt) -> None:
-        """A stream created or loaded: its removals reach its consumers."""
-        st.on_remove = self._msg_removed
+    def add_stream(self, st: Stream) -> None:
+        """A stream created or loaded: it reports to ``batch``."""
+        st.hooks = self.batch
         self.streams[st.name] = st
         self._capture.clear()
 
@@ -90,9 +122,10 @@ class Catalog:
         self._capture.clear()
 
     def clear(self) -> None:
-        """Before a reload: no stream."""
+        """Before a reload: no stream, nothing touched."""
         self.streams = {}
         self._capture = {}
+        self.batch.clear()
 
     def next_id(self, ctx: Ctx) -> int:
         """A new stream or consumer id (``meta/next_id``; never reused)."""
@@ -101,15 +134,9 @@ class Catalog:
         ctx.txn.put(keys.META_NEXT_ID, keys.u64(n + 1), db=db)
         return n
 
-    def _msg_removed(self, ctx: Ctx, st: StreamRt, seq: int, subject: str, purged: bool) -> None:
-        for c in st.consumers.values():
-            c.on_remove(ctx, seq, subject, purged)
-            ctx.dirty_consumers.add(c)
-        ctx.touched.add(st)
-
     # -- timers --------------------------------------------------------------------------
 
-    def refresh_deadline(self, st: StreamRt) -> None:
+    def refresh_deadline(self, st: Stream) -> None:
         best = st.next_expiry()
         for c in st.consumers.values():
             d = c.next_deadline()

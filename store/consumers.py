@@ -17,17 +17,18 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TypeAlias
 
 from store import keys
-from store.counting import LpsScan, PendingCounts
+from store.counting import PendingCounts
+from store.ctx import Ctx
 from store.models import ConsumerConfig
 from store.ops import Advisory, Delivery, PullStatus, StoredMsg, ack_subject
+from store.streams import StreamRt
 from store.subjects import is_literal
 
-if TYPE_CHECKING:
-    from store.ctx import Ctx
-    from store.streams import StreamRt
+# A stream as the writer keeps it: its consumers are ConsumerRt.
+Stream: TypeAlias = "StreamRt[ConsumerRt]"
 
 NEVER = keys.MAX_U64
 UNACKED_DELETED = "Unacknowledged message was deleted"  # nats-server's +TERM reason
@@ -72,18 +73,18 @@ class PullRequest:
     delivered: int = 0
 
 
-class ConsumerRt(PendingCounts):
-    """The writer's copy of one consumer (its num_pending: :class:`PendingCounts`)."""
+class ConsumerRt:
+    """The writer's copy of one consumer (its num_pending: ``counts``,
+    :class:`store.counting.PendingCounts`)."""
 
     def __init__(
-        self, stream: StreamRt, name: str, cid: int, config: ConsumerConfig, created_ns: int
+        self, stream: Stream, name: str, cid: int, config: ConsumerConfig, created_ns: int
     ) -> None:
         self.stream = stream
         self.name = name
         self.cid = cid
         self.config = config
         self.created_ns = created_ns
-        self.filters = config.filters
         self.delivered_cseq = 0
         self.delivered_sseq = 0
         self.ack_cseq = 0
@@ -102,11 +103,16 @@ class ConsumerRt(PendingCounts):
         # then the consumer is busy, not inactive (memory only, rebuilt by load()).
         self.acks_due_until = 0
         self.scan_floor = 0  # no filtered match exists at or below this seq (memory only)
-        self.num_pending_cache: int | None = None
-        # A count of num_pending in slices: [from seq, next seq to read, matches so far].
-        self.counting: list[int] | None = None
-        self.lps_counting: LpsScan | None = None
         self.more = False  # the last deliver() stopped at its budget with work left
+        self.counts = PendingCounts(stream, self, config.filters)
+
+    def pending_known(self, ctx: Ctx) -> bool:
+        """Whether num_pending is known, counting a slice of it if not; if not, the
+        consumer is due now (the next Tick goes on counting)."""
+        if self.counts.pending_known(ctx):
+            return True
+        self.more = True
+        return False
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -223,7 +229,7 @@ class ConsumerRt(PendingCounts):
 
     def on_remove(self, ctx: Ctx, seq: int, subject: str, purged: bool = False) -> None:
         if seq > self.delivered_sseq:
-            self.uncount(ctx, seq, subject)
+            self.counts.uncount(ctx, seq, subject)
         elif seq in self.pending:
             e = self._drop_pending(ctx, seq)
             if e is not None and not e.exhausted:
@@ -246,14 +252,14 @@ class ConsumerRt(PendingCounts):
         start = max(self.delivered_sseq + 1, st.first_seq, 1)
         if start > st.last_seq:
             return None
-        if not self.filters:
+        if not self.counts.filters:
             for seq, rec in st.seqs_from(ctx, start):
                 return seq, rec
             return None
-        if all(is_literal(f) for f in self.filters):
+        if all(is_literal(f) for f in self.counts.filters):
             best = 0
-            for f in self.filters:
-                for s in st.subject_seqs(ctx, f, start):
+            for f in self.counts.filters:
+                for s in st.subj.subject_seqs(ctx, f, start):
                     if not best or s < best:
                         best = s
                     break
@@ -265,7 +271,7 @@ class ConsumerRt(PendingCounts):
         walked = 0
         try:
             for seq, rec in st.seqs_from(ctx, start):
-                if self.matches(keys.msg_subject(rec)):
+                if self.counts.matches(keys.msg_subject(rec)):
                     return seq, rec
                 walked += 1
                 if walked == ctx.walk_min:
@@ -288,7 +294,7 @@ class ConsumerRt(PendingCounts):
         """The subjects the filters match that have messages at or after ``start``, or
         None if more than INDEXED_SUBJECTS do or finding them would read more than
         SUBJECT_RECORDS_READ subject records."""
-        records = self._records_within(ctx, SUBJECT_RECORDS_READ)
+        records = self.counts.records_within(ctx, SUBJECT_RECORDS_READ)
         if records is None:
             return None
         found = [subject for subject, _, last in records if last >= start]
@@ -301,7 +307,7 @@ class ConsumerRt(PendingCounts):
         st = self.stream
         best = 0
         for subject in subjects:
-            for q in st.subject_seqs(ctx, subject, start):
+            for q in st.subj.subject_seqs(ctx, subject, start):
                 if not best or q < best:
                     best = q
                 break
@@ -316,7 +322,7 @@ class ConsumerRt(PendingCounts):
         """deliver_policy last_per_subject: skip messages superseded before creation."""
         if not self.lps_end or seq > self.lps_end:
             return False
-        for later in self.stream.subject_seqs(ctx, keys.msg_subject(rec), seq + 1):
+        for later in self.stream.subj.subject_seqs(ctx, keys.msg_subject(rec), seq + 1):
             return later <= self.lps_end
         return False
 
@@ -333,7 +339,7 @@ class ConsumerRt(PendingCounts):
         self.more = False
         self._expire_overdue_acks(ctx)
         if (
-            self.num_pending_cache is None
+            self.counts.num_pending_cache is None
             and (self.waiting if not cfg.is_push else self.push_bound)
             and not self.pending_known(ctx)
         ):
@@ -416,8 +422,8 @@ class ConsumerRt(PendingCounts):
             else:
                 count = 1
                 self.delivered_sseq = seq
-                if self.num_pending_cache is not None:
-                    self.num_pending_cache -= 1
+                if self.counts.num_pending_cache is not None:
+                    self.counts.num_pending_cache -= 1
                 if explicit:
                     e = PendingEntry(cseq, 1, self.ack_deadline(ctx.now, 1), False)
                     self.pending[seq] = e
@@ -438,12 +444,18 @@ class ConsumerRt(PendingCounts):
             msg = StoredMsg(seq, t, subj, headers, payload)
             ctx.events.append(
                 Delivery(
-                    self.stream.name, self.name, reply, msg, count, cseq, self.num_pending(ctx)
+                    self.stream.name,
+                    self.name,
+                    reply,
+                    msg,
+                    count,
+                    cseq,
+                    self.counts.num_pending(ctx),
                 )
             )
             changed = True
             if not explicit and self.stream.config.retention != "limits":
-                ctx.retention_check.append((self.stream, seq))
+                self.stream.release(seq)
             if req is not None:
                 req.delivered += 1
                 req.batch -= 1
@@ -481,9 +493,9 @@ class ConsumerRt(PendingCounts):
         (measured): subject, headers and payload, and its ack reply subject (whose tokens
         are the delivery count, stream seq, consumer seq, time and pending after it)."""
         if redelivery:
-            count, pending = self.pending[seq].count + 1, self.num_pending(ctx)
+            count, pending = self.pending[seq].count + 1, self.counts.num_pending(ctx)
         else:
-            count, pending = 1, self.num_pending(ctx) - 1
+            count, pending = 1, self.counts.num_pending(ctx) - 1
         reply = ack_subject(
             self.stream.name,
             self.name,
@@ -514,7 +526,7 @@ class ConsumerRt(PendingCounts):
         queued = len(self._queued_for_redelivery())
         if not queued and self._next_new(ctx) is None and not self.more:
             return None if expires else (404, "No Messages")
-        known = self.num_pending_cache
+        known = self.counts.num_pending_cache
         if self.waiting and known is not None and known + queued < self._waiting_batches():
             return 408, "Requests Pending"
         return None

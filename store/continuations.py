@@ -13,8 +13,8 @@ from store.ops import CreateConsumer, Op, PubAck
 from store.purgeplan import PurgePlan
 
 if TYPE_CHECKING:
+    from store.consumers import Stream
     from store.counting import LpsScan
-    from store.streams import StreamRt
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ class CreateConsumerMore:
     have counted went meanwhile, so the consumer counts its num_pending afresh."""
 
     create: CreateConsumer  # the request, with the name the consumer gets
-    stream_rt: StreamRt
+    stream_rt: Stream
     removals: int
     cap: int
     scan: LpsScan

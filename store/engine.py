@@ -1,6 +1,6 @@
 """The writer-side engine: applies operations inside one write transaction per batch.
 
-Writer thread only. It owns the cached :class:`StreamRt` / :class:`ConsumerRt` objects;
+Writer thread only. It owns the cached :class:`Stream` / :class:`ConsumerRt` objects;
 after an aborted batch :meth:`Engine.reset` reloads them from LMDB (restoring the
 memory-only parts: waiting pull requests and push interest). Admin operations live in
 :mod:`store.admin`.
@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from store import admin, keys, slices
 from store.catalog import Catalog
-from store.consumers import SHORT_WALK, ConsumerRt, PullRequest
+from store.consumers import SHORT_WALK, ConsumerRt, PullRequest, Stream
 from store.continuations import (
     AnyOp,
     CreateConsumerMore,
@@ -90,6 +90,7 @@ class Engine:
         self.clock = clock
         # The streams and what admin and slice operations need around them.
         self.catalog = Catalog(clock, node_name, remove_slice)
+        self.batch = self.catalog.batch  # what the batch touched (cleared as it starts)
         self._with_waiting: set[tuple[str, str]] = set()
         self._waiting_snapshot: dict[tuple[str, str], list[PullRequest]] = {}
         self._unfinished: list[tuple[AnyJob, AnyOp]] = []
@@ -101,7 +102,7 @@ class Engine:
             self._load_all(txn)
 
     @property
-    def streams(self) -> dict[str, StreamRt]:
+    def streams(self) -> dict[str, Stream]:
         return self.catalog.streams
 
     # -- loading -------------------------------------------------------------------------
@@ -115,7 +116,9 @@ class Engine:
         for k, v in cur.iternext():
             name = bytes(k).decode()
             sid, created, cfg_json = keys.unpack_named_record(bytes(v), keys.STREAM_RECORD_VERSION)
-            st = StreamRt(name, sid, StreamConfig.model_validate(json.loads(cfg_json)), created)
+            st: Stream = StreamRt(
+                name, sid, StreamConfig.model_validate(json.loads(cfg_json)), created
+            )
             raw = txn.get(keys.u64(sid), db=dbs[keys.DB_SSTATE])
             if raw is not None:
                 st.load_state(bytes(raw))
@@ -149,7 +152,7 @@ class Engine:
         self.catalog.publish_deadline()
         self._load_unfinished(txn.cursor(db=dbs[keys.DB_META]), old)
 
-    def _load_unfinished(self, mcur: Any, old: dict[str, StreamRt]) -> None:
+    def _load_unfinished(self, mcur: Any, old: dict[str, Stream]) -> None:
         """The long operations a crash or a close cut short (store.slices), from their
         ``meta`` records: Store.open goes on with each."""
         by_sid = {st.sid: st for st in self.catalog.streams.values()}
@@ -189,6 +192,7 @@ class Engine:
 
     def apply(self, txn: Any, jobs: list[AnyJob]) -> list[Any]:
         ctx = Ctx(txn, self.env.dbs, self.clock())
+        self.batch.clear()
         ctx.walk_left = WALK_PER_REMOVAL * self.remove_slice
         ctx.walk_min = min(SHORT_WALK, self.remove_slice)
         ctx.count_min = min(COUNT_AT_ONCE, ctx.walk_left)
@@ -227,18 +231,19 @@ class Engine:
         return out
 
     def _finish(self, ctx: Ctx) -> None:
-        for st in list(ctx.touched):
+        for st in list(self.batch.streams):
             if st.name not in self.catalog.streams:
                 continue
             for c in st.consumers.values():
                 if c.deliver(ctx):
-                    ctx.dirty_consumers.add(c)
+                    self.batch.consumers.add(c)
         # Interest/workqueue: drop messages no consumer needs any more (acks, deliveries
         # with ack_policy none). Removal never makes anything newly deliverable.
-        checks, ctx.retention_check = ctx.retention_check, []
+        checks = list(self.batch.retention)
+        self.batch.retention.clear()
         for st, seq in checks:
             self._retention_remove(ctx, st, seq)
-        for c in ctx.dirty_consumers:
+        for c in self.batch.consumers:
             if c.stream.name in self.catalog.streams and c.name in c.stream.consumers:
                 c.save(ctx)
         for key in self._waiting_snapshot:
@@ -247,9 +252,9 @@ class Engine:
                 # Its last pull request left (filled, ended or expired): the time without
                 # one starts now, so the next request has time to come (inactive_threshold).
                 left.last_activity_ns = max(left.last_activity_ns, ctx.now)
-                ctx.touched.add(left.stream)
+                self.batch.streams.add(left.stream)
         streams = self.catalog.streams
-        for st in ctx.touched:
+        for st in self.batch.streams:
             if streams.get(st.name) is st:  # not deleted (nor deleted and re-created)
                 st.flush_counts(ctx)
                 st.save_state(ctx)
@@ -291,7 +296,7 @@ class Engine:
                 c = self.catalog.consumer(op.stream, op.consumer)
                 c.push_bound = op.bound
                 c.last_activity_ns = ctx.now
-                ctx.touched.add(c.stream)
+                self.batch.streams.add(c.stream)
                 return None
             case GetStreamInfo():
                 return admin.stream_info(self.catalog, ctx, self.catalog.stream(op.stream))
@@ -320,7 +325,7 @@ class Engine:
                 return js_error("stream_not_found")
             # Stream subjects never overlap, so a stream whose subjects match is the one
             # that captures the subject (no capture lookup: the broker's are mostly unique).
-            st: StreamRt | None = named
+            st: Stream | None = named
             if not named.accepts(op.subject):
                 return js_error("stream_not_match")
         else:
@@ -329,21 +334,21 @@ class Engine:
             return None
         interest = True
         if st.config.retention == "interest":
-            interest = any(c.matches(op.subject) for c in st.consumers.values())
+            interest = any(c.counts.matches(op.subject) for c in st.consumers.values())
         res = st.publish(ctx, op.subject, op.payload, op.headers, interest)
         if type(res) is PubAck and not res.duplicate:
-            ctx.touched.add(st)
+            self.batch.streams.add(st)
             if st.consumers:
                 for c in st.consumers.values():
-                    c.on_append(res.seq, op.subject)
+                    c.counts.on_append(res.seq, op.subject)
         elif isinstance(res, Rollup):
-            ctx.touched.add(st)
+            self.batch.streams.add(st)
             for c in st.consumers.values():
-                c.on_append(res.ack.seq, op.subject)
+                c.counts.on_append(res.ack.seq, op.subject)
             return slices.rollup(self.catalog, ctx, st, res.plan, res.ack)
         return res
 
-    def _retention_remove(self, ctx: Ctx, st: StreamRt, seq: int) -> None:
+    def _retention_remove(self, ctx: Ctx, st: Stream, seq: int) -> None:
         if st.config.retention == "limits":
             return
         rec = st.get_record(ctx, seq)
@@ -351,7 +356,7 @@ class Engine:
             return
         subject = keys.msg_subject(rec)
         for c in st.consumers.values():
-            if c.matches(subject) and c.needs(seq):
+            if c.counts.matches(subject) and c.needs(seq):
                 return
         st.remove(ctx, seq)
 
@@ -359,13 +364,13 @@ class Engine:
 
     def _ack(self, ctx: Ctx, op: Ack) -> OpResult:
         c = self.catalog.consumer(op.stream, op.consumer)
-        ctx.touched.add(c.stream)
-        ctx.dirty_consumers.add(c)
+        self.batch.streams.add(c.stream)
+        self.batch.consumers.add(c)
         kind = op.kind
         if kind in (AckKind.ACK, AckKind.NEXT, AckKind.TERM):
             released = c.ack(ctx, op.seq, op.cseq, term=kind is AckKind.TERM, reason=op.reason)
             for s in released:
-                ctx.retention_check.append((c.stream, s))
+                self.batch.retention.append((c.stream, s))
             if kind is AckKind.NEXT and op.next_reply:
                 self._pull(ctx, Pull(op.stream, op.consumer, op.next_reply, batch=op.next_batch))
         elif kind is AckKind.NAK:
@@ -419,8 +424,8 @@ class Engine:
         )
         self._with_waiting.add((c.stream.name, c.name))
         c.last_activity_ns = ctx.now
-        ctx.touched.add(c.stream)
-        ctx.dirty_consumers.add(c)
+        self.batch.streams.add(c.stream)
+        self.batch.consumers.add(c)
         return None
 
     # -- timers --------------------------------------------------------------------------
@@ -437,10 +442,10 @@ class Engine:
                 if st.expire(ctx, limit):
                     more = True
                 if st.config.duplicate_window:
-                    st.evict_dedupe(ctx)
+                    st.dedupe.evict(ctx, st.config.duplicate_window)
                 for c in list(st.consumers.values()):
                     if c.expire_acks(ctx):
-                        ctx.dirty_consumers.add(c)
+                        self.batch.consumers.add(c)
                     waited = bool(c.waiting)
                     c.expire_requests(ctx)
                     if waited and not c.waiting:  # as in _finish: the time without starts
@@ -451,7 +456,7 @@ class Engine:
                         ctx.events.append(
                             Advisory("consumer_deleted", st.name, c.name, time_ns=ctx.now)
                         )
-                ctx.touched.add(st)
+                self.batch.streams.add(st)
             # Deliver now so redeliveries carry this tick's time.
             self._finish_timers(ctx)
         finally:
@@ -461,10 +466,10 @@ class Engine:
         return None
 
     def _finish_timers(self, ctx: Ctx) -> None:
-        for st in list(ctx.touched):
+        for st in list(self.batch.streams):
             for c in st.consumers.values():
                 if c.deliver(ctx):
-                    ctx.dirty_consumers.add(c)
+                    self.batch.consumers.add(c)
 
 
 def _meta_records(

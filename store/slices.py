@@ -19,8 +19,8 @@ every one it finds:
 - after a stream update lowers ``max_msgs_per_subject`` / ``max_msgs`` / ``max_bytes`` /
   ``max_age``, the removal of the excess: ``trim`` record (where the walk for the
   per-subject limit stands). While it runs, an append to the stream removes at most one
-  message per limit (``StreamRt.trimming``), so it does not remove the whole excess at
-  once either; a later update supersedes it (``StreamRt.trim_gen``).
+  message per limit (``Stream.trimming``), so it does not remove the whole excess at
+  once either; a later update supersedes it (``Stream.trim_gen``).
 
 The caller's result comes once, from the last slice.
 """
@@ -29,12 +29,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from store import keys
+from store import keys, purges
+from store.consumers import Stream
 from store.continuations import EnforceLimits, PurgeMore, Reevaluate, SweepStream
 from store.ctx import Ctx
 from store.ops import GetConsumerInfo, OpResult, PubAck, PurgeResult
 from store.purgeplan import PurgePlan, plan_record
-from store.streams import StreamRt
 from store.writer import CallbackJob
 
 if TYPE_CHECKING:
@@ -127,12 +127,12 @@ def sweep(cat: Catalog, ctx: Ctx, sid: int) -> OpResult:
 # -- purge -------------------------------------------------------------------------------------
 
 
-def purge(cat: Catalog, ctx: Ctx, st: StreamRt, plan: PurgePlan) -> OpResult:
+def purge(cat: Catalog, ctx: Ctx, st: Stream, plan: PurgePlan) -> OpResult:
     """Begin a checked purge: its first slice."""
     return _purge_slice(cat, ctx, st, plan, 0, 0)
 
 
-def rollup(cat: Catalog, ctx: Ctx, st: StreamRt, plan: PurgePlan, ack: PubAck) -> OpResult:
+def rollup(cat: Catalog, ctx: Ctx, st: Stream, plan: PurgePlan, ack: PubAck) -> OpResult:
     """The message ``ack`` names is stored with a ``Nats-Rollup`` header: remove what it
     replaces (``plan``), a slice at a time as a purge; the publisher gets ``ack`` with the
     last slice, so once acknowledged the rollup is complete, as with nats-server."""
@@ -150,7 +150,7 @@ def purge_more(cat: Catalog, ctx: Ctx, op: PurgeMore) -> OpResult:
 def _purge_slice(
     cat: Catalog,
     ctx: Ctx,
-    st: StreamRt,
+    st: Stream,
     plan: PurgePlan,
     before: int,
     rid: int,
@@ -159,19 +159,19 @@ def _purge_slice(
     """One slice of a purge (all of it when the job holds other operations too); ``rid``
     numbers its ``meta`` record (0: none yet, this is the first slice). The result is
     ``reply`` if given (a rollup's PubAck), else the number purged."""
-    n, rest = st.purge_step(ctx, plan, slice_limit(cat, ctx))
+    n, rest = purges.purge_step(st, ctx, plan, slice_limit(cat, ctx))
     if plan.floor:
         # Consumers that had not reached the purge point move past it.
         floor = st.first_seq - 1
         for c in st.consumers.values():
             if c.delivered_sseq < floor:
                 c.delivered_sseq = floor
-                c.forget_pending()
+                c.counts.forget()
                 if not c.pending:
                     c.update_ack_floor()
-                ctx.dirty_consumers.add(c)
-    # (Every removal went through StreamRt.remove: consumers' num_pending follow it.)
-    ctx.touched.add(st)
+                cat.batch.consumers.add(c)
+    # (Every removal went through Stream.remove: consumers' num_pending follow it.)
+    cat.batch.streams.add(st)
     meta = ctx.db(keys.DB_META)
     if rest is None:
         if rid:
@@ -211,7 +211,7 @@ def reevaluate_more(cat: Catalog, ctx: Ctx, op: Reevaluate) -> OpResult:
     return done
 
 
-def reevaluate(cat: Catalog, ctx: Ctx, st: StreamRt, start: int, answer: str = "") -> OpResult:
+def reevaluate(cat: Catalog, ctx: Ctx, st: Stream, start: int, answer: str = "") -> OpResult:
     """Queue a slice of an interest stream's messages for the retention check
     (the engine removes those no consumer needs); True when the last slice is queued.
     ``answer``: the consumer whose info answers the job at the end (Reevaluate)."""
@@ -225,19 +225,19 @@ def reevaluate(cat: Catalog, ctx: Ctx, st: StreamRt, start: int, answer: str = "
                 ctx.txn.put(keys.recheck_key(st.sid), keys.u64(seq), db=ctx.db(keys.DB_META))
                 ctx.go_on(Reevaluate(st.name, st.sid, seq, answer))
                 return None  # the job is continued, not completed: this result is dropped
-            ctx.retention_check.append((st, seq))
+            cat.batch.retention.append((st, seq))
             n += 1
     finally:
         found.close()  # its cursor: the removals come after, in the same transaction
     ctx.txn.delete(keys.recheck_key(st.sid), db=ctx.db(keys.DB_META))
-    ctx.touched.add(st)
+    cat.batch.streams.add(st)
     return True
 
 
 # -- limits lowered by a stream update -------------------------------------------------------
 
 
-def enforce(cat: Catalog, ctx: Ctx, st: StreamRt, start: int, info: bool, gen: int = 0) -> bool:
+def enforce(cat: Catalog, ctx: Ctx, st: Stream, start: int, info: bool, gen: int = 0) -> bool:
     """Remove a slice of what the stream holds beyond its limits: walking the stream from
     seq ``start`` (0: that part is done), the oldest messages of subjects over
     ``max_msgs_per_subject``; then (discard old) the oldest messages while over
@@ -264,7 +264,7 @@ def enforce(cat: Catalog, ctx: Ctx, st: StreamRt, start: int, info: bool, gen: i
         while n < limit and cfg.max_bytes > 0 and st.bytes > cfg.max_bytes:
             st.remove(ctx, st.first_seq)
             n += 1
-    ctx.touched.add(st)
+    cat.batch.streams.add(st)
     meta = ctx.db(keys.DB_META)
     if not start and n < limit and not st.expire(ctx, limit - n):
         if gen:
@@ -282,9 +282,7 @@ def enforce(cat: Catalog, ctx: Ctx, st: StreamRt, start: int, info: bool, gen: i
     return False
 
 
-def _per_subject_slice(
-    st: StreamRt, ctx: Ctx, start: int, mmps: int, limit: int
-) -> tuple[int, int]:
+def _per_subject_slice(st: Stream, ctx: Ctx, start: int, mmps: int, limit: int) -> tuple[int, int]:
     """Walk the stream from seq ``start`` removing each message whose subject holds more
     than ``mmps`` (oldest first, so every subject keeps its newest), at most ``limit``
     removals and ``WALK_PER_REMOVAL * limit`` records: the seq to go on from (0: the walk
@@ -305,7 +303,7 @@ def _per_subject_slice(
             subj = keys.msg_subject_bytes(rec)
             extra = over.get(subj)
             if extra is None:
-                extra = st.subject_count(ctx, subj.decode()) - mmps
+                extra = st.subj.subject_count(ctx, subj.decode()) - mmps
             if extra > 0:
                 victims.append(q)
             over[subj] = extra - 1
