@@ -413,7 +413,7 @@ def update_consumer(
     check_stream_rules(c.stream, cfg, c)
     c.config = cfg
     c.counts.filters = cfg.filters
-    c.scan_floor = 0
+    c.finder.scan_floor = 0
     c.counts.forget()
     if (old.ack_wait, old.backoff) != (cfg.ack_wait, cfg.backoff):
         c.retime_ack_waits(ctx, old)

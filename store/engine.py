@@ -16,14 +16,12 @@ advisories) are handed to the hook after the commit.
 from __future__ import annotations
 
 import json
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from store import admin, keys, slices
 from store.catalog import Catalog
-from store.consumers import SHORT_WALK, ConsumerRt, PullRequest, Stream
+from store.consumers import ConsumerRt, Stream
 from store.continuations import (
     AnyOp,
     CreateConsumerMore,
@@ -41,6 +39,7 @@ from store.models import (
     StreamConfig,
     go_duration,
 )
+from store.nextmsg import SHORT_WALK
 from store.ops import (
     Ack,
     AckKind,
@@ -62,6 +61,7 @@ from store.ops import (
     Tick,
     WithdrawPulls,
 )
+from store.pulls import PullQueue, PullRequest
 from store.purgeplan import plan_of
 from store.streams import Rollup, StreamRt
 from store.writer import AnyJob
@@ -143,7 +143,7 @@ class Engine:
                     if prev is not None and prev.sid == sid and cname in prev.consumers:
                         c.push_bound = prev.consumers[cname].push_bound
                         if restore:
-                            c.waiting = deque(self._waiting_snapshot.get((name, cname), ()))
+                            c.waiting = PullQueue(self._waiting_snapshot.get((name, cname), ()))
                         else:
                             c.waiting = prev.consumers[cname].waiting
                     st.consumers[cname] = c
@@ -204,7 +204,7 @@ class Engine:
             if c is None or not c.waiting:
                 self._with_waiting.discard(key)
                 continue
-            self._waiting_snapshot[key] = [replace(r) for r in c.waiting]
+            self._waiting_snapshot[key] = c.waiting.copy()
         publish = self._publish
         for job in jobs:
             results = job.results
@@ -291,7 +291,7 @@ class Engine:
                     self.catalog, ctx, self.catalog.stream(op.stream), op.consumer
                 )
             case WithdrawPulls():
-                return self.catalog.consumer(op.stream, op.consumer).withdraw_requests(op.reply)
+                return self.catalog.consumer(op.stream, op.consumer).waiting.withdraw(op.reply)
             case SetPushInterest():
                 c = self.catalog.consumer(op.stream, op.consumer)
                 c.push_bound = op.bound
