@@ -74,6 +74,10 @@ _ROOT = Path(__file__).resolve().parents[1]
 _PRODUCT = ("broker", "client", "radix", "store", "pipeline")
 _BROKER_REDESIGN = pytest.mark.xfail(strict=True, reason="issue 20: broker redesign")
 MAX_MODULE_LINES = 600
+# What today's broker breaks, named so that a new offender fails and a fixed one (XPASS,
+# strict) has to leave these lists.
+_BROKER_PACKAGES_WITH_CYCLES = {"broker", "broker.mqtt"}
+_BROKER_MODULES_OVER_600 = {"broker/client.py", "broker/mqtt/connection.py", "broker/persist.py"}
 
 
 def _module_name(path: Path) -> str:
@@ -152,7 +156,7 @@ def _cycles(package: str) -> list[list[str]]:
 @pytest.mark.parametrize(
     "package",
     [
-        pytest.param(p, marks=_BROKER_REDESIGN) if _top(p) == "broker" and _cycles(p) else p
+        pytest.param(p, marks=_BROKER_REDESIGN) if p in _BROKER_PACKAGES_WITH_CYCLES else p
         for p in _packages()
     ],
 )
@@ -197,7 +201,7 @@ def _lines(path: Path) -> int:
     "path",
     [
         pytest.param(p, marks=_BROKER_REDESIGN)
-        if p.relative_to(_ROOT).parts[0] == "broker" and _lines(p) > MAX_MODULE_LINES
+        if p.relative_to(_ROOT).as_posix() in _BROKER_MODULES_OVER_600
         else p
         for p in _product_files()
     ],
