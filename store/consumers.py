@@ -52,8 +52,9 @@ class PendingEntry:
 
 
 class ConsumerRt:
-    """The writer's copy of one consumer (its num_pending: ``counts``,
-    :class:`store.counting.PendingCounts`)."""
+    """The writer's copy of one consumer, composed of its num_pending (``counts``,
+    store.counting), its next-message search (``finder``, store.nextmsg) and its waiting
+    pull requests (``waiting``, store.pulls)."""
 
     def __init__(
         self, stream: Stream, name: str, cid: int, config: ConsumerConfig, created_ns: int
