@@ -86,8 +86,7 @@ class ConsumerRt:
         self.finder = NextMessage(stream, self.counts)  # the next new message to deliver
 
     def pending_known(self, ctx: Ctx) -> bool:
-        """Whether num_pending is known, counting a slice of it if not; if not, the
-        consumer is due now (the next Tick goes on counting)."""
+        """Whether num_pending is known (else counted on: the consumer is due now)."""
         if self.counts.pending_known(ctx):
             return True
         self.more = True
@@ -228,9 +227,8 @@ class ConsumerRt:
         """The next message after the last new delivery that the filters match."""
         finder = self.finder
         found = finder.next_new(ctx, self.delivered_sseq + 1)
-        if finder.stopped:  # the rest of the walk is for the next batch: "due now"
-            finder.stopped = False
-            self.more = True
+        if finder.stopped:  # the walk goes on in the next batch: "due now"
+            finder.stopped, self.more = False, True
         return found
 
     # -- delivery ------------------------------------------------------------------------
@@ -244,6 +242,7 @@ class ConsumerRt:
         md = cfg.max_deliver
         budget = MAX_DELIVERIES_PER_BATCH
         waiting = self.waiting
+        finder = self.finder
         self.more = False
         self._expire_overdue_acks(ctx)
         if (
@@ -294,11 +293,13 @@ class ConsumerRt:
             if rec is None:
                 if explicit and max_ap > 0 and self.num_ack_pending >= max_ap:
                     break
-                found = self._next_new(ctx)
+                found = finder.next_new(ctx, self.delivered_sseq + 1)
                 if found is None:
+                    if finder.stopped:  # as in _next_new
+                        finder.stopped, self.more = False, True
                     break
                 seq, rec = found
-                if self.finder.superseded(ctx, seq, rec, self.lps_end):
+                if self.lps_end and finder.superseded(ctx, seq, rec, self.lps_end):
                     self.delivered_sseq = seq  # (never counted pending: superseded)
                     if not explicit or not self.pending:
                         self.update_ack_floor()
