@@ -1,7 +1,8 @@
 """Stream and consumer administration inside a batch: create, update, delete, purge, info.
 
-Writer thread only; called by :class:`store.engine.Engine` for the admin operations. Every
-check happens before the first write, so a refused request changes nothing.
+Writer thread only; called by :class:`store.engine.Engine` with its
+:class:`store.catalog.Catalog`. Every check happens before the first write, so a refused
+request changes nothing.
 """
 
 from __future__ import annotations

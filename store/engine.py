@@ -1,9 +1,9 @@
 """The writer-side engine: applies operations inside one write transaction per batch.
 
-Writer thread only. It owns the cached :class:`Stream` / :class:`ConsumerRt` objects;
+Writer thread only. It owns the catalog (store.catalog) of cached streams and consumers;
 after an aborted batch :meth:`Engine.reset` reloads them from LMDB (restoring the
 memory-only parts: waiting pull requests and push interest). Admin operations live in
-:mod:`store.admin`.
+:mod:`store.admin`, long ones in :mod:`store.slices`; both get the catalog, not the engine.
 
 One batch runs in three phases: every operation in order (each gets a result; a
 JetStream error is a result, never an abort), then delivery for every stream the batch

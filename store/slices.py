@@ -19,8 +19,8 @@ every one it finds:
 - after a stream update lowers ``max_msgs_per_subject`` / ``max_msgs`` / ``max_bytes`` /
   ``max_age``, the removal of the excess: ``trim`` record (where the walk for the
   per-subject limit stands). While it runs, an append to the stream removes at most one
-  message per limit (``Stream.trimming``), so it does not remove the whole excess at
-  once either; a later update supersedes it (``Stream.trim_gen``).
+  message per limit (``StreamRt.trimming``), so it does not remove the whole excess at
+  once either; a later update supersedes it (``StreamRt.trim_gen``).
 
 The caller's result comes once, from the last slice.
 """
@@ -170,7 +170,7 @@ def _purge_slice(
                 if not c.pending:
                     c.update_ack_floor()
                 cat.batch.consumers.add(c)
-    # (Every removal went through Stream.remove: consumers' num_pending follow it.)
+    # (Every removal went through StreamRt.remove: consumers' num_pending follow it.)
     cat.batch.streams.add(st)
     meta = ctx.db(keys.DB_META)
     if rest is None:
