@@ -23,7 +23,11 @@ Reports the median of 5 runs of each measurement:
 - bytes on disk per stored 100-byte message.
 
 Usage: ``.venv/bin/python scripts/bench_store.py [--quick]``; ``--ratio-pairs N`` runs only
-the 64-submitter rows with group commit off and on, N alternating pairs.
+the 64-submitter rows with group commit off and on, N alternating pairs;
+``--consumer-cycles`` only the consumer row; ``--engine-cpu`` only the engine's CPU time
+(``time.process_time``, best of 5) per 100-byte append (64 per batch, one filtered consumer)
+and per deliver+ack cycle, applying batches directly (no writer thread, no fsync): on a
+busy machine it compares two commits where wall-clock rates drift.
 """
 
 from __future__ import annotations
@@ -71,7 +75,9 @@ from store import (
     StreamInfo,
 )
 from store import keys as keys_mod
-from store.engine import REMOVE_SLICE
+from store.engine import REMOVE_SLICE, Engine
+from store.env import Env
+from store.writer import Job
 
 PAYLOAD = bytes(100)
 RUNS = 5
@@ -724,6 +730,57 @@ def consumer_cycles_per_s(n: int) -> float:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _engine_cpu_us(n: int, cycles: bool) -> float:
+    """CPU µs per append (``cycles``: per deliver+ack cycle) of Engine.apply alone."""
+    d = _fresh_dir()
+    env = Env(d, sync=False)
+    try:
+        eng = Engine(env, time.time_ns, "bench")
+
+        def apply(*jobs: list[Any]) -> list[Any]:
+            txn = env.begin_write()
+            events = eng.apply(txn, [Job(ops) for ops in jobs])
+            txn.commit()
+            return events
+
+        apply([CreateStream(StreamConfig.from_wire({"name": "S", "subjects": ["s.>"]}))])
+        cfg: dict[str, Any] = {"durable_name": "c", "ack_policy": "explicit"}
+        if cycles:
+            for _ in range(0, n, 1000):
+                apply([Publish("s.x", PAYLOAD) for _ in range(1000)])
+        else:
+            cfg["filter_subject"] = "s.>"
+        apply([CreateConsumer("S", ConsumerConfig.from_wire(cfg))])
+        t0 = time.process_time()
+        if cycles:
+            done = 0
+            events = apply([Pull("S", "c", "inbox", batch=100)])
+            while done < n:
+                seqs = [e.msg.seq for e in events if isinstance(e, Delivery)]
+                done += len(seqs)
+                ops: list[Any] = [Ack("S", "c", q) for q in seqs]
+                if done < n:
+                    ops.append(Pull("S", "c", "inbox", batch=100))
+                events = apply(ops)
+        else:
+            for i in range(0, n, 64):
+                apply(*([Publish(f"s.{(i + k) % 1000}", PAYLOAD)] for k in range(64)))
+        return (time.process_time() - t0) / n * 1e6
+    finally:
+        env.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def engine_cpu() -> int:
+    pub = min(_engine_cpu_us(19_200, False) for _ in range(5))
+    cyc = min(_engine_cpu_us(20_000, True) for _ in range(5))
+    print(
+        f"  engine CPU (best of 5): {pub:6.2f} us per append (64 per batch, one filtered"
+        f" consumer); {cyc:6.2f} us per explicit-ack deliver+ack cycle (pulls of 100)"
+    )
+    return 0
+
+
 def build_big_stream(path: str, n: int, unique: bool = False) -> None:
     """``n`` messages on ``big.0`` ... ``big.99`` (with ``unique``, each on a subject of its
     own), except the first and the last, which are on ``big.sparse`` (a subject whose scan
@@ -828,9 +885,19 @@ def main(argv: list[str] | None = None) -> int:
         help="only the group-commit ratio: N alternating runs of the 64-submitter rows,"
         " group commit off and on, then their medians",
     )
+    ap.add_argument("--consumer-cycles", action="store_true", help="only the consumer row")
+    ap.add_argument(
+        "--engine-cpu", action="store_true", help="only the engine's CPU time per operation"
+    )
     args = ap.parse_args(argv)
     if args.ratio_pairs:
         return ratio_pairs(args.ratio_pairs, args.seconds)
+    if args.engine_cpu:
+        return engine_cpu()
+    if args.consumer_cycles:
+        cyc = statistics.median(consumer_cycles_per_s(20_000) for _ in range(RUNS))
+        print(f"  explicit-ack consumer deliver+ack: {cyc:12,.0f} cycles/s (median of {RUNS})")
+        return 0
     secs = 0.3 if args.quick else args.seconds
     rec_n = 20_000 if args.quick else args.recovery_msgs
     runs = 1 if args.quick else RUNS

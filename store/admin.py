@@ -1,7 +1,8 @@
 """Stream and consumer administration inside a batch: create, update, delete, purge, info.
 
-Writer thread only; called by :class:`store.engine.Engine` for the admin operations. Every
-check happens before the first write, so a refused request changes nothing.
+Writer thread only; called by :class:`store.engine.Engine` with its
+:class:`store.catalog.Catalog`. Every check happens before the first write, so a refused
+request changes nothing.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import string
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from store import gojson, keys, slices
-from store.consumers import ConsumerRt
+from store import gojson, keys, purges, slices
+from store.consumers import ConsumerRt, Stream
+from store.continuations import CreateConsumerMore, EnforceLimits
 from store.counting import EVERY_SUBJECT, LPS_START, lps_slice
 from store.ctx import Ctx
 from store.errors import JetStreamError, js_error
@@ -29,10 +31,8 @@ from store.models import (
 )
 from store.ops import (
     CreateConsumer,
-    CreateConsumerMore,
     CreateStream,
     DeleteMsg,
-    EnforceLimits,
     GetConsumerInfo,
     OpResult,
     PullStatus,
@@ -48,7 +48,7 @@ from store.subjects import (
 )
 
 if TYPE_CHECKING:
-    from store.engine import Engine
+    from store.catalog import Catalog
 
 _NAME_ALPHABET = string.ascii_letters + string.digits
 # Consumer fields an update may not change (spec §1.6), with nats-server's wording.
@@ -68,30 +68,28 @@ _FIXED_CONSUMER_FIELDS = {
 # -- stream admin --------------------------------------------------------------------
 
 
-def create_stream(eng: Engine, ctx: Ctx, op: CreateStream) -> OpResult:
+def create_stream(cat: Catalog, ctx: Ctx, op: CreateStream) -> OpResult:
     cfg = op.config.normalized()
-    existing = eng.streams.get(cfg.name)
+    existing = cat.streams.get(cfg.name)
     if not op.update:
         if existing is not None:
             if existing.config == cfg:
-                return stream_info(eng, ctx, existing)
+                return stream_info(cat, ctx, existing)
             raise js_error("stream_name_exist")
         if cfg.sealed:
             raise js_error(
                 "stream_invalid_config", err="stream configuration for create can not be sealed"
             )
-        check_overlap(eng, cfg, None)
-        sid = eng._next_id(ctx)
-        st = StreamRt(cfg.name, sid, cfg, ctx.now)
-        st.on_remove = eng._on_msg_removed
+        check_overlap(cat, cfg, None)
+        sid = cat.next_id(ctx)
+        st: Stream = StreamRt(cfg.name, sid, cfg, ctx.now)
         if cfg.first_seq:
             st.first_seq = cfg.first_seq
             st.last_seq = cfg.first_seq - 1
-        write_stream_record(eng, ctx, st)
+        write_stream_record(cat, ctx, st)
         st.save_state(ctx)
-        eng.streams[cfg.name] = st
-        eng._capture.clear()
-        return stream_info(eng, ctx, st)
+        cat.add_stream(st)
+        return stream_info(cat, ctx, st)
     if existing is None:
         raise js_error("stream_not_found")
     old = existing.config
@@ -110,7 +108,7 @@ def create_stream(eng: Engine, ctx: Ctx, op: CreateStream) -> OpResult:
     if old.deny_purge and not cfg.deny_purge:
         raise bad("stream configuration update can not cancel deny purge")
     # (first_seq may change: kept in the config, no effect on the stored messages.)
-    check_overlap(eng, cfg, existing)
+    check_overlap(cat, cfg, existing)
     if cfg.sealed:
         # As nats-server 2.15.1 (measured): a sealed stream keeps everything as it is.
         cfg = cfg.model_copy(
@@ -123,31 +121,31 @@ def create_stream(eng: Engine, ctx: Ctx, op: CreateStream) -> OpResult:
             }
         )
     existing.config = cfg
-    write_stream_record(eng, ctx, existing)
-    eng._capture.clear()
+    write_stream_record(cat, ctx, existing)
+    cat.subjects_changed()
     # Tighter limits: the excess goes now, in slices; the reply comes with the last one.
     # A lower per-subject limit walks the stream (the others remove from its head); so
     # does any while an earlier update's removal is in flight (this one supersedes it).
     mmps, was = cfg.max_msgs_per_subject, old.max_msgs_per_subject
     lower = was <= 0 or mmps < was or existing.trimming
     walk = existing.first_seq if mmps > 0 and lower else 0
-    if not slices.enforce(eng, ctx, existing, walk, True):
+    if not slices.enforce(cat, ctx, existing, walk, True):
         return None  # the job is continued, not completed: this result is dropped
-    return stream_info(eng, ctx, existing)
+    return stream_info(cat, ctx, existing)
 
 
-def enforce_more(eng: Engine, ctx: Ctx, op: EnforceLimits) -> OpResult:
+def enforce_more(cat: Catalog, ctx: Ctx, op: EnforceLimits) -> OpResult:
     """The next slice of the excess a stream update's lower limits left."""
-    st = eng.streams.get(op.stream)
+    st = cat.streams.get(op.stream)
     if st is None or st.sid != op.sid:  # deleted meanwhile (its record with it)
         return js_error("stream_not_found") if op.info else True
-    if not slices.enforce(eng, ctx, st, op.start, op.info, op.gen):
+    if not slices.enforce(cat, ctx, st, op.start, op.info, op.gen):
         return None
-    return stream_info(eng, ctx, st) if op.info else True
+    return stream_info(cat, ctx, st) if op.info else True
 
 
-def check_overlap(eng: Engine, cfg: StreamConfig, me: StreamRt | None) -> None:
-    for other in eng.streams.values():
+def check_overlap(cat: Catalog, cfg: StreamConfig, me: Stream | None) -> None:
+    for other in cat.streams.values():
         if other is me:
             continue
         for a in cfg.subjects:
@@ -156,7 +154,7 @@ def check_overlap(eng: Engine, cfg: StreamConfig, me: StreamRt | None) -> None:
                     raise js_error("stream_subject_overlap")
 
 
-def write_stream_record(eng: Engine, ctx: Ctx, st: StreamRt) -> None:
+def write_stream_record(cat: Catalog, ctx: Ctx, st: Stream) -> None:
     ctx.txn.put(
         st.name.encode(),
         keys.pack_named_record(
@@ -166,25 +164,23 @@ def write_stream_record(eng: Engine, ctx: Ctx, st: StreamRt) -> None:
     )
 
 
-def delete_stream(eng: Engine, ctx: Ctx, name: str) -> OpResult:
+def delete_stream(cat: Catalog, ctx: Ctx, name: str) -> OpResult:
     """The stream is gone in this transaction; its messages, index and dedupe records (by
     its sid, which is never reused) are removed in slices, recorded by a ``meta`` sweep
     record so that a restart finishes the removal."""
-    st = eng._stream(name)
+    st = cat.stream(name)
     for cname in list(st.consumers):
-        delete_consumer(eng, ctx, st, cname, reevaluate=False)
+        delete_consumer(cat, ctx, st, cname, reevaluate=False)
     ctx.txn.delete(keys.u64(st.sid), db=ctx.db(keys.DB_SSTATE))
     ctx.txn.delete(name.encode(), db=ctx.db(keys.DB_STREAMS))
-    del eng.streams[name]
-    eng.deadlines.pop(name, None)
-    eng._capture.clear()
-    ctx.touched.discard(st)
-    return slices.begin_sweep(eng, ctx, st.sid)
+    cat.drop_stream(name)
+    cat.batch.streams.discard(st)
+    return slices.begin_sweep(cat, ctx, st.sid)
 
 
-def purge(eng: Engine, ctx: Ctx, op: PurgeStream) -> OpResult:
+def purge(cat: Catalog, ctx: Ctx, op: PurgeStream) -> OpResult:
     check_purge_request(op.seq, op.keep)
-    st = eng._stream(op.stream)
+    st = cat.stream(op.stream)
     if st.config.sealed:
         raise js_error("stream_sealed")
     if st.config.deny_purge:
@@ -193,8 +189,8 @@ def purge(eng: Engine, ctx: Ctx, op: PurgeStream) -> OpResult:
         raise js_error("bad_request")
     if op.filter is not None and not _valid_filter(op.filter):
         raise js_error("bad_request")
-    plan = st.purge_plan(ctx, op.filter, op.seq, op.keep, op.keep_from)
-    return slices.purge(eng, ctx, st, plan)
+    plan = purges.purge_plan(st, ctx, op.filter, op.seq, op.keep, op.keep_from)
+    return slices.purge(cat, ctx, st, plan)
 
 
 def check_purge_request(seq: int | None, keep: int | None) -> None:
@@ -203,11 +199,11 @@ def check_purge_request(seq: int | None, keep: int | None) -> None:
     gojson.check_uint64(keep, "JSApiStreamPurgeRequest.keep")
 
 
-def delete_msg(eng: Engine, ctx: Ctx, op: DeleteMsg) -> OpResult:
+def delete_msg(cat: Catalog, ctx: Ctx, op: DeleteMsg) -> OpResult:
     if op.seq is None:
         raise TypeError("DeleteMsg.seq must be an int, not None")
     gojson.check_uint64(op.seq, "JSApiMsgDeleteRequest.seq")
-    st = eng._stream(op.stream)
+    st = cat.stream(op.stream)
     if st.config.sealed:
         raise js_error("stream_sealed")
     if st.config.deny_delete:
@@ -220,11 +216,11 @@ def delete_msg(eng: Engine, ctx: Ctx, op: DeleteMsg) -> OpResult:
         if op.seq < st.first_seq or op.seq == 0:
             raise js_error("msg_delete_failed", err="no message found")
         raise js_error("sequence_not_found", seq=op.seq)
-    ctx.touched.add(st)  # the engine writes the state record once per batch
+    cat.batch.streams.add(st)  # the engine writes the state record once per batch
     return True
 
 
-def stream_info(eng: Engine, ctx: Ctx, st: StreamRt) -> StreamInfo:
+def stream_info(cat: Catalog, ctx: Ctx, st: Stream) -> StreamInfo:
     num_deleted = 0
     if st.messages:
         num_deleted = st.last_seq - st.first_seq + 1 - st.messages
@@ -243,8 +239,8 @@ def stream_info(eng: Engine, ctx: Ctx, st: StreamRt) -> StreamInfo:
         config=st.config,
         created=format_time(st.created_ns),
         state=state,
-        cluster=ClusterInfo(leader=eng.node_name),
-        ts=format_time(eng.clock()),
+        cluster=ClusterInfo(leader=cat.node_name),
+        ts=format_time(cat.clock()),
     )
 
 
@@ -252,22 +248,22 @@ def stream_info(eng: Engine, ctx: Ctx, st: StreamRt) -> StreamInfo:
 
 
 def create_consumer(
-    eng: Engine, ctx: Ctx, op: CreateConsumer, placed: CreateConsumerMore | None = None
+    cat: Catalog, ctx: Ctx, op: CreateConsumer, placed: CreateConsumerMore | None = None
 ) -> OpResult:
     """CONSUMER.CREATE. A ``last_per_subject`` consumer, and a ``last`` one with wildcard
     filters whose last match is not among the stream's newest records, is placed first by
     a walk of its subjects' records (:func:`create_consumer_more`, in slices), which then
     creates it (``placed``: the finished walk)."""
-    st = eng._stream(op.stream)
+    st = cat.stream(op.stream)
     cfg = op.config.normalized(st.config.consumer_limits)
     name = cfg.name or cfg.durable_name
     existing = st.consumers.get(name) if name else None
     if existing is not None:
         if existing.config == cfg:
-            return consumer_info(eng, ctx, existing)
+            return consumer_info(cat, ctx, existing)
         if op.action == "create":
             raise js_error("consumer_already_exists")
-        return update_consumer(eng, ctx, existing, cfg)
+        return update_consumer(cat, ctx, existing, cfg)
     if op.action == "update":
         raise js_error("consumer_does_not_exist")
     if cfg.replay_policy != "instant":  # (an update says it can not be updated, as there)
@@ -287,23 +283,23 @@ def create_consumer(
         walk = CreateConsumerMore(
             CreateConsumer(op.stream, cfg, op.action), st, st.removals, st.last_seq, LPS_START
         )
-        return create_consumer_more(eng, ctx, walk)
-    cid = eng._next_id(ctx)
+        return create_consumer_more(cat, ctx, walk)
+    cid = cat.next_id(ctx)
     c = ConsumerRt(st, name, cid, cfg, ctx.now)
     if placed is None:
-        initial_position(eng, ctx, st, c, last)
+        initial_position(cat, ctx, st, c, last)
     else:
         place(st, c, placed)
     c.update_ack_floor()
-    write_consumer_record(eng, ctx, c)
+    write_consumer_record(cat, ctx, c)
     st.consumers[name] = c
     c.save(ctx)
-    ctx.touched.add(st)
-    return consumer_info(eng, ctx, c)
+    cat.batch.streams.add(st)
+    return consumer_info(cat, ctx, c)
 
 
 def initial_position(
-    eng: Engine, ctx: Ctx, st: StreamRt, c: ConsumerRt, last: int | None = None
+    cat: Catalog, ctx: Ctx, st: Stream, c: ConsumerRt, last: int | None = None
 ) -> None:
     """Where a new consumer starts (``last``: its last match, if found by the caller; a
     placed one starts where :func:`place` puts it)."""
@@ -315,8 +311,8 @@ def initial_position(
     elif dp == "last":
         if last is not None:
             pass
-        elif c.filters:
-            last = max((st.last_seq_of_subject(ctx, f) for f in c.filters), default=0)
+        elif c.counts.filters:
+            last = max((st.subj.last_seq_of_subject(ctx, f) for f in c.counts.filters), default=0)
         else:
             last = st.last_seq if st.messages else 0
         start = last - 1 if last else st.last_seq
@@ -325,30 +321,30 @@ def initial_position(
     elif dp == "by_start_time":
         start = st.first_at_or_after(ctx, parse_time(cfg.opt_start_time or "")) - 1
     if dp == "new":
-        c.num_pending_cache = 0
+        c.counts.num_pending_cache = 0
     c.delivered_sseq = max(0, start)
 
 
-def create_consumer_more(eng: Engine, ctx: Ctx, op: CreateConsumerMore) -> OpResult:
+def create_consumer_more(cat: Catalog, ctx: Ctx, op: CreateConsumerMore) -> OpResult:
     """A slice of the walk that places a new consumer (all of it when the job holds other
     operations too, or the store is closing); the last one creates it."""
-    st = eng._stream(op.create.stream)
+    st = cat.stream(op.create.stream)
     if st is not op.stream_rt:
-        return create_consumer(eng, ctx, op.create)  # the walk starts again on this copy
+        return create_consumer(cat, ctx, op.create)  # the walk starts again on this copy
     filters = op.create.config.filters or EVERY_SUBJECT
     scan = op.scan
     while True:
         budget = max(ctx.walk_left, ctx.count_min)
-        scan, read = lps_slice(ctx, st, filters, 0, op.cap, scan, budget)
+        scan, read = lps_slice(ctx, st.subj, filters, 0, op.cap, scan, budget)
         ctx.walk_left -= read
         if scan.pos is None:
-            return create_consumer(eng, ctx, op.create, replace(op, scan=scan))
-        if ctx.may_continue and not eng.closing:
+            return create_consumer(cat, ctx, op.create, replace(op, scan=scan))
+        if ctx.may_continue and not cat.closing:
             ctx.go_on(replace(op, scan=scan))
             return None
 
 
-def place(st: StreamRt, c: ConsumerRt, walk: CreateConsumerMore) -> None:
+def place(st: Stream, c: ConsumerRt, walk: CreateConsumerMore) -> None:
     """Position a new consumer as its finished walk found. ``last_per_subject``: from the
     lowest of its subjects' last messages, skipping what a later one up to the highest
     supersedes, num_pending the subjects found; ``last``: from the highest, num_pending
@@ -365,14 +361,14 @@ def place(st: StreamRt, c: ConsumerRt, walk: CreateConsumerMore) -> None:
         c.delivered_sseq = scan.lo - 1
         c.lps_end = scan.hi
     if st.removals != walk.removals:
-        c.forget_pending()
+        c.counts.forget()
     elif st.last_seq == walk.cap:
-        c.num_pending_cache = n
+        c.counts.num_pending_cache = n
     else:
-        c.counting = [walk.cap + 1, walk.cap + 1, n]
+        c.counts.counting = [walk.cap + 1, walk.cap + 1, n]
 
 
-def check_stream_rules(st: StreamRt, cfg: ConsumerConfig, updating: ConsumerRt | None) -> None:
+def check_stream_rules(st: Stream, cfg: ConsumerConfig, updating: ConsumerRt | None) -> None:
     """The rules a consumer's config must meet on its stream, at creation and (as
     nats-server 2.15.1, measured) at an update: no delivery into the stream's own
     subjects; on a workqueue stream explicit acks, deliver all, and filters no other
@@ -397,12 +393,12 @@ def check_stream_rules(st: StreamRt, cfg: ConsumerConfig, updating: ConsumerRt |
             raise js_error("wq_multiple_unfiltered")
         return
     for o in others:
-        if any(subjects_overlap(a, b) for a in cfg.filters for b in o.filters or (">",)):
+        if any(subjects_overlap(a, b) for a in cfg.filters for b in o.counts.filters or (">",)):
             raise js_error("wq_consumer_not_unique")
 
 
 def update_consumer(
-    eng: Engine, ctx: Ctx, c: ConsumerRt, cfg: ConsumerConfig
+    cat: Catalog, ctx: Ctx, c: ConsumerRt, cfg: ConsumerConfig
 ) -> ConsumerInfo | None:
     old = c.config
     if old.is_push != cfg.is_push:  # before the fields (max_waiting differs too)
@@ -417,27 +413,27 @@ def update_consumer(
             raise js_error("consumer_create", err=msg)
     check_stream_rules(c.stream, cfg, c)
     c.config = cfg
-    c.filters = cfg.filters
-    c.scan_floor = 0
-    c.forget_pending()
+    c.counts.filters = cfg.filters
+    c.finder.scan_floor = 0
+    c.counts.forget()
     if (old.ack_wait, old.backoff) != (cfg.ack_wait, cfg.backoff):
         c.retime_ack_waits(ctx, old)
-    write_consumer_record(eng, ctx, c)
-    ctx.touched.add(c.stream)
-    ctx.dirty_consumers.add(c)
+    write_consumer_record(cat, ctx, c)
+    cat.batch.streams.add(c.stream)
+    cat.batch.consumers.add(c)
     st = c.stream
     # Interest decides again with the new filters: messages only the old ones wanted go
     # (nats-server 2.15.1, measured). Over a slice, the info answers at the end.
     if (
         old.filters != cfg.filters
         and st.config.retention == "interest"
-        and slices.reevaluate(eng, ctx, st, st.first_seq, c.name) is None
+        and slices.reevaluate(cat, ctx, st, st.first_seq, c.name) is None
     ):
         return None
-    return consumer_info(eng, ctx, c)
+    return consumer_info(cat, ctx, c)
 
 
-def write_consumer_record(eng: Engine, ctx: Ctx, c: ConsumerRt) -> None:
+def write_consumer_record(cat: Catalog, ctx: Ctx, c: ConsumerRt) -> None:
     ctx.txn.put(
         keys.consumer_key(c.stream.sid, c.name),
         keys.pack_named_record(
@@ -448,7 +444,7 @@ def write_consumer_record(eng: Engine, ctx: Ctx, c: ConsumerRt) -> None:
 
 
 def delete_consumer(
-    eng: Engine, ctx: Ctx, st: StreamRt, name: str, *, reevaluate: bool = True
+    cat: Catalog, ctx: Ctx, st: Stream, name: str, *, reevaluate: bool = True
 ) -> OpResult:
     c = st.consumers.get(name)
     if c is None:
@@ -456,26 +452,26 @@ def delete_consumer(
     for req in c.waiting:
         ctx.events.append(PullStatus(st.name, name, req.reply, 409, "Consumer Deleted"))
     c.waiting.clear()
-    if len(c.pending) <= eng.remove_slice:
+    if len(c.pending) <= cat.remove_slice:
         slices.delete_prefix(ctx, keys.DB_PENDING, keys.u64(c.cid))
     else:
-        slices.sweep_apart(eng, ctx, c.cid)
+        slices.sweep_apart(cat, ctx, c.cid)
     ctx.txn.delete(keys.u64(c.cid), db=ctx.db(keys.DB_CSTATE))
     ctx.txn.delete(keys.consumer_key(st.sid, name), db=ctx.db(keys.DB_CONSUMERS))
     del st.consumers[name]
-    ctx.dirty_consumers.discard(c)
-    ctx.touched.add(st)
+    cat.batch.consumers.discard(c)
+    cat.batch.streams.add(st)
     # Interest retention decides again without it; a workqueue stream keeps what only
     # this consumer would have taken, for the next consumer (nats-server 2.15.1, measured).
     if reevaluate and st.config.retention == "interest":
-        return slices.reevaluate(eng, ctx, st, st.first_seq)
+        return slices.reevaluate(cat, ctx, st, st.first_seq)
     return True
 
 
-def consumer_info(eng: Engine, ctx: Ctx, c: ConsumerRt) -> ConsumerInfo | None:
+def consumer_info(cat: Catalog, ctx: Ctx, c: ConsumerRt) -> ConsumerInfo | None:
     """The consumer's info; None when its num_pending is being counted in slices (the job
     goes on with a GetConsumerInfo, so the caller gets the info with the last slice)."""
-    if not c.pending_known(ctx) and ctx.may_continue and not eng.closing:
+    if not c.pending_known(ctx) and ctx.may_continue and not cat.closing:
         ctx.go_on(GetConsumerInfo(c.stream.name, c.name))
         return None
     return ConsumerInfo(
@@ -496,9 +492,9 @@ def consumer_info(eng: Engine, ctx: Ctx, c: ConsumerRt) -> ConsumerInfo | None:
         num_ack_pending=c.num_ack_pending,
         num_redelivered=sum(1 for e in c.pending.values() if e.count > 1),
         num_waiting=len(c.waiting),
-        num_pending=c.num_pending(ctx),
+        num_pending=c.counts.num_pending(ctx),
         push_bound=True if c.config.is_push and c.push_bound else None,
-        ts=format_time(eng.clock()),
+        ts=format_time(cat.clock()),
     )
 
 

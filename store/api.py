@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 from store import admin, details, gojson, keepbound, keys, subjindex
+from store.continuations import SweepStream
 from store.details import Paged
 from store.engine import REMOVE_SLICE, Engine
 from store.env import DEFAULT_MAP_SIZE, Env
@@ -57,7 +58,6 @@ from store.ops import (
     PurgeStream,
     SetPushInterest,
     StoredMsg,
-    SweepStream,
     Tick,
     WithdrawPulls,
 )
@@ -181,7 +181,7 @@ class Store:
         if self._closed:
             return
         self._closed = True
-        self._engine.closing = True
+        self._engine.catalog.closing = True
         self._writer.close()
         self.env.close()
 

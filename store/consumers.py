@@ -5,7 +5,7 @@ config, its delivered / ack-floor positions, the pending map
 ``stream seq -> (first delivery's consumer seq, delivery count, ack deadline, exhausted)``
 (mirrored in the ``pending`` database), the redelivery queue (a heap of stream seqs:
 redeliveries go out in stream order, before new messages) and the waiting pull requests
-(memory only: a pull request does not survive a restart, as in nats-server).
+(store.pulls).
 
 ``pending`` is a dict whose insertion order is stream order: a new delivery always has a
 higher stream seq than anything pending, and a redelivery updates its entry in place. So
@@ -15,32 +15,23 @@ the first key is the lowest pending seq, which gives the ack floor in O(1).
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TypeAlias
 
 from store import keys
-from store.counting import LpsScan, PendingCounts
+from store.counting import PendingCounts
+from store.ctx import Ctx
 from store.models import ConsumerConfig
-from store.ops import Advisory, Delivery, PullStatus, StoredMsg, ack_subject
-from store.subjects import is_literal
+from store.nextmsg import NextMessage
+from store.ops import Advisory, Delivery, StoredMsg, ack_subject
+from store.pulls import PullQueue, PullRequest
+from store.streams import StreamRt
 
-if TYPE_CHECKING:
-    from store.ctx import Ctx
-    from store.streams import StreamRt
+# A stream as the writer keeps it: its consumers are ConsumerRt.
+Stream: TypeAlias = "StreamRt[ConsumerRt]"
 
 NEVER = keys.MAX_U64
 UNACKED_DELETED = "Unacknowledged message was deleted"  # nats-server's +TERM reason
 MAX_DELIVERIES_PER_BATCH = 256
-# A consumer with wildcard filters looks for its next message by walking the stream from
-# its position: SHORT_WALK records first (``Ctx.walk_min``: fewer with a small
-# ``remove_slice``); if none matches, through the index of the subjects its filters
-# match, if at most INDEXED_SUBJECTS of them have messages there and finding them reads
-# at most SUBJECT_RECORDS_READ subject records; else by walking on while the batch's
-# ``Ctx.walk_left`` lasts.
-SHORT_WALK = 1024
-INDEXED_SUBJECTS = 64
-SUBJECT_RECORDS_READ = 1024
 
 
 def _ack_wait(cfg: ConsumerConfig, count: int) -> int:
@@ -60,30 +51,19 @@ class PendingEntry:
         self.exhausted = exhausted
 
 
-@dataclass
-class PullRequest:
-    reply: str
-    batch: int
-    expires_at: int  # 0 = never
-    no_wait: bool
-    max_bytes: int  # remaining; 0 = no limit
-    heartbeat: int = 0  # idle_heartbeat (ns); 0 = none
-    next_beat: int = 0  # when its next idle heartbeat is due, unless a message comes first
-    delivered: int = 0
-
-
-class ConsumerRt(PendingCounts):
-    """The writer's copy of one consumer (its num_pending: :class:`PendingCounts`)."""
+class ConsumerRt:
+    """The writer's copy of one consumer, composed of its num_pending (``counts``,
+    store.counting), its next-message search (``finder``, store.nextmsg) and its waiting
+    pull requests (``waiting``, store.pulls)."""
 
     def __init__(
-        self, stream: StreamRt, name: str, cid: int, config: ConsumerConfig, created_ns: int
+        self, stream: Stream, name: str, cid: int, config: ConsumerConfig, created_ns: int
     ) -> None:
         self.stream = stream
         self.name = name
         self.cid = cid
         self.config = config
         self.created_ns = created_ns
-        self.filters = config.filters
         self.delivered_cseq = 0
         self.delivered_sseq = 0
         self.ack_cseq = 0
@@ -95,18 +75,22 @@ class ConsumerRt(PendingCounts):
         self.num_ack_pending = 0
         self.redeliver: list[int] = []
         self.deadlines: list[tuple[int, int]] = []
-        self.waiting: deque[PullRequest] = deque()
+        self.waiting = PullQueue()  # pull requests (store.pulls)
         self.push_bound = False
         self.last_activity_ns = created_ns
         # The latest ack deadline set while messages are pending (0: none pending): until
         # then the consumer is busy, not inactive (memory only, rebuilt by load()).
         self.acks_due_until = 0
-        self.scan_floor = 0  # no filtered match exists at or below this seq (memory only)
-        self.num_pending_cache: int | None = None
-        # A count of num_pending in slices: [from seq, next seq to read, matches so far].
-        self.counting: list[int] | None = None
-        self.lps_counting: LpsScan | None = None
         self.more = False  # the last deliver() stopped at its budget with work left
+        self.counts = PendingCounts(stream, self, config.filters)
+        self.finder = NextMessage(stream, self.counts)  # the next new message to deliver
+
+    def pending_known(self, ctx: Ctx) -> bool:
+        """Whether num_pending is known (else counted on: the consumer is due now)."""
+        if self.counts.pending_known(ctx):
+            return True
+        self.more = True
+        return False
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -223,7 +207,7 @@ class ConsumerRt(PendingCounts):
 
     def on_remove(self, ctx: Ctx, seq: int, subject: str, purged: bool = False) -> None:
         if seq > self.delivered_sseq:
-            self.uncount(ctx, seq, subject)
+            self.counts.uncount(ctx, seq, subject)
         elif seq in self.pending:
             e = self._drop_pending(ctx, seq)
             if e is not None and not e.exhausted:
@@ -239,86 +223,13 @@ class ConsumerRt(PendingCounts):
             Advisory("terminated", self.stream.name, self.name, seq, deliveries, reason, ctx.now)
         )
 
-    # -- finding the next message --------------------------------------------------------
-
     def _next_new(self, ctx: Ctx) -> tuple[int, bytes] | None:
-        st = self.stream
-        start = max(self.delivered_sseq + 1, st.first_seq, 1)
-        if start > st.last_seq:
-            return None
-        if not self.filters:
-            for seq, rec in st.seqs_from(ctx, start):
-                return seq, rec
-            return None
-        if all(is_literal(f) for f in self.filters):
-            best = 0
-            for f in self.filters:
-                for s in st.subject_seqs(ctx, f, start):
-                    if not best or s < best:
-                        best = s
-                    break
-            if not best:
-                return None
-            found = st.get_record(ctx, best)
-            return (best, found) if found is not None else None
-        start = max(start, self.scan_floor + 1)
-        walked = 0
-        try:
-            for seq, rec in st.seqs_from(ctx, start):
-                if self.matches(keys.msg_subject(rec)):
-                    return seq, rec
-                walked += 1
-                if walked == ctx.walk_min:
-                    self.scan_floor = seq  # nothing matches up to here
-                    subjects = self._matching_subjects(ctx, seq + 1)
-                    if subjects is not None:
-                        return self._next_of_subjects(ctx, subjects, seq + 1)
-                if walked >= ctx.walk_min and walked >= ctx.walk_left:
-                    # The rest of the walk is for the next batch: "due now" (deliver()
-                    # ends, and a no_wait request is not answered before the walk ends).
-                    self.scan_floor = seq
-                    self.more = True
-                    return None
-            self.scan_floor = st.last_seq
-            return None
-        finally:
-            ctx.walk_left -= walked
-
-    def _matching_subjects(self, ctx: Ctx, start: int) -> list[str] | None:
-        """The subjects the filters match that have messages at or after ``start``, or
-        None if more than INDEXED_SUBJECTS do or finding them would read more than
-        SUBJECT_RECORDS_READ subject records."""
-        records = self._records_within(ctx, SUBJECT_RECORDS_READ)
-        if records is None:
-            return None
-        found = [subject for subject, _, last in records if last >= start]
-        return found if len(found) <= INDEXED_SUBJECTS else None
-
-    def _next_of_subjects(
-        self, ctx: Ctx, subjects: list[str], start: int
-    ) -> tuple[int, bytes] | None:
-        """The first message at or after ``start`` on any of ``subjects``."""
-        st = self.stream
-        best = 0
-        for subject in subjects:
-            for q in st.subject_seqs(ctx, subject, start):
-                if not best or q < best:
-                    best = q
-                break
-        if not best:
-            self.scan_floor = st.last_seq
-            return None
-        self.scan_floor = best - 1
-        rec = st.get_record(ctx, best)
-        return (best, rec) if rec is not None else None
-
-    def _skip_for_lps(self, ctx: Ctx, seq: int, rec: bytes) -> bool:
-        """deliver_policy last_per_subject: skip messages superseded before creation."""
-        if not self.lps_end or seq > self.lps_end:
-            return False
-        for later in self.stream.subject_seqs(ctx, keys.msg_subject(rec), seq + 1):
-            return later <= self.lps_end
-        return False
+        """The next message after the last new delivery that the filters match."""
+        finder = self.finder
+        found = finder.next_new(ctx, self.delivered_sseq + 1)
+        if finder.stopped:  # the walk goes on in the next batch: "due now"
+            finder.stopped, self.more = False, True
+        return found
 
     # -- delivery ------------------------------------------------------------------------
 
@@ -330,10 +241,12 @@ class ConsumerRt(PendingCounts):
         max_ap = cfg.max_ack_pending or -1
         md = cfg.max_deliver
         budget = MAX_DELIVERIES_PER_BATCH
+        waiting = self.waiting
+        finder = self.finder
         self.more = False
         self._expire_overdue_acks(ctx)
         if (
-            self.num_pending_cache is None
+            self.counts.num_pending_cache is None
             and (self.waiting if not cfg.is_push else self.push_bound)
             and not self.pending_known(ctx)
         ):
@@ -350,9 +263,9 @@ class ConsumerRt(PendingCounts):
                     break
                 reply = cfg.deliver_subject or ""
             else:
-                if not self.waiting:
+                if not waiting.reqs:
                     break
-                req = self.waiting[0]
+                req = waiting.reqs[0]
                 reply = req.reply
             seq = 0
             rec: bytes | None = None
@@ -380,11 +293,13 @@ class ConsumerRt(PendingCounts):
             if rec is None:
                 if explicit and max_ap > 0 and self.num_ack_pending >= max_ap:
                     break
-                found = self._next_new(ctx)
+                found = finder.next_new(ctx, self.delivered_sseq + 1)
                 if found is None:
+                    if finder.stopped:  # as in _next_new
+                        finder.stopped, self.more = False, True
                     break
                 seq, rec = found
-                if self._skip_for_lps(ctx, seq, rec):
+                if self.lps_end and finder.superseded(ctx, seq, rec, self.lps_end):
                     self.delivered_sseq = seq  # (never counted pending: superseded)
                     if not explicit or not self.pending:
                         self.update_ack_floor()
@@ -392,17 +307,11 @@ class ConsumerRt(PendingCounts):
                     continue
             if req is not None and req.max_bytes:
                 size = self._pull_size(ctx, seq, rec, redelivery)
-                if size > req.max_bytes:
+                if not waiting.charge(ctx, req, size, self.stream.name, self.name):
                     if redelivery:
                         heapq.heappush(self.redeliver, seq)
-                    self.waiting.popleft()
-                    status = self._status(req, 409, "Message Size Exceeds MaxBytes", ctx)
-                    ctx.events.append(status)
                     changed = True
                     continue
-                req.max_bytes -= size
-                if not req.max_bytes:
-                    req.max_bytes = -1  # exhausted after this message
             self.delivered_cseq += 1
             cseq = self.delivered_cseq
             self.last_delivered_ns = ctx.now
@@ -416,8 +325,8 @@ class ConsumerRt(PendingCounts):
             else:
                 count = 1
                 self.delivered_sseq = seq
-                if self.num_pending_cache is not None:
-                    self.num_pending_cache -= 1
+                if self.counts.num_pending_cache is not None:
+                    self.counts.num_pending_cache -= 1
                 if explicit:
                     e = PendingEntry(cseq, 1, self.ack_deadline(ctx.now, 1), False)
                     self.pending[seq] = e
@@ -438,42 +347,27 @@ class ConsumerRt(PendingCounts):
             msg = StoredMsg(seq, t, subj, headers, payload)
             ctx.events.append(
                 Delivery(
-                    self.stream.name, self.name, reply, msg, count, cseq, self.num_pending(ctx)
+                    self.stream.name,
+                    self.name,
+                    reply,
+                    msg,
+                    count,
+                    cseq,
+                    self.counts.num_pending(ctx),
                 )
             )
             changed = True
             if not explicit and self.stream.config.retention != "limits":
-                ctx.retention_check.append((self.stream, seq))
+                self.stream.release(seq)
             if req is not None:
-                req.delivered += 1
-                req.batch -= 1
-                if req.heartbeat:
-                    req.next_beat = ctx.now + req.heartbeat
-                if req.batch <= 0 or req.max_bytes < 0:
-                    # Filled, or its max_bytes used up exactly: it ends without a status
-                    # (as nats-server 2.15.1, measured).
-                    self.waiting.popleft()
-                elif len(self.waiting) > 1:
-                    # To the back: waiting requests take one message each in turn (as
-                    # nats-server's wait queue, measured against 2.15.1).
-                    self.waiting.rotate(-1)
-        # no_wait requests that could not be filled end now: 404 even after some messages
-        # (as nats-server 2.15.1, measured); one with ``expires`` that has had none yet
-        # waits for its first (or its expiry). One held back by max_ack_pending too: the
-        # server keeps it waiting without a status until its inbox loses interest, which
-        # the store cannot see (store/DESIGN.md).
-        if any(r.no_wait for r in self.waiting) and not self._has_work(ctx):
-            keep: deque[PullRequest] = deque()
-            for req in self.waiting:
-                if req.no_wait and (req.delivered or not req.expires_at):
-                    # (no pending counts: nats-server's 404 carries none, measured)
-                    ctx.events.append(
-                        PullStatus(self.stream.name, self.name, req.reply, 404, "No Messages")
-                    )
-                    changed = True
-                else:
-                    keep.append(req)
-            self.waiting = keep
+                waiting.served(ctx, req)
+        # no_wait requests that could not be filled end now (store.pulls).
+        if (
+            any(r.no_wait for r in waiting.reqs)
+            and not self._has_work(ctx)
+            and waiting.end_no_wait(ctx, self.stream.name, self.name)
+        ):
+            changed = True
         return changed
 
     def _pull_size(self, ctx: Ctx, seq: int, rec: bytes, redelivery: bool) -> int:
@@ -481,9 +375,9 @@ class ConsumerRt(PendingCounts):
         (measured): subject, headers and payload, and its ack reply subject (whose tokens
         are the delivery count, stream seq, consumer seq, time and pending after it)."""
         if redelivery:
-            count, pending = self.pending[seq].count + 1, self.num_pending(ctx)
+            count, pending = self.pending[seq].count + 1, self.counts.num_pending(ctx)
         else:
-            count, pending = 1, self.num_pending(ctx) - 1
+            count, pending = 1, self.counts.num_pending(ctx) - 1
         reply = ack_subject(
             self.stream.name,
             self.name,
@@ -514,14 +408,10 @@ class ConsumerRt(PendingCounts):
         queued = len(self._queued_for_redelivery())
         if not queued and self._next_new(ctx) is None and not self.more:
             return None if expires else (404, "No Messages")
-        known = self.num_pending_cache
-        if self.waiting and known is not None and known + queued < self._waiting_batches():
+        known = self.counts.num_pending_cache
+        if self.waiting and known is not None and known + queued < self.waiting.batches():
             return 408, "Requests Pending"
         return None
-
-    def _waiting_batches(self) -> int:
-        """The messages the waiting pull requests have yet to take."""
-        return sum(r.batch for r in self.waiting)
 
     def _has_work(self, ctx: Ctx) -> bool:
         if self._queued_for_redelivery():
@@ -533,17 +423,6 @@ class ConsumerRt(PendingCounts):
         if self.more:  # deliver() stopped with work left (or the walk for it unfinished)
             return True
         return self._next_new(ctx) is not None
-
-    def _status(self, req: PullRequest, code: int, desc: str, ctx: Ctx) -> PullStatus:
-        return PullStatus(
-            self.stream.name,
-            self.name,
-            req.reply,
-            code,
-            desc,
-            pending_msgs=max(0, req.batch),
-            pending_bytes=max(0, req.max_bytes),
-        )
 
     # -- acks ----------------------------------------------------------------------------
 
@@ -676,35 +555,10 @@ class ConsumerRt(PendingCounts):
         )
 
     def expire_requests(self, ctx: Ctx) -> None:
-        """Requests whose ``expires`` passed end with 408; the others that have waited
-        ``idle_heartbeat`` since their last message or heartbeat get a heartbeat."""
-        keep: deque[PullRequest] = deque()
-        for req in self.waiting:
-            if req.expires_at and req.expires_at <= ctx.now:
-                ctx.events.append(self._status(req, 408, "Request Timeout", ctx))
-                continue
-            if req.heartbeat and req.next_beat <= ctx.now:
-                req.next_beat = ctx.now + req.heartbeat
-                ctx.events.append(
-                    PullStatus(
-                        self.stream.name,
-                        self.name,
-                        req.reply,
-                        100,
-                        "Idle Heartbeat",
-                        last_consumer_seq=self.delivered_cseq,
-                        last_stream_seq=self.delivered_sseq,
-                    )
-                )
-            keep.append(req)
-        self.waiting = keep
-
-    def withdraw_requests(self, reply: str) -> int:
-        """Drop the waiting pull requests for ``reply`` (no status: nobody listens there);
-        how many. When none is left, the time without one starts with this batch."""
-        before = len(self.waiting)
-        self.waiting = deque(r for r in self.waiting if r.reply != reply)
-        return before - len(self.waiting)
+        """Pull requests that expired end; waiting ones get their idle heartbeats."""
+        self.waiting.expire(
+            ctx, self.stream.name, self.name, self.delivered_cseq, self.delivered_sseq
+        )
 
     def inactive_deadline(self) -> int:
         """When this consumer is deleted for inactivity (0 = never): ``inactive_threshold``
@@ -737,10 +591,8 @@ class ConsumerRt(PendingCounts):
                 continue
             best = d
             break
-        for req in self.waiting:
-            for due in (req.expires_at, req.next_beat):
-                if due and (not best or due < best):
-                    best = due
+        if self.waiting:
+            best = self.waiting.next_due(best)
         ia = self.inactive_deadline()
         if ia and (not best or ia < best):
             best = ia

@@ -1,23 +1,26 @@
-"""One batch inside the writer: its write transaction, databases, time and what it touched.
+"""One batch inside the writer: its write transaction, databases, hot cursors, time, the
+events it produced, its walk budgets and the jobs it leaves to go on with.
 
-Writer thread only (:mod:`store.engine` makes one per batch).
+Writer thread only (:mod:`store.engine` makes one per batch). It names no stream or
+consumer class: what a batch touched is recorded by the catalog (store.catalog).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from store import keys
 from store.writer import CallbackJob
 
 log = logging.getLogger("jetmq.store")
 
-if TYPE_CHECKING:
-    from store.consumers import ConsumerRt
-    from store.streams import StreamRt
-    from store.subjrecs import SubjectRecords
+
+class BoundedCache(Protocol):
+    """A cache the batch grew (store.subjrecs): bounded once the batch ends."""
+
+    def bound_cache(self) -> None: ...
 
 
 @dataclass
@@ -28,10 +31,7 @@ class Ctx:
     dbs: dict[bytes, Any]
     now: int
     events: list[Any] = field(default_factory=list)
-    retention_check: list[tuple[StreamRt, int]] = field(default_factory=list)
-    touched: set[StreamRt] = field(default_factory=set)
-    cached: set[SubjectRecords] = field(default_factory=set)  # whose record cache grew
-    dirty_consumers: set[ConsumerRt] = field(default_factory=set)
+    cached: set[BoundedCache] = field(default_factory=set)  # subject-record caches that grew
     # The job whose operation is being applied, and the jobs to continue in the
     # next batch with the operation that goes on with each (store.writer: long operations
     # run in slices). Only a job of one operation may be continued.

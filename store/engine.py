@@ -1,9 +1,9 @@
 """The writer-side engine: applies operations inside one write transaction per batch.
 
-Writer thread only. It owns the cached :class:`StreamRt` / :class:`ConsumerRt` objects;
+Writer thread only. It owns the catalog (store.catalog) of cached streams and consumers;
 after an aborted batch :meth:`Engine.reset` reloads them from LMDB (restoring the
 memory-only parts: waiting pull requests and push interest). Admin operations live in
-:mod:`store.admin`.
+:mod:`store.admin`, long ones in :mod:`store.slices`; both get the catalog, not the engine.
 
 One batch runs in three phases: every operation in order (each gets a result; a
 JetStream error is a result, never an abort), then delivery for every stream the batch
@@ -16,13 +16,20 @@ advisories) are handed to the hook after the commit.
 from __future__ import annotations
 
 import json
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from store import admin, keys, slices
-from store.consumers import SHORT_WALK, ConsumerRt, PullRequest
+from store.catalog import Catalog
+from store.consumers import ConsumerRt, Stream
+from store.continuations import (
+    AnyOp,
+    CreateConsumerMore,
+    EnforceLimits,
+    PurgeMore,
+    Reevaluate,
+    SweepStream,
+)
 from store.counting import COUNT_AT_ONCE
 from store.ctx import Ctx
 from store.env import Env
@@ -32,35 +39,31 @@ from store.models import (
     StreamConfig,
     go_duration,
 )
+from store.nextmsg import SHORT_WALK
 from store.ops import (
     Ack,
     AckKind,
     Advisory,
     CreateConsumer,
-    CreateConsumerMore,
     CreateStream,
     DeleteConsumer,
     DeleteMsg,
     DeleteStream,
-    EnforceLimits,
     GetConsumerInfo,
     GetStreamInfo,
-    Op,
     OpResult,
     PubAck,
     Publish,
     Pull,
     PullStatus,
-    PurgeMore,
     PurgeStream,
-    Reevaluate,
     SetPushInterest,
-    SweepStream,
     Tick,
     WithdrawPulls,
 )
+from store.pulls import PullQueue, PullRequest
+from store.purgeplan import plan_of
 from store.streams import Rollup, StreamRt
-from store.subjects import subject_matches
 from store.writer import AnyJob
 
 _K = TypeVar("_K")
@@ -83,46 +86,43 @@ class Engine:
         remove_slice: int = REMOVE_SLICE,
     ) -> None:
         self.env = env
-        # Most messages one transaction removes for a purge, a stream deletion or max_age
-        # expiry; the rest follows in later batches, other submissions committing between.
         self.remove_slice = remove_slice
         self.clock = clock
-        self.node_name = node_name
-        self.streams: dict[str, StreamRt] = {}
-        self._capture: dict[str, StreamRt | None] = {}
-        self.deadlines: dict[str, int] = {}
-        self.next_due: int | None = None  # read from any thread (one attribute load)
+        # The streams and what admin and slice operations need around them.
+        self.catalog = Catalog(clock, node_name, remove_slice)
+        self.batch = self.catalog.batch  # what the batch touched (cleared as it starts)
         self._with_waiting: set[tuple[str, str]] = set()
         self._waiting_snapshot: dict[tuple[str, str], list[PullRequest]] = {}
-        self._unfinished: list[tuple[AnyJob, Op]] = []
+        self._unfinished: list[tuple[AnyJob, AnyOp]] = []
         self.sweeps: list[int] = []  # ids of deleted streams / consumers with data left (at load)
         self.rechecks: list[Reevaluate] = []  # consumer-deletion checks to go on with
         self.purges: list[PurgeMore] = []  # purges to go on with
         self.trims: list[EnforceLimits] = []  # excess over lowered limits to go on removing
-        # Set by Store.close (another thread; read here between slices): a sweep stops at
-        # its next slice and is finished by the next open, so closing does not wait for it.
-        self.closing = False
         with env.read() as txn:
             self._load_all(txn)
+
+    @property
+    def streams(self) -> dict[str, Stream]:
+        return self.catalog.streams
 
     # -- loading -------------------------------------------------------------------------
 
     def _load_all(self, txn: Any, restore: bool = False) -> None:
-        old = self.streams
-        self.streams = {}
-        self._capture = {}
+        old = self.catalog.streams
+        self.catalog.clear()
         dbs = self.env.dbs
         ctx = Ctx(txn, dbs, self.clock())
         cur = txn.cursor(db=dbs[keys.DB_STREAMS])
         for k, v in cur.iternext():
             name = bytes(k).decode()
             sid, created, cfg_json = keys.unpack_named_record(bytes(v), keys.STREAM_RECORD_VERSION)
-            st = StreamRt(name, sid, StreamConfig.model_validate(json.loads(cfg_json)), created)
-            st.on_remove = self._on_msg_removed
+            st: Stream = StreamRt(
+                name, sid, StreamConfig.model_validate(json.loads(cfg_json)), created
+            )
             raw = txn.get(keys.u64(sid), db=dbs[keys.DB_SSTATE])
             if raw is not None:
                 st.load_state(bytes(raw))
-            self.streams[name] = st
+            self.catalog.add_stream(st)
             ccur = txn.cursor(db=dbs[keys.DB_CONSUMERS])
             prefix = keys.sid_prefix(sid)
             if ccur.set_range(prefix):
@@ -143,19 +143,19 @@ class Engine:
                     if prev is not None and prev.sid == sid and cname in prev.consumers:
                         c.push_bound = prev.consumers[cname].push_bound
                         if restore:
-                            c.waiting = deque(self._waiting_snapshot.get((name, cname), ()))
+                            c.waiting = PullQueue(self._waiting_snapshot.get((name, cname), ()))
                         else:
                             c.waiting = prev.consumers[cname].waiting
                     st.consumers[cname] = c
-        for st in self.streams.values():
-            self._refresh_deadline(st)
-        self._publish_deadline()
+        for st in self.catalog.streams.values():
+            self.catalog.refresh_deadline(st)
+        self.catalog.publish_deadline()
         self._load_unfinished(txn.cursor(db=dbs[keys.DB_META]), old)
 
-    def _load_unfinished(self, mcur: Any, old: dict[str, StreamRt]) -> None:
+    def _load_unfinished(self, mcur: Any, old: dict[str, Stream]) -> None:
         """The long operations a crash or a close cut short (store.slices), from their
         ``meta`` records: Store.open goes on with each."""
-        by_sid = {st.sid: st for st in self.streams.values()}
+        by_sid = {st.sid: st for st in self.catalog.streams.values()}
         self.sweeps = [
             sid for sid, _ in _meta_records(mcur, keys.META_SWEEP_PREFIX, keys.read_sweep_key)
         ]
@@ -166,7 +166,7 @@ class Engine:
         self.purges = []
         for (sid, rid), v in _meta_records(mcur, keys.META_PURGE_PREFIX, keys.read_purge_key):
             st = by_sid.get(sid)
-            self.purges.append(PurgeMore(st.name if st else "", sid, slices.plan_of(v), 0, rid))
+            self.purges.append(PurgeMore(st.name if st else "", sid, plan_of(v), 0, rid))
         self.trims = []
         for sid, v in _meta_records(mcur, keys.META_TRIM_PREFIX, keys.read_trim_key):
             st = by_sid.get(sid)
@@ -192,6 +192,7 @@ class Engine:
 
     def apply(self, txn: Any, jobs: list[AnyJob]) -> list[Any]:
         ctx = Ctx(txn, self.env.dbs, self.clock())
+        self.batch.clear()
         ctx.walk_left = WALK_PER_REMOVAL * self.remove_slice
         ctx.walk_min = min(SHORT_WALK, self.remove_slice)
         ctx.count_min = min(COUNT_AT_ONCE, ctx.walk_left)
@@ -199,11 +200,11 @@ class Engine:
         # so an aborted batch restores them exactly (see reset()).
         self._waiting_snapshot = {}
         for key in list(self._with_waiting):
-            c = self._find(key)
+            c = self.catalog.find(key)
             if c is None or not c.waiting:
                 self._with_waiting.discard(key)
                 continue
-            self._waiting_snapshot[key] = [replace(r) for r in c.waiting]
+            self._waiting_snapshot[key] = c.waiting.copy()
         publish = self._publish
         for job in jobs:
             results = job.results
@@ -214,7 +215,7 @@ class Engine:
                     if type(op) is Publish:
                         res: OpResult = publish(ctx, op)
                     elif type(op) is DeleteMsg:
-                        res = admin.delete_msg(self, ctx, op)
+                        res = admin.delete_msg(self.catalog, ctx, op)
                     else:
                         res = self._op(ctx, op)
                 except JetStreamError as exc:
@@ -224,62 +225,48 @@ class Engine:
         self._unfinished = ctx.unfinished
         return ctx.events
 
-    def take_unfinished(self) -> list[tuple[AnyJob, Op]]:
+    def take_unfinished(self) -> list[tuple[AnyJob, AnyOp]]:
         """After a commit: the jobs the batch left to go on with (see store.writer)."""
         out, self._unfinished = self._unfinished, []
         return out
 
     def _finish(self, ctx: Ctx) -> None:
-        for st in list(ctx.touched):
-            if st.name not in self.streams:
+        for st in list(self.batch.streams):
+            if st.name not in self.catalog.streams:
                 continue
             for c in st.consumers.values():
                 if c.deliver(ctx):
-                    ctx.dirty_consumers.add(c)
+                    self.batch.consumers.add(c)
         # Interest/workqueue: drop messages no consumer needs any more (acks, deliveries
         # with ack_policy none). Removal never makes anything newly deliverable.
-        checks, ctx.retention_check = ctx.retention_check, []
+        checks = list(self.batch.retention)
+        self.batch.retention.clear()
         for st, seq in checks:
             self._retention_remove(ctx, st, seq)
-        for c in ctx.dirty_consumers:
-            if c.stream.name in self.streams and c.name in c.stream.consumers:
+        for c in self.batch.consumers:
+            if c.stream.name in self.catalog.streams and c.name in c.stream.consumers:
                 c.save(ctx)
         for key in self._waiting_snapshot:
-            left = self._find(key)
+            left = self.catalog.find(key)
             if left is not None and not left.waiting:
                 # Its last pull request left (filled, ended or expired): the time without
                 # one starts now, so the next request has time to come (inactive_threshold).
                 left.last_activity_ns = max(left.last_activity_ns, ctx.now)
-                ctx.touched.add(left.stream)
-        streams = self.streams
-        for st in ctx.touched:
+                self.batch.streams.add(left.stream)
+        streams = self.catalog.streams
+        for st in self.batch.streams:
             if streams.get(st.name) is st:  # not deleted (nor deleted and re-created)
                 st.flush_counts(ctx)
                 st.save_state(ctx)
-                self._refresh_deadline(st)
+                self.catalog.refresh_deadline(st)
         for recs in ctx.cached:
             recs.bound_cache()
-        self._publish_deadline()
-
-    def _publish_deadline(self) -> None:
-        vals = list(self.deadlines.values())
-        self.next_due = min(vals) if vals else None
-
-    def _refresh_deadline(self, st: StreamRt) -> None:
-        best = st.next_expiry()
-        for c in st.consumers.values():
-            d = c.next_deadline()
-            if d and (not best or d < best):
-                best = d
-        if best:
-            self.deadlines[st.name] = best
-        else:
-            self.deadlines.pop(st.name, None)
+        self.catalog.publish_deadline()
 
     def next_deadline(self) -> int | None:
-        return self.next_due
+        return self.catalog.next_due
 
-    def _op(self, ctx: Ctx, op: Op) -> OpResult:
+    def _op(self, ctx: Ctx, op: AnyOp) -> OpResult:
         match op:
             case Publish():
                 return self._publish(ctx, op)
@@ -290,117 +277,78 @@ class Engine:
             case Tick():
                 return self._tick(ctx, op)
             case CreateStream():
-                return admin.create_stream(self, ctx, op)
+                return admin.create_stream(self.catalog, ctx, op)
             case DeleteStream():
-                return admin.delete_stream(self, ctx, op.stream)
+                return admin.delete_stream(self.catalog, ctx, op.stream)
             case PurgeStream():
-                return admin.purge(self, ctx, op)
+                return admin.purge(self.catalog, ctx, op)
             case DeleteMsg():
-                return admin.delete_msg(self, ctx, op)
+                return admin.delete_msg(self.catalog, ctx, op)
             case CreateConsumer():
-                return admin.create_consumer(self, ctx, op)
+                return admin.create_consumer(self.catalog, ctx, op)
             case DeleteConsumer():
-                return admin.delete_consumer(self, ctx, self._stream(op.stream), op.consumer)
+                return admin.delete_consumer(
+                    self.catalog, ctx, self.catalog.stream(op.stream), op.consumer
+                )
             case WithdrawPulls():
-                return self._consumer(op.stream, op.consumer).withdraw_requests(op.reply)
+                return self.catalog.consumer(op.stream, op.consumer).waiting.withdraw(op.reply)
             case SetPushInterest():
-                c = self._consumer(op.stream, op.consumer)
+                c = self.catalog.consumer(op.stream, op.consumer)
                 c.push_bound = op.bound
                 c.last_activity_ns = ctx.now
-                ctx.touched.add(c.stream)
+                self.batch.streams.add(c.stream)
                 return None
             case GetStreamInfo():
-                return admin.stream_info(self, ctx, self._stream(op.stream))
+                return admin.stream_info(self.catalog, ctx, self.catalog.stream(op.stream))
             case GetConsumerInfo():
-                return admin.consumer_info(self, ctx, self._consumer(op.stream, op.consumer))
+                return admin.consumer_info(
+                    self.catalog, ctx, self.catalog.consumer(op.stream, op.consumer)
+                )
             case PurgeMore():
-                return slices.purge_more(self, ctx, op)
+                return slices.purge_more(self.catalog, ctx, op)
             case CreateConsumerMore():
-                return admin.create_consumer_more(self, ctx, op)
+                return admin.create_consumer_more(self.catalog, ctx, op)
             case EnforceLimits():
-                return admin.enforce_more(self, ctx, op)
+                return admin.enforce_more(self.catalog, ctx, op)
             case SweepStream():
-                return slices.sweep(self, ctx, op.sid)
+                return slices.sweep(self.catalog, ctx, op.sid)
             case Reevaluate():
-                return slices.reevaluate_more(self, ctx, op)
+                return slices.reevaluate_more(self.catalog, ctx, op)
         raise TypeError(f"unknown operation {op!r}")
-
-    def _find(self, key: tuple[str, str]) -> ConsumerRt | None:
-        st = self.streams.get(key[0])
-        return st.consumers.get(key[1]) if st is not None else None
-
-    def _stream(self, name: str) -> StreamRt:
-        st = self.streams.get(name)
-        if st is None:
-            raise js_error("stream_not_found")
-        return st
-
-    def _consumer(self, stream: str, name: str) -> ConsumerRt:
-        c = self._stream(stream).consumers.get(name)
-        if c is None:
-            raise js_error("consumer_not_found")
-        return c
-
-    def _next_id(self, ctx: Ctx) -> int:
-        db = ctx.db(keys.DB_META)
-        n = keys.read_u64(ctx.txn.get(keys.META_NEXT_ID, db=db))
-        ctx.txn.put(keys.META_NEXT_ID, keys.u64(n + 1), db=db)
-        return n
 
     # -- publish -------------------------------------------------------------------------
 
-    def capture(self, subject: str) -> StreamRt | None:
-        try:
-            return self._capture[subject]
-        except KeyError:
-            pass
-        found = None
-        for st in self.streams.values():
-            if any(subject_matches(s, subject) for s in st.config.subjects):
-                found = st
-                break
-        if len(self._capture) > 100_000:
-            self._capture.clear()
-        self._capture[subject] = found
-        return found
-
     def _publish(self, ctx: Ctx, op: Publish) -> OpResult:
         if op.stream is not None:
-            named = self.streams.get(op.stream)
+            named = self.catalog.streams.get(op.stream)
             if named is None:
                 return js_error("stream_not_found")
             # Stream subjects never overlap, so a stream whose subjects match is the one
             # that captures the subject (no capture lookup: the broker's are mostly unique).
-            st: StreamRt | None = named
+            st: Stream | None = named
             if not named.accepts(op.subject):
                 return js_error("stream_not_match")
         else:
-            st = self.capture(op.subject)
+            st = self.catalog.capture(op.subject)
         if st is None:
             return None
         interest = True
         if st.config.retention == "interest":
-            interest = any(c.matches(op.subject) for c in st.consumers.values())
+            interest = any(c.counts.matches(op.subject) for c in st.consumers.values())
         res = st.publish(ctx, op.subject, op.payload, op.headers, interest)
         if type(res) is PubAck and not res.duplicate:
-            ctx.touched.add(st)
+            self.batch.streams.add(st)
             if st.consumers:
                 for c in st.consumers.values():
-                    c.on_append(res.seq, op.subject)
+                    c.counts.on_append(res.seq, op.subject)
         elif isinstance(res, Rollup):
-            ctx.touched.add(st)
+            self.batch.streams.add(st)
             for c in st.consumers.values():
-                c.on_append(res.ack.seq, op.subject)
-            return slices.rollup(self, ctx, st, res.plan, res.ack)
+                c.counts.on_append(res.ack.seq, op.subject)
+            return slices.rollup(self.catalog, ctx, st, res.plan, res.ack)
         return res
 
-    def _on_msg_removed(self, ctx: Ctx, st: StreamRt, seq: int, subject: str, purged: bool) -> None:
-        for c in st.consumers.values():
-            c.on_remove(ctx, seq, subject, purged)
-            ctx.dirty_consumers.add(c)
-        ctx.touched.add(st)
-
-    def _retention_remove(self, ctx: Ctx, st: StreamRt, seq: int) -> None:
+    def _retention_remove(self, ctx: Ctx, st: Stream, seq: int) -> None:
         if st.config.retention == "limits":
             return
         rec = st.get_record(ctx, seq)
@@ -408,21 +356,21 @@ class Engine:
             return
         subject = keys.msg_subject(rec)
         for c in st.consumers.values():
-            if c.matches(subject) and c.needs(seq):
+            if c.counts.matches(subject) and c.needs(seq):
                 return
         st.remove(ctx, seq)
 
     # -- acks and pulls ------------------------------------------------------------------
 
     def _ack(self, ctx: Ctx, op: Ack) -> OpResult:
-        c = self._consumer(op.stream, op.consumer)
-        ctx.touched.add(c.stream)
-        ctx.dirty_consumers.add(c)
+        c = self.catalog.consumer(op.stream, op.consumer)
+        self.batch.streams.add(c.stream)
+        self.batch.consumers.add(c)
         kind = op.kind
         if kind in (AckKind.ACK, AckKind.NEXT, AckKind.TERM):
             released = c.ack(ctx, op.seq, op.cseq, term=kind is AckKind.TERM, reason=op.reason)
             for s in released:
-                ctx.retention_check.append((c.stream, s))
+                self.batch.retention.append((c.stream, s))
             if kind is AckKind.NEXT and op.next_reply:
                 self._pull(ctx, Pull(op.stream, op.consumer, op.next_reply, batch=op.next_batch))
         elif kind is AckKind.NAK:
@@ -432,7 +380,7 @@ class Engine:
         return None
 
     def _pull(self, ctx: Ctx, op: Pull) -> OpResult:
-        c = self._consumer(op.stream, op.consumer)
+        c = self.catalog.consumer(op.stream, op.consumer)
         cfg = c.config
 
         def status(code: int, desc: str) -> None:
@@ -476,8 +424,8 @@ class Engine:
         )
         self._with_waiting.add((c.stream.name, c.name))
         c.last_activity_ns = ctx.now
-        ctx.touched.add(c.stream)
-        ctx.dirty_consumers.add(c)
+        self.batch.streams.add(c.stream)
+        self.batch.consumers.add(c)
         return None
 
     # -- timers --------------------------------------------------------------------------
@@ -486,29 +434,29 @@ class Engine:
         saved = ctx.now
         if op.now is not None:
             ctx.now = op.now
-        limit = slices.slice_limit(self, ctx)
+        limit = slices.slice_limit(self.catalog, ctx)
         more = False
         try:
-            for st in list(self.streams.values()):
+            for st in list(self.catalog.streams.values()):
                 # A slice at most: the job goes on with the rest (other jobs commit between).
                 if st.expire(ctx, limit):
                     more = True
                 if st.config.duplicate_window:
-                    st.evict_dedupe(ctx)
+                    st.dedupe.evict(ctx, st.config.duplicate_window)
                 for c in list(st.consumers.values()):
                     if c.expire_acks(ctx):
-                        ctx.dirty_consumers.add(c)
+                        self.batch.consumers.add(c)
                     waited = bool(c.waiting)
                     c.expire_requests(ctx)
                     if waited and not c.waiting:  # as in _finish: the time without starts
                         c.last_activity_ns = max(c.last_activity_ns, ctx.now)
                     ia = c.inactive_deadline()
                     if ia and ia <= ctx.now:
-                        admin.delete_consumer(self, ctx, st, c.name)
+                        admin.delete_consumer(self.catalog, ctx, st, c.name)
                         ctx.events.append(
                             Advisory("consumer_deleted", st.name, c.name, time_ns=ctx.now)
                         )
-                ctx.touched.add(st)
+                self.batch.streams.add(st)
             # Deliver now so redeliveries carry this tick's time.
             self._finish_timers(ctx)
         finally:
@@ -518,10 +466,10 @@ class Engine:
         return None
 
     def _finish_timers(self, ctx: Ctx) -> None:
-        for st in list(ctx.touched):
+        for st in list(self.batch.streams):
             for c in st.consumers.values():
                 if c.deliver(ctx):
-                    ctx.dirty_consumers.add(c)
+                    self.batch.consumers.add(c)
 
 
 def _meta_records(

@@ -20,6 +20,17 @@ from typing import Any, Final
 import lmdb
 
 from store import keys, lmdbfile
+from store.failures import SchemaError, StorageFailure, StoreClosedError, StoreOpenError
+
+__all__ = [
+    "DEFAULT_MAP_SIZE",
+    "MIGRATIONS",
+    "Env",
+    "SchemaError",
+    "StorageFailure",
+    "StoreClosedError",
+    "StoreOpenError",
+]
 
 DEFAULT_MAP_SIZE: Final = 1 << 30
 MAX_READERS: Final = 512  # broker threads + external read-only readers (Spark, diagnostics)
@@ -63,24 +74,6 @@ def _rebuild_subject_index(txn: Any, env: Env) -> None:
 
 # Migrations: from-version -> function upgrading an open write txn by one version.
 MIGRATIONS: dict[int, Callable[[Any, Env], None]] = {1: _rebuild_subject_index}
-
-
-class StoreClosedError(RuntimeError):
-    """The store (or its environment) was used after close()."""
-
-
-class StoreOpenError(RuntimeError):
-    """The environment cannot be opened: not an LMDB environment, a damaged one, or one
-    this jetmq cannot read. The message names the directory and the cause."""
-
-
-class StorageFailure(RuntimeError):
-    """LMDB failed a write transaction (a full disk, an I/O error): nothing of the jobs in
-    it is stored. The message is LMDB's; the LMDB exception is the cause."""
-
-
-class SchemaError(StoreOpenError):
-    """The environment was written by a newer jetmq or has no known migration path."""
 
 
 OWNER_FILE: Final = "jetmq.lock"

@@ -105,6 +105,10 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Final, NamedTuple
 
+from store.failures import RecordError as RecordError
+from store.headerblock import decode_headers as decode_headers
+from store.headerblock import encode_headers as encode_headers
+
 SCHEMA_VERSION: Final = 2
 
 # 256 sequences per index epoch. Measured on the raw index (64 one-subject-each inserts
@@ -169,10 +173,6 @@ MAX_U64: Final = (1 << 64) - 1
 # the same bytes as msg_key(sid, seq) and pack_subject_record(count, first, last).
 pack_msg_key: Final = _U64X2.pack
 pack_subject_counts: Final = _U64X3.pack
-
-
-class RecordError(ValueError):
-    """A stored record has an unknown version or a damaged layout."""
 
 
 def u32(n: int) -> bytes:
@@ -240,7 +240,7 @@ def read_purge_key(key: bytes) -> tuple[int, int] | None:
 def pack_purge_record(
     subject: str | None, wildcard: bool, floor: bool, start: int, below: int, compact_to: int
 ) -> bytes:
-    """A purge as it stands between slices (``store.ops.PurgePlan``)."""
+    """A purge as it stands between slices (``store.purgeplan.PurgePlan``)."""
     kind = 0 if subject is None else 2 if wildcard else 1
     head = _PURGE.pack(PURGE_RECORD_VERSION, kind, floor, start, below, compact_to)
     return head + subject.encode() if subject is not None else head
@@ -560,34 +560,6 @@ def unpack_pending(record: bytes) -> tuple[int, int, int, int]:
     """Return ``(consumer_seq, delivery_count, deadline_ns, flags)``."""
     a, b, c, d = _PENDING.unpack(record)
     return int(a), int(b), int(c), int(d)
-
-
-# -- NATS header blocks ----------------------------------------------------------------------
-
-
-def encode_headers(headers: tuple[tuple[str, str], ...]) -> bytes:
-    """The ``NATS/1.0`` header block for ``headers`` (empty bytes when there are none)."""
-    if not headers:
-        return b""
-    return ("NATS/1.0\r\n" + "".join([f"{k}: {v}\r\n" for k, v in headers]) + "\r\n").encode()
-
-
-def decode_headers(block: bytes) -> tuple[tuple[str, str], ...]:
-    if not block:
-        return ()
-    text = block.decode()
-    lines = text.split("\r\n")
-    if not lines or not lines[0].startswith("NATS/1.0"):
-        raise RecordError("header block does not start with NATS/1.0")
-    out: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        if not line:
-            continue
-        k, sep, v = line.partition(":")
-        if not sep:
-            raise RecordError(f"malformed header line {line!r}")
-        out.append((k.strip(), v.strip()))
-    return tuple(out)
 
 
 def msg_bytes(subject_len: int, header_len: int, payload_len: int) -> int:

@@ -6,21 +6,18 @@ dataclasses, which matters at tens of thousands per second.
 
 One group-commit batch may mix any of these. Each operation gets its own result, and a
 failing operation (a :class:`~store.errors.JetStreamError` as its result) does not fail
-the others.
+the others. (The operations the engine makes to go on with a long one are internal:
+:mod:`store.continuations`.)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from store.errors import JetStreamError
 from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo, format_time
-
-if TYPE_CHECKING:
-    from store.counting import LpsScan
-    from store.streams import StreamRt
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -180,86 +177,6 @@ class GetConsumerInfo:
     consumer: str
 
 
-# -- continuations (made by the engine for a job it runs in slices; never submitted) -------
-
-
-class PurgePlan(NamedTuple):
-    """Where a purge stands between slices. Its bound is fixed when the purge begins, so
-    messages stored while it runs are not purged."""
-
-    filter: str | None  # a literal subject (the steps walk its index) or None
-    pattern: str | None  # a wildcard filter: the steps walk the stream
-    start: int  # the next seq to look at
-    below: int  # purge seqs below this one
-    compact_to: int  # whole stream: if empty at the end, first_seq = max(this, last_seq + 1)
-    floor: bool  # consumers behind the purged range move past it
-
-
-@dataclass(frozen=True, slots=True)
-class PurgeMore:
-    """Go on with a purge of stream ``sid`` (gone, or re-created under another sid: done).
-    ``rid`` numbers its ``meta`` purge record (the plan as it stands, so that a restart goes
-    on with it)."""
-
-    stream: str
-    sid: int
-    plan: PurgePlan
-    purged: int  # removed by the earlier slices
-    rid: int
-    reply: PubAck | None = None  # a rollup's: the result instead of the number purged
-
-
-@dataclass(frozen=True, slots=True)
-class EnforceLimits:
-    """Go on removing what a stream update's lower limits leave in excess: walking the
-    stream from seq ``start`` (0: that part is done), the oldest messages of subjects over
-    ``max_msgs_per_subject``; then the oldest over ``max_msgs`` / ``max_bytes`` /
-    ``max_age``. ``info``: the last slice answers with the stream's info (the update's
-    reply). ``gen``: its number (``StreamRt.trim_gen``); a later one supersedes it."""
-
-    stream: str
-    sid: int
-    start: int
-    gen: int
-    info: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Reevaluate:
-    """Go on checking an interest stream's messages from ``start`` after a consumer was
-    deleted or its filters changed: the ones no consumer needs are removed. ``answer``:
-    the consumer whose info answers the job once the check is done (an update)."""
-
-    stream: str
-    sid: int
-    start: int
-    answer: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class CreateConsumerMore:
-    """Go on placing a new ``last_per_subject`` consumer (or a ``last`` one with wildcard
-    filters): the walk of the subject records its filters match (``scan``,
-    store.counting.LpsScan) finds each subject's last message up to ``cap`` (the stream's
-    last seq when it began); the consumer is created by the last slice. ``stream_rt`` and ``removals`` are the writer's copy of the stream and its
-    removal count when the walk began: another copy (the stream re-created, or reloaded
-    after an aborted batch) starts the walk again; another count means messages it may
-    have counted went meanwhile, so the consumer counts its num_pending afresh."""
-
-    create: CreateConsumer  # the request, with the name the consumer gets
-    stream_rt: StreamRt
-    removals: int
-    cap: int
-    scan: LpsScan
-
-
-@dataclass(frozen=True, slots=True)
-class SweepStream:
-    """Delete the data left under a deleted stream's ``sid`` (``meta`` sweep record)."""
-
-    sid: int
-
-
 Op = (
     Publish
     | CreateStream
@@ -275,11 +192,6 @@ Op = (
     | Tick
     | GetStreamInfo
     | GetConsumerInfo
-    | PurgeMore
-    | CreateConsumerMore
-    | EnforceLimits
-    | Reevaluate
-    | SweepStream
 )
 
 
@@ -398,10 +310,3 @@ class Advisory:
 
 
 Event = Delivery | PullStatus | Advisory
-
-
-@dataclass(slots=True)
-class EventSink:
-    """Events collected during one batch; flushed to the hook after the commit."""
-
-    events: list[Event] = field(default_factory=list)

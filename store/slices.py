@@ -1,7 +1,7 @@
 """Long operations in slices, each recorded in ``meta`` so that a restart goes on with it.
 
 Writer thread only. Removing many messages in one transaction would stall every other
-submission behind it, so these operations remove at most ``Engine.remove_slice``
+submission behind it, so these operations remove at most ``Catalog.remove_slice``
 messages per transaction when they are alone in their job (``ctx.may_continue``; with
 other operations in the job they do everything at once, as the job commits as one) and
 name their continuation with ``ctx.go_on`` (store.writer runs it in a batch of its own,
@@ -29,24 +29,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from store import keys
+from store import keys, purges
+from store.consumers import Stream
+from store.continuations import EnforceLimits, PurgeMore, Reevaluate, SweepStream
 from store.ctx import Ctx
-from store.ops import (
-    EnforceLimits,
-    GetConsumerInfo,
-    OpResult,
-    PubAck,
-    PurgeMore,
-    PurgePlan,
-    PurgeResult,
-    Reevaluate,
-    SweepStream,
-)
-from store.streams import StreamRt
+from store.ops import GetConsumerInfo, OpResult, PubAck, PurgeResult
+from store.purgeplan import PurgePlan, plan_record
 from store.writer import CallbackJob
 
 if TYPE_CHECKING:
-    from store.engine import Engine
+    from store.catalog import Catalog
 
 MAX_U64 = keys.MAX_U64
 # A deleted stream's data is swept in slices of this many keys per message of a purge
@@ -69,9 +61,9 @@ _SWEPT_DBS = (
 )
 
 
-def slice_limit(eng: Engine, ctx: Ctx) -> int:
+def slice_limit(cat: Catalog, ctx: Ctx) -> int:
     """Removals one operation may make in this batch (all when it cannot go on)."""
-    return eng.remove_slice if ctx.may_continue else MAX_U64
+    return cat.remove_slice if ctx.may_continue else MAX_U64
 
 
 def delete_prefix(ctx: Ctx, dbname: bytes, prefix: bytes, limit: int = MAX_U64) -> int:
@@ -90,7 +82,7 @@ def delete_prefix(ctx: Ctx, dbname: bytes, prefix: bytes, limit: int = MAX_U64) 
 # -- a deleted stream's data -----------------------------------------------------------------
 
 
-def begin_sweep(eng: Engine, ctx: Ctx, sid: int) -> OpResult:
+def begin_sweep(cat: Catalog, ctx: Ctx, sid: int) -> OpResult:
     """The stream ``sid`` was deleted in this transaction: record its sweep, drop the
     records of its other long operations (they stop at their next slice), sweep."""
     meta = ctx.db(keys.DB_META)
@@ -98,14 +90,14 @@ def begin_sweep(eng: Engine, ctx: Ctx, sid: int) -> OpResult:
     delete_prefix(ctx, keys.DB_META, keys.purge_prefix(sid))
     ctx.txn.delete(keys.trim_key(sid), db=meta)
     ctx.txn.delete(keys.recheck_key(sid), db=meta)
-    return sweep(eng, ctx, sid)
+    return sweep(cat, ctx, sid)
 
 
-def sweep_apart(eng: Engine, ctx: Ctx, cid: int) -> None:
+def sweep_apart(cat: Catalog, ctx: Ctx, cid: int) -> None:
     """A deleted consumer's pending entries under ``cid``, too many for this batch: record
     their sweep and run it in slices, in a job of its own that nobody waits for."""
     ctx.txn.put(keys.sweep_key(cid), b"", db=ctx.db(keys.DB_META))
-    if not eng.closing:  # (else the next open goes on with the record)
+    if not cat.closing:  # (else the next open goes on with the record)
         op = SweepStream(cid)
         ctx.unfinished.append((CallbackJob([op], _ignore), op))
 
@@ -114,16 +106,16 @@ def _ignore(results: list[OpResult] | BaseException) -> None:
     pass
 
 
-def sweep(eng: Engine, ctx: Ctx, sid: int) -> OpResult:
+def sweep(cat: Catalog, ctx: Ctx, sid: int) -> OpResult:
     """Remove a slice of a deleted stream's data, or of a deleted consumer's pending
     entries (``sid`` its cid), all of it when the job holds other operations too; True
     once nothing is left."""
-    budget = SWEEP_KEYS_PER_MSG * eng.remove_slice if ctx.may_continue else MAX_U64
+    budget = SWEEP_KEYS_PER_MSG * cat.remove_slice if ctx.may_continue else MAX_U64
     prefix = keys.sid_prefix(sid)
     for dbname in _SWEPT_DBS:
         budget -= delete_prefix(ctx, dbname, prefix, budget)
         if budget <= 0:
-            if eng.closing:
+            if cat.closing:
                 # The store is closing: the sweep record stays, the next open goes on.
                 return True
             ctx.go_on(SweepStream(sid))  # perhaps nothing is left: the next slice says so
@@ -135,49 +127,30 @@ def sweep(eng: Engine, ctx: Ctx, sid: int) -> OpResult:
 # -- purge -------------------------------------------------------------------------------------
 
 
-def plan_record(plan: PurgePlan) -> bytes:
-    subject = plan.pattern if plan.pattern is not None else plan.filter
-    return keys.pack_purge_record(
-        subject, plan.pattern is not None, plan.floor, plan.start, plan.below, plan.compact_to
-    )
-
-
-def plan_of(record: bytes) -> PurgePlan:
-    subject, wildcard, floor, start, below, compact_to = keys.unpack_purge_record(record)
-    return PurgePlan(
-        filter=None if wildcard else subject,
-        pattern=subject if wildcard else None,
-        start=start,
-        below=below,
-        compact_to=compact_to,
-        floor=floor,
-    )
-
-
-def purge(eng: Engine, ctx: Ctx, st: StreamRt, plan: PurgePlan) -> OpResult:
+def purge(cat: Catalog, ctx: Ctx, st: Stream, plan: PurgePlan) -> OpResult:
     """Begin a checked purge: its first slice."""
-    return _purge_slice(eng, ctx, st, plan, 0, 0)
+    return _purge_slice(cat, ctx, st, plan, 0, 0)
 
 
-def rollup(eng: Engine, ctx: Ctx, st: StreamRt, plan: PurgePlan, ack: PubAck) -> OpResult:
+def rollup(cat: Catalog, ctx: Ctx, st: Stream, plan: PurgePlan, ack: PubAck) -> OpResult:
     """The message ``ack`` names is stored with a ``Nats-Rollup`` header: remove what it
     replaces (``plan``), a slice at a time as a purge; the publisher gets ``ack`` with the
     last slice, so once acknowledged the rollup is complete, as with nats-server."""
-    return _purge_slice(eng, ctx, st, plan, 0, 0, ack)
+    return _purge_slice(cat, ctx, st, plan, 0, 0, ack)
 
 
-def purge_more(eng: Engine, ctx: Ctx, op: PurgeMore) -> OpResult:
-    st = eng.streams.get(op.stream)
+def purge_more(cat: Catalog, ctx: Ctx, op: PurgeMore) -> OpResult:
+    st = cat.streams.get(op.stream)
     if st is None or st.sid != op.sid:  # deleted meanwhile: done
         ctx.txn.delete(keys.purge_key(op.sid, op.rid), db=ctx.db(keys.DB_META))
         return _purge_result(op.reply, op.purged)
-    return _purge_slice(eng, ctx, st, op.plan, op.purged, op.rid, op.reply)
+    return _purge_slice(cat, ctx, st, op.plan, op.purged, op.rid, op.reply)
 
 
 def _purge_slice(
-    eng: Engine,
+    cat: Catalog,
     ctx: Ctx,
-    st: StreamRt,
+    st: Stream,
     plan: PurgePlan,
     before: int,
     rid: int,
@@ -186,28 +159,28 @@ def _purge_slice(
     """One slice of a purge (all of it when the job holds other operations too); ``rid``
     numbers its ``meta`` record (0: none yet, this is the first slice). The result is
     ``reply`` if given (a rollup's PubAck), else the number purged."""
-    n, rest = st.purge_step(ctx, plan, slice_limit(eng, ctx))
+    n, rest = purges.purge_step(st, ctx, plan, slice_limit(cat, ctx))
     if plan.floor:
         # Consumers that had not reached the purge point move past it.
         floor = st.first_seq - 1
         for c in st.consumers.values():
             if c.delivered_sseq < floor:
                 c.delivered_sseq = floor
-                c.forget_pending()
+                c.counts.forget()
                 if not c.pending:
                     c.update_ack_floor()
-                ctx.dirty_consumers.add(c)
+                cat.batch.consumers.add(c)
     # (Every removal went through StreamRt.remove: consumers' num_pending follow it.)
-    ctx.touched.add(st)
+    cat.batch.streams.add(st)
     meta = ctx.db(keys.DB_META)
     if rest is None:
         if rid:
             ctx.txn.delete(keys.purge_key(st.sid, rid), db=meta)
         return _purge_result(reply, before + n)
     if not rid:
-        rid = eng._next_id(ctx)
+        rid = cat.next_id(ctx)
     ctx.txn.put(keys.purge_key(st.sid, rid), plan_record(rest), db=meta)
-    if eng.closing:  # the record stays: the next open goes on (the count so far answers)
+    if cat.closing:  # the record stays: the next open goes on (the count so far answers)
         return _purge_result(reply, before + n)
     ctx.go_on(PurgeMore(st.name, st.sid, rest, before + n, rid, reply))
     return None  # the job is continued, not completed: this result is dropped
@@ -221,8 +194,8 @@ def _purge_result(reply: PubAck | None, purged: int) -> OpResult:
 # -- the check after a consumer deletion -------------------------------------------------------
 
 
-def reevaluate_more(eng: Engine, ctx: Ctx, op: Reevaluate) -> OpResult:
-    st = eng.streams.get(op.stream)
+def reevaluate_more(cat: Catalog, ctx: Ctx, op: Reevaluate) -> OpResult:
+    st = cat.streams.get(op.stream)
     if st is None or st.sid != op.sid:  # deleted meanwhile: nothing left to check
         ctx.txn.delete(keys.recheck_key(op.sid), db=ctx.db(keys.DB_META))
         return True
@@ -231,18 +204,18 @@ def reevaluate_more(eng: Engine, ctx: Ctx, op: Reevaluate) -> OpResult:
         # A later consumer deletion started a check from the stream's first message and
         # took over the record: it covers everything this one had left.
         return True
-    done = reevaluate(eng, ctx, st, op.start, op.answer)
+    done = reevaluate(cat, ctx, st, op.start, op.answer)
     if done and op.answer and op.answer in st.consumers:
         ctx.go_on(GetConsumerInfo(st.name, op.answer))  # read after this slice's removals
         return None
     return done
 
 
-def reevaluate(eng: Engine, ctx: Ctx, st: StreamRt, start: int, answer: str = "") -> OpResult:
+def reevaluate(cat: Catalog, ctx: Ctx, st: Stream, start: int, answer: str = "") -> OpResult:
     """Queue a slice of an interest stream's messages for the retention check
     (the engine removes those no consumer needs); True when the last slice is queued.
     ``answer``: the consumer whose info answers the job at the end (Reevaluate)."""
-    limit = slice_limit(eng, ctx)
+    limit = slice_limit(cat, ctx)
     n = 0
     found = st.seqs_from(ctx, start)
     try:
@@ -252,19 +225,19 @@ def reevaluate(eng: Engine, ctx: Ctx, st: StreamRt, start: int, answer: str = ""
                 ctx.txn.put(keys.recheck_key(st.sid), keys.u64(seq), db=ctx.db(keys.DB_META))
                 ctx.go_on(Reevaluate(st.name, st.sid, seq, answer))
                 return None  # the job is continued, not completed: this result is dropped
-            ctx.retention_check.append((st, seq))
+            cat.batch.retention.append((st, seq))
             n += 1
     finally:
         found.close()  # its cursor: the removals come after, in the same transaction
     ctx.txn.delete(keys.recheck_key(st.sid), db=ctx.db(keys.DB_META))
-    ctx.touched.add(st)
+    cat.batch.streams.add(st)
     return True
 
 
 # -- limits lowered by a stream update -------------------------------------------------------
 
 
-def enforce(eng: Engine, ctx: Ctx, st: StreamRt, start: int, info: bool, gen: int = 0) -> bool:
+def enforce(cat: Catalog, ctx: Ctx, st: Stream, start: int, info: bool, gen: int = 0) -> bool:
     """Remove a slice of what the stream holds beyond its limits: walking the stream from
     seq ``start`` (0: that part is done), the oldest messages of subjects over
     ``max_msgs_per_subject``; then (discard old) the oldest messages while over
@@ -277,7 +250,7 @@ def enforce(eng: Engine, ctx: Ctx, st: StreamRt, start: int, info: bool, gen: in
     enforces the limits as they are now, walking the whole stream."""
     if gen and gen != st.trim_gen:
         return True
-    limit = slice_limit(eng, ctx)
+    limit = slice_limit(cat, ctx)
     cfg = st.config
     n = 0
     if start and cfg.max_msgs_per_subject > 0:
@@ -291,7 +264,7 @@ def enforce(eng: Engine, ctx: Ctx, st: StreamRt, start: int, info: bool, gen: in
         while n < limit and cfg.max_bytes > 0 and st.bytes > cfg.max_bytes:
             st.remove(ctx, st.first_seq)
             n += 1
-    ctx.touched.add(st)
+    cat.batch.streams.add(st)
     meta = ctx.db(keys.DB_META)
     if not start and n < limit and not st.expire(ctx, limit - n):
         if gen:
@@ -303,15 +276,13 @@ def enforce(eng: Engine, ctx: Ctx, st: StreamRt, start: int, info: bool, gen: in
         gen = st.trim_gen
         st.trimming = True
     ctx.txn.put(keys.trim_key(st.sid), keys.u64(start), db=meta)
-    if eng.closing:  # the trim record stays: the next open goes on
+    if cat.closing:  # the trim record stays: the next open goes on
         return True
     ctx.go_on(EnforceLimits(st.name, st.sid, start, gen, info))
     return False
 
 
-def _per_subject_slice(
-    st: StreamRt, ctx: Ctx, start: int, mmps: int, limit: int
-) -> tuple[int, int]:
+def _per_subject_slice(st: Stream, ctx: Ctx, start: int, mmps: int, limit: int) -> tuple[int, int]:
     """Walk the stream from seq ``start`` removing each message whose subject holds more
     than ``mmps`` (oldest first, so every subject keeps its newest), at most ``limit``
     removals and ``WALK_PER_REMOVAL * limit`` records: the seq to go on from (0: the walk
@@ -332,7 +303,7 @@ def _per_subject_slice(
             subj = keys.msg_subject_bytes(rec)
             extra = over.get(subj)
             if extra is None:
-                extra = st.subject_count(ctx, subj.decode()) - mmps
+                extra = st.subj.subject_count(ctx, subj.decode()) - mmps
             if extra > 0:
                 victims.append(q)
             over[subj] = extra - 1

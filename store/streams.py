@@ -1,9 +1,14 @@
 """Streams inside a write transaction: append with every limit and header check, removal,
-purge, expiry, dedupe. Writer thread only.
+expiry. Writer thread only.
 
 A :class:`StreamRt` is the writer's cached copy of one stream (config + state). It is
 mutated only inside a batch; if the batch aborts the engine drops every cached object and
-reloads from LMDB, so the cache never runs ahead of what is committed.
+reloads from LMDB, so the cache never runs ahead of what is committed. It is composed of
+its subject records (``subj``: :class:`store.subjrecs.SubjectRecords`) and its message ids
+(``dedupe``: :class:`store.dedupe.Dedupe`); purges are :mod:`store.purges`. It tells its
+owner (the catalog: :class:`StreamHooks`) when a batch touched it, when a message went and
+when a consumer is done with one; it never names a consumer class (``consumers`` holds
+whatever the owner keeps there: ``StreamRt[ConsumerRt]``, store.consumers.Stream).
 
 State invariants (spec §1.5): an empty new stream has ``first_seq = last_seq = 0``; when
 the last message goes, ``first_seq = last_seq + 1`` and ``first_ts`` is zero; interior gaps
@@ -15,18 +20,17 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterator
 from functools import lru_cache
 from itertools import islice
-from typing import TYPE_CHECKING, NamedTuple
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from store import keepbound, keys
+from store import keys
 from store.ctx import Ctx
+from store.dedupe import Dedupe
 from store.errors import JetStreamError, js_error
 from store.models import StreamConfig
-from store.ops import Headers, PubAck, PurgePlan
-from store.subjects import is_literal, is_valid_subject, matcher
+from store.ops import Headers, PubAck
+from store.purgeplan import PurgePlan
+from store.subjects import is_valid_subject, matcher
 from store.subjrecs import SubjectRecords
-
-if TYPE_CHECKING:
-    from store.consumers import ConsumerRt
 
 _HEADER_BAD = frozenset("\r\n")
 MAX_SUBJECT = 480  # bytes: keeps every index key under LMDB's 511-byte key limit
@@ -35,9 +39,6 @@ MAX_SUBJECT = 480  # bytes: keeps every index key under LMDB's 511-byte key limi
 MAX_CACHED_PACKERS = 16_384
 MSG_RECORD_VERSION = keys.MSG_RECORD_VERSION
 EPOCH_SHIFT = keys.EPOCH_SHIFT
-# A wildcard purge walks the stream; per slice it looks at most this many records that do
-# not match per message it may remove (a sparse filter takes several short slices).
-WALK_PER_REMOVAL = 4
 _pack_msg_key = keys.pack_msg_key
 _new_tuple = tuple.__new__
 
@@ -51,11 +52,41 @@ class Rollup(NamedTuple):
     plan: PurgePlan
 
 
-class StreamRt(SubjectRecords):
-    """The writer's copy of one stream (its subject records: :class:`SubjectRecords`)."""
+C = TypeVar("C")  # what the owner keeps in ``consumers``
+
+
+class StreamHooks(Protocol):
+    """What a stream tells its owner (store.catalog.Catalog)."""
+
+    def touched(self, st: StreamRt[Any]) -> None:
+        """The batch changed ``st``: deliver, flush and save it before the commit."""
+
+    def removed(self, ctx: Ctx, st: StreamRt[Any], seq: int, subject: str, purged: bool) -> None:
+        """Message ``seq`` of ``st`` went (``purged``: by a purge or a rollup)."""
+
+    def released(self, st: StreamRt[Any], seq: int) -> None:
+        """A consumer is done with ``seq``: interest/workqueue retention may remove it."""
+
+
+class _NoHooks:
+    def touched(self, st: StreamRt[Any]) -> None:
+        pass
+
+    def removed(self, ctx: Ctx, st: StreamRt[Any], seq: int, subject: str, purged: bool) -> None:
+        pass
+
+    def released(self, st: StreamRt[Any], seq: int) -> None:
+        pass
+
+
+class StreamRt(Generic[C]):
+    """The writer's copy of one stream."""
 
     def __init__(self, name: str, sid: int, config: StreamConfig, created_ns: int) -> None:
-        super().__init__(sid)
+        self.sid = sid
+        self.sid_b = keys.sid_prefix(sid)
+        self.subj = SubjectRecords(sid, self)
+        self.dedupe = Dedupe(sid)
         self.name = name
         self.config = config
         self._accepts_for: StreamConfig | None = None  # the config _accepts was built for
@@ -67,10 +98,8 @@ class StreamRt(SubjectRecords):
         self.bytes = 0
         self.first_ts = 0
         self.last_ts = 0
-        self.num_subjects = 0
-        self.consumers: dict[str, ConsumerRt] = {}
-        # (ctx, stream, seq, subject, purged): after each removal.
-        self.on_remove: Callable[[Ctx, StreamRt, int, str, bool], None] | None = None
+        self.consumers: dict[str, C] = {}
+        self.hooks: StreamHooks = _NoHooks()  # set by the owner (store.catalog)
         # The removal of the excess left by a stream update that lowered limits is in
         # flight (store.slices.enforce): meanwhile an append removes at most one message
         # per limit. ``trim_gen`` numbers the latest such removal (it supersedes others).
@@ -86,8 +115,24 @@ class StreamRt(SubjectRecords):
             self._accepts_for = cfg
         return self._accepts(subject)
 
-    def _touch(self, ctx: Ctx) -> None:
-        ctx.touched.add(self)
+    @property
+    def num_subjects(self) -> int:
+        return self.subj.num_subjects
+
+    def touched(self) -> None:
+        """This batch changed the stream (its state record is written once per batch)."""
+        self.hooks.touched(self)
+
+    def records_dirty(self) -> None:
+        """(store.subjrecs.RecordsOwner) The subject records changed: flush before commit."""
+        self.hooks.touched(self)
+
+    def release(self, seq: int) -> None:
+        """A consumer is done with ``seq``: retention may remove it after delivery."""
+        self.hooks.released(self, seq)
+
+    def flush_counts(self, ctx: Ctx) -> None:
+        self.subj.flush_counts(ctx)
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -99,7 +144,7 @@ class StreamRt(SubjectRecords):
             self.bytes,
             self.first_ts,
             self.last_ts,
-            self.num_subjects,
+            self.subj.num_subjects,
         ) = keys.unpack_stream_state(record)
 
     def save_state(self, ctx: Ctx) -> None:
@@ -215,7 +260,8 @@ class StreamRt(SubjectRecords):
         cfg = self.config
         if cfg.sealed:
             return js_error("stream_sealed")
-        packers = self._packers.get(subject)
+        subj = self.subj
+        packers = subj.packers.get(subject)
         cache_packers = False
         if packers is None:
             if not _publish_subject_ok(subject):
@@ -250,7 +296,7 @@ class StreamRt(SubjectRecords):
             if not self.messages:
                 self.first_seq = seq + 1
             if msg_id:
-                self.dedupe_record(ctx, msg_id, seq)
+                self.dedupe.record(ctx, msg_id, seq, cfg.duplicate_window)
             return _new_tuple(PubAck, (self.name, seq, False))
         mmps = cfg.max_msgs_per_subject
         if cfg.discard == "new":
@@ -260,7 +306,7 @@ class StreamRt(SubjectRecords):
             # oldest, so the stream does not grow: max_msgs does not refuse it, and
             # max_bytes only when it is larger than the message it replaces.
             replaces = False
-            if mmps > 0 and self.subject_count(ctx, subject) >= mmps:
+            if mmps > 0 and subj.subject_count(ctx, subject) >= mmps:
                 if cfg.discard_new_per_subject and rollup is None:
                     return js_error("store_failed", err="maximum messages per subject exceeded")
                 replaces = True
@@ -279,11 +325,11 @@ class StreamRt(SubjectRecords):
             _pack_msg_key(self.sid, seq), head + block + payload if block else head + payload
         )
         ctx.subjects_cur.put(packers.index_key(self.sid, seq >> EPOCH_SHIFT, subj_b, seq), b"")
-        count = self._index_append(ctx, subject, seq, packers.count_key)
+        count = subj.index_append(ctx, subject, seq, packers.count_key)
         if cache_packers and count > 1:  # it repeats (unique subjects would only churn it)
-            if len(self._packers) >= MAX_CACHED_PACKERS:
-                self._packers.clear()
-            self._packers[subject] = packers
+            if len(subj.packers) >= MAX_CACHED_PACKERS:
+                subj.packers.clear()
+            subj.packers[subject] = packers
         if not self.messages:
             self.first_seq = seq
             self.first_ts = now
@@ -292,13 +338,13 @@ class StreamRt(SubjectRecords):
         self.messages += 1
         self.bytes += nbytes
         if msg_id:
-            self.dedupe_record(ctx, msg_id, seq)
+            self.dedupe.record(ctx, msg_id, seq, cfg.duplicate_window)
         # Limits that drop old messages.
         # (While lowered limits are being enforced in slices, one removal per limit keeps
         # the excess from growing; the slices remove the rest.)
         if mmps > 0 and count > mmps:
             extra = 1 if self.trimming else count - mmps
-            for old in list(islice(self.subject_seqs(ctx, subject), extra)):
+            for old in list(islice(subj.subject_seqs(ctx, subject), extra)):
                 self.remove(ctx, old)
         if cfg.discard == "old":
             while cfg.max_msgs > 0 and self.messages > cfg.max_msgs:
@@ -330,7 +376,7 @@ class StreamRt(SubjectRecords):
 
     def _oldest_size(self, ctx: Ctx, subject: str) -> int:
         """The stored size (``keys.msg_bytes``) of the oldest message on ``subject``."""
-        for q in self.subject_seqs(ctx, subject):
+        for q in self.subj.subject_seqs(ctx, subject):
             rec = self.get_record(ctx, q)
             if rec is not None:
                 return keys.record_bytes(rec)
@@ -368,7 +414,7 @@ class StreamRt(SubjectRecords):
             on = subj_seq_subject or subject
             if not is_valid_subject(on):
                 return js_error("bad_header", err="invalid expected last subject sequence subject")
-            actual = self.last_seq_of_subject(ctx, on)
+            actual = self.subj.last_seq_of_subject(ctx, on)
             if actual != want:
                 return js_error("wrong_last_sequence", seq=actual)
         elif subj_seq_subject is not None:
@@ -380,12 +426,12 @@ class StreamRt(SubjectRecords):
                 return js_error("wrong_last_sequence", seq=self.last_seq)
         msg_id = hdr.get("Nats-Msg-Id")
         if msg_id:
-            found = self.dedupe_lookup(ctx, msg_id)
+            found = self.dedupe.lookup(ctx, msg_id, cfg.duplicate_window)
             if found is not None:
                 return PubAck(self.name, found, duplicate=True)
         exp_id = hdr.get("Nats-Expected-Last-Msg-Id")
         if exp_id:
-            last_id = self.msg_id_of(ctx, self.last_seq)
+            last_id = self.dedupe.msg_id_of(ctx, self.last_seq)
             if last_id != exp_id:
                 return js_error("wrong_last_msg_id", id=last_id)
         rollup = hdr.get("Nats-Rollup") or None
@@ -398,64 +444,6 @@ class StreamRt(SubjectRecords):
             return js_error("msg_ttl_disabled")
         return msg_id or None, rollup
 
-    # -- dedupe --------------------------------------------------------------------------
-
-    def dedupe_lookup(self, ctx: Ctx, msg_id: str) -> int | None:
-        raw = ctx.txn.get(keys.dedupe_key(self.sid, msg_id), db=ctx.db(keys.DB_DEDUPE))
-        if raw is None:
-            return None
-        seq, ts = keys.unpack_dedupe(bytes(raw))
-        if ts + self.config.duplicate_window <= ctx.now:
-            return None
-        return seq
-
-    def dedupe_record(self, ctx: Ctx, msg_id: str, seq: int) -> None:
-        # Amortised eviction: every recorded id retires up to two expired ones, so the
-        # dedupe tables stay bounded even when nobody drives Tick.
-        self.evict_dedupe(ctx, limit=2)
-        ctx.txn.put(
-            keys.dedupe_key(self.sid, msg_id),
-            keys.pack_dedupe(seq, ctx.now),
-            db=ctx.db(keys.DB_DEDUPE),
-        )
-        ctx.txn.put(keys.msg_key(self.sid, seq), msg_id.encode(), db=ctx.db(keys.DB_DEDUPESEQ))
-
-    def msg_id_of(self, ctx: Ctx, seq: int) -> str:
-        raw = ctx.txn.get(keys.msg_key(self.sid, seq), db=ctx.db(keys.DB_DEDUPESEQ))
-        return bytes(raw).decode() if raw is not None else ""
-
-    def evict_dedupe(self, ctx: Ctx, limit: int = 10_000) -> None:
-        """Forget msg ids older than the duplicate window (oldest first, bounded work)."""
-        cur = ctx.txn.cursor(db=ctx.db(keys.DB_DEDUPESEQ))
-        prefix = keys.sid_prefix(self.sid)
-        ddb = ctx.db(keys.DB_DEDUPE)
-        if not cur.set_range(prefix):
-            return
-        for _ in range(limit):
-            k = cur.key()
-            if not k.startswith(prefix):
-                return
-            seq = keys.read_u64(k, 8)
-            dkey = keys.dedupe_key(self.sid, bytes(cur.value()).decode())
-            raw = ctx.txn.get(dkey, db=ddb)
-            found, ts = keys.unpack_dedupe(bytes(raw)) if raw is not None else (0, 0)
-            if found == seq:
-                if ts + self.config.duplicate_window > ctx.now:
-                    return
-                ctx.txn.delete(dkey, db=ddb)
-            if not cur.delete():
-                return
-
-    def oldest_dedupe_time(self, ctx: Ctx) -> int:
-        cur = ctx.txn.cursor(db=ctx.db(keys.DB_DEDUPESEQ))
-        prefix = keys.sid_prefix(self.sid)
-        if not cur.set_range(prefix) or not cur.key().startswith(prefix):
-            return 0
-        raw = ctx.txn.get(
-            keys.dedupe_key(self.sid, bytes(cur.value()).decode()), db=ctx.db(keys.DB_DEDUPE)
-        )
-        return keys.unpack_dedupe(bytes(raw))[1] if raw is not None else ctx.now
-
     # -- removal -------------------------------------------------------------------------
 
     def remove(self, ctx: Ctx, seq: int, purged: bool = False) -> bool:
@@ -467,7 +455,7 @@ class StreamRt(SubjectRecords):
         subj_b, size = keys.msg_subject_and_size(cur.value())
         subject = subj_b.decode()
         cur.delete()  # and the cursor moves to the next record
-        self._unindex(ctx, subject, subj_b, seq)
+        self.subj.unindex(ctx, subject, subj_b, seq)
         self.removals += 1
         self.messages -= 1
         self.bytes -= size
@@ -480,117 +468,8 @@ class StreamRt(SubjectRecords):
             if nxt[:8] == self.sid_b:
                 self.first_seq = keys.split_msg_key(nxt)[1]
                 self.first_ts = keys.msg_time(cur.value())
-        if self.on_remove is not None:
-            self.on_remove(ctx, self, seq, subject, purged)
+        self.hooks.removed(ctx, self, seq, subject, purged)
         return True
-
-    def purge_plan(
-        self,
-        ctx: Ctx,
-        filter_: str | None,
-        below: int | None,
-        keep: int | None,
-        keep_from: tuple[int, int] | None = None,
-    ) -> PurgePlan:
-        """STREAM.PURGE: all, or by ``filter_``, below seq ``below``, keeping ``keep`` newest.
-
-        The plan fixes what the purge removes (nothing stored after it begins); :meth:`
-        purge_step` carries it out a slice at a time, each from where the last one stopped:
-        walking the stream (with a wildcard filter, matching each record's subject) or a
-        literal subject's index. ``keep`` sets the bound where the ``keep`` newest
-        matching messages begin: ``keep_from`` (``(sid, seq)``, found from a snapshot by
-        the caller: store.keepbound) if it is this stream's, else found here."""
-        # As nats-server: filter ">" is every subject, seq 0 no bound, keep 0 without a
-        # filter all of it (each a purge of the whole stream).
-        if filter_ == ">":
-            filter_ = None
-        if below == 0:
-            below = None
-        if keep == 0 and not filter_:
-            keep = None
-        if keep is not None and below is not None:
-            raise ValueError("a purge takes a seq or keep, not both")
-        bound = self.last_seq + 1 if below is None else min(below, self.last_seq + 1)
-        literal = filter_ if filter_ and is_literal(filter_) else None
-        pattern = filter_ if filter_ and literal is None else None
-        if keep is not None:
-            if keep_from is not None and keep_from[0] == self.sid:
-                bound = keep_from[1]
-            else:
-                self.flush_counts(ctx)  # the subject records as of this batch
-                state = (self.first_seq, self.last_seq, self.messages)
-                bound = keepbound.keep_from(ctx.txn, ctx.dbs, self.sid, state, filter_, keep)
-        return PurgePlan(
-            filter=literal,
-            pattern=pattern,
-            start=self.first_seq,
-            below=bound,
-            # A whole-stream purge leaves first_seq at last_seq + 1, even on a new stream;
-            # one past the end also moves last_seq (nats-server's "compact").
-            compact_to=(
-                max(bound, below or 0)
-                if not filter_ and keep is None and (below is None or below > 1)
-                else 0
-            ),
-            floor=not filter_ and keep is None,
-        )
-
-    def _pattern_slice(
-        self, ctx: Ctx, plan: PurgePlan, take: int, walk: int
-    ) -> tuple[list[int], int]:
-        """Up to ``take`` seqs from ``plan.start`` below ``plan.below`` whose subject
-        matches the wildcard ``plan.pattern``, walking the stream, and the seq to go on
-        from (``plan.below``: done). It also stops after ``walk`` records that do not
-        match, so a sparse filter is walked over several slices."""
-        assert plan.pattern is not None
-        matches = matcher((plan.pattern,))
-        taken: list[int] = []
-        for q, rec in self.seqs_from(ctx, plan.start):
-            if q >= plan.below:
-                break
-            if matches(keys.msg_subject(rec)):
-                if len(taken) == take:
-                    return taken, q
-                taken.append(q)
-            else:
-                walk -= 1
-                if not walk:
-                    return taken, q + 1
-        return taken, plan.below
-
-    def purge_step(self, ctx: Ctx, plan: PurgePlan, limit: int) -> tuple[int, PurgePlan | None]:
-        """Remove at most ``limit`` messages of ``plan``: how many, and the plan that goes
-        on (None: the purge is complete)."""
-        taken: list[int] = []
-        if plan.pattern is not None:
-            walk = WALK_PER_REMOVAL * limit if limit < keys.MAX_U64 else keys.MAX_U64
-            taken, q = self._pattern_slice(ctx, plan, limit, walk)
-        else:
-            found: Iterator[int]
-            if plan.filter is not None:
-                found = self.subject_seqs(ctx, plan.filter, plan.start)
-            else:
-                found = (q for q, _ in self.seqs_from(ctx, plan.start))
-            for q in found:
-                if q >= plan.below:
-                    break
-                if len(taken) == limit:  # one more exists: go on from it
-                    break
-                taken.append(q)
-            else:
-                q = plan.below
-            if isinstance(found, Generator):
-                found.close()  # its cursor: the removals below go through the same pages
-        rest = plan._replace(start=q) if q < plan.below else None
-        removed = 0
-        for q in taken:
-            if self.remove(ctx, q, purged=True):
-                removed += 1
-        if rest is None and plan.compact_to > self.last_seq and not self.messages:
-            self.last_seq = max(self.last_seq, plan.compact_to - 1)
-            self.first_seq = self.last_seq + 1
-        ctx.touched.add(self)  # the engine writes the state record once per batch
-        return removed, rest
 
     def expire(self, ctx: Ctx, limit: int) -> bool:
         """Remove messages older than ``max_age`` (oldest first), at most ``limit``; True

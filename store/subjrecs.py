@@ -1,12 +1,13 @@
 """A stream's per-subject records inside the writer: for each subject the count, first and
 last seq of its stored messages, cached and written once per batch, and the index scans
-that read them. Writer thread only; :class:`store.streams.StreamRt` is a
-:class:`SubjectRecords`.
+that read them. Writer thread only; each :class:`store.streams.StreamRt` has one
+(``StreamRt.subj``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Protocol
 
 from store import keys, subjindex
 from store.ctx import Ctx
@@ -29,6 +30,20 @@ _pack_counts = keys.pack_subject_counts
 RecordsPos = tuple[int, str]
 # Subject records :meth:`SubjectRecords.filtered_records` reads per call of records_slice.
 RECORDS_CHUNK = 1024
+
+
+class RecordsOwner(Protocol):
+    """What the records need of their stream."""
+
+    @property
+    def first_seq(self) -> int:
+        """The stream's first stored seq."""
+        ...
+
+    def records_dirty(self) -> None:
+        """The first record changed in a batch: the stream must be flushed before the
+        commit (the engine flushes every stream the batch touched)."""
+        ...
 
 
 class SubjectRecords:
@@ -57,20 +72,17 @@ class SubjectRecords:
     restart or a cache drop) get their list when the flush resolves their first seq.
     """
 
-    sid: int
-    sid_b: bytes
-    first_seq: int  # the stream's state (set by StreamRt)
-    num_subjects: int
-
-    def __init__(self, sid: int) -> None:
+    def __init__(self, sid: int, owner: RecordsOwner) -> None:
         self.sid = sid
         self.sid_b = keys.sid_prefix(sid)
+        self._owner = owner
+        self.num_subjects = 0  # subjects with stored messages (the stream's state)
         self._subj: dict[str, list[int]] = {}
         self._dirty: set[str] = set()
         self._stale: set[str] = set()
         self._seqs: dict[str, list[int]] = {}
         # Filled by StreamRt.publish; flush_counts takes the subjcount keys from it.
-        self._packers: dict[str, keys.SubjectPackers] = {}
+        self.packers: dict[str, keys.SubjectPackers] = {}
 
     def subject_record(self, ctx: Ctx, subject: str, key: bytes | None = None) -> list[int]:
         """The cached ``[count, first seq, last seq]`` of a literal subject (mutable: only
@@ -97,7 +109,7 @@ class SubjectRecords:
         recs = self._subj
         cur = ctx.subjcount_cur
         sid = self.sid
-        packers = self._packers
+        packers = self.packers
         for subject in dirty:
             n, first, last = recs[subject]
             pk = packers.get(subject)
@@ -149,8 +161,9 @@ class SubjectRecords:
             # after a restart one pass then gives most of them their list (a key-value
             # history over 10,000 subjects: one pass instead of one per batch of 1,000).
             collect = SMALL_SUBJECT if small else 0
-            if collect and 0 < self.first_seq < lo and lo - self.first_seq <= hi - lo:
-                lo = self.first_seq  # no stale subject has a message below its bound
+            stream_first = self._owner.first_seq
+            if collect and 0 < stream_first < lo and lo - stream_first <= hi - lo:
+                lo = stream_first  # no stale subject has a message below its bound
             swept = subjindex.sweep_firsts(
                 cur, sid_b, lo, hi, firsts, small, collect, MAX_SWEPT_LISTS
             )
@@ -328,16 +341,12 @@ class SubjectRecords:
             after = ""
         return found, None, read
 
-    def _touch(self, ctx: Ctx) -> None:
-        """Register the stream with the batch (the engine flushes touched streams)."""
-        raise NotImplementedError
-
     def _mark_dirty(self, ctx: Ctx, subject: str) -> None:
         if not self._dirty:
-            self._touch(ctx)  # the engine flushes touched streams before the commit
+            self._owner.records_dirty()  # flushed before the commit
         self._dirty.add(subject)
 
-    def _index_append(self, ctx: Ctx, subject: str, seq: int, count_key: bytes) -> int:
+    def index_append(self, ctx: Ctx, subject: str, seq: int, count_key: bytes) -> int:
         """Count message ``seq`` (just stored, the stream's newest) in its subject's record
         (``count_key``: the subject's ``subjcount`` key); the subject's count after it."""
         srec = self._subj.get(subject)
@@ -360,11 +369,11 @@ class SubjectRecords:
         srec[0] = count
         srec[2] = seq
         if not self._dirty:
-            self._touch(ctx)  # the engine flushes touched streams before the commit
+            self._owner.records_dirty()  # flushed before the commit
         self._dirty.add(subject)
         return count
 
-    def _unindex(self, ctx: Ctx, subject: str, subj_b: bytes, seq: int) -> None:
+    def unindex(self, ctx: Ctx, subject: str, subj_b: bytes, seq: int) -> None:
         """Drop message ``seq`` from the index and its subject's record, moving the
         subject's first/last seq to its next/previous stored message when it was one (a
         first that is not the neighbouring key is left as a lower bound: class doc)."""

@@ -48,7 +48,8 @@ from typing import Any, Final
 
 import lmdb
 
-from store.env import Env, StorageFailure, StoreClosedError
+from store.env import Env
+from store.failures import StorageFailure, StoreClosedError
 
 log = logging.getLogger("jetmq.store")
 

@@ -7,10 +7,13 @@ loaded, directly or transitively.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +66,157 @@ def test_store_and_pipeline_never_import_broker_or_trio(package: str) -> None:
     tops = {_top(m) for m in _loaded_by(package)}
     assert "broker" not in tops
     assert "trio" not in tops
+
+
+# -- the shape rules of issue 20 (ARCHITECTURE.md §2, STYLE.md) -----------------------------
+
+_ROOT = Path(__file__).resolve().parents[1]
+_PRODUCT = ("broker", "client", "radix", "store", "pipeline")
+_BROKER_REDESIGN = pytest.mark.xfail(strict=True, reason="issue 20: broker redesign")
+MAX_MODULE_LINES = 600
+# What today's broker breaks, named so that a new offender fails and a fixed one (XPASS,
+# strict) has to leave these lists.
+_BROKER_PACKAGES_WITH_CYCLES: set[str] = set()
+_BROKER_MODULES_OVER_600 = {"broker/persist/state.py"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports_of(path: Path, name: str, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``path`` (module ``name``) imports anywhere in its
+    source: under ``TYPE_CHECKING`` and inside functions too (they are dependencies)."""
+    is_pkg = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = name.split(".")[: len(name.split(".")) - node.level + (1 if is_pkg else 0)]
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            # `from pkg import mod` imports the submodule, `from mod import name` the module.
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names
+            ]
+        else:
+            continue
+        # (A target that is no source module here, such as radix's compiled _radix, is left out.)
+        out |= {t for t in targets if t in known and t != name}
+    return out
+
+
+def _packages() -> list[str]:
+    found = []
+    for top in _PRODUCT:
+        found += [_module_name(p) for p in sorted((_ROOT / top).rglob("__init__.py"))]
+    return found
+
+
+def _cycles(package: str) -> list[list[str]]:
+    """The import cycles among the modules of ``package`` (its sub-packages' included):
+    strongly connected components of more than one module (Tarjan)."""
+    top = _ROOT.joinpath(*package.split("."))
+    files = {_module_name(p): p for p in top.rglob("*.py")}
+    known = set(files)
+    graph = {m: _imports_of(p, m, known) for m, p in files.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+@pytest.mark.parametrize(
+    "package",
+    [
+        pytest.param(p, marks=_BROKER_REDESIGN) if p in _BROKER_PACKAGES_WITH_CYCLES else p
+        for p in _packages()
+    ],
+)
+def test_no_import_cycle_inside_a_package(package: str) -> None:
+    assert _cycles(package) == []
+
+
+def test_import_cycles_are_found() -> None:
+    """The graph sees a cycle made only of imports under TYPE_CHECKING (the check above
+    would pass vacuously otherwise)."""
+    known = {"p.a", "p.b"}
+    with tempfile.TemporaryDirectory() as d:
+        a, b = Path(d, "a.py"), Path(d, "b.py")
+        a.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.b import X\n")
+        b.write_text("from p import a\n")
+        assert _imports_of(a, "p.a", known) == {"p.b"}
+        assert _imports_of(b, "p.b", known) == {"p.a"}
+
+
+def test_broker_core_imports_no_trio() -> None:
+    """ARCHITECTURE.md §2: the hub and everything it uses run without trio (time and timers
+    come in through ports); every module of broker.core is imported."""
+    loaded = _loaded_by("broker.core")
+    assert "broker.core.hub" in loaded
+    assert "trio" not in {_top(m) for m in loaded}
+
+
+def _product_files() -> list[Path]:
+    return sorted(p for top in _PRODUCT for p in (_ROOT / top).rglob("*.py"))
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, marks=_BROKER_REDESIGN)
+        if p.relative_to(_ROOT).as_posix() in _BROKER_MODULES_OVER_600
+        else p
+        for p in _product_files()
+    ],
+    ids=lambda p: str(p.relative_to(_ROOT)),
+)
+def test_no_product_module_over_600_lines(path: Path) -> None:
+    assert _lines(path) <= MAX_MODULE_LINES
+
+
+# The read side a Spark executor imports: the key/record layout and the read-only env.
+_READ_SIDE = {"store", "store.failures", "store.headerblock", "store.keys", "store.readonly"}
+
+
+@pytest.mark.parametrize("module", ["store.keys", "store.readonly"])
+def test_the_store_read_side_loads_no_pydantic_and_no_engine(module: str) -> None:
+    code = f"import sys, json, {module}; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
+    )
+    loaded = set(json.loads(out.stdout))
+    assert {m for m in loaded if _top(m) == "pydantic"} == set()
+    assert {m for m in loaded if _top(m) == "store"} <= _READ_SIDE
+    assert {_top(m) for m in _third_party(loaded)} <= {"store", "lmdb"}

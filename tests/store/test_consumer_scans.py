@@ -25,10 +25,10 @@ from store import (
     PullStatus,
     Store,
 )
-from store.consumers import SHORT_WALK, SUBJECT_RECORDS_READ
 from store.counting import COUNT_AT_ONCE
 from store.engine import WALK_PER_REMOVAL
 from store.models import format_time
+from store.nextmsg import SHORT_WALK, SUBJECT_RECORDS_READ
 from store.subjects import subject_matches
 from tests.store.conftest import SEC, T0, Events, FakeClock
 

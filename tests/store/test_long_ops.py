@@ -634,8 +634,7 @@ def test_a_purge_of_a_stream_deleted_meanwhile_leaves_no_record(tmp_path: Path) 
 
 @pytest.mark.parametrize("plan_filter", [None, "s.a", "s.*", "*.b.>"])
 def test_a_purge_record_holds_its_plan(plan_filter: str | None) -> None:
-    from store.ops import PurgePlan
-    from store.slices import plan_of, plan_record
+    from store.purgeplan import PurgePlan, plan_of, plan_record
 
     literal = plan_filter if plan_filter and "*" not in plan_filter else None
     pattern = plan_filter if plan_filter and literal is None else None

@@ -295,4 +295,4 @@ def test_the_subject_record_cache_stays_bounded_when_only_read(
         s.submit([Publish(f"s.{i}", b"p") for i in range(2000)]).result(timeout=30)
         info = s.update_stream({"name": "S", "subjects": ["s.>"], "max_msgs_per_subject": 1})
         assert info.state.messages == 2000
-        assert len(s._engine.streams["S"]._subj) <= 100 + 2 * 50
+        assert len(s._engine.streams["S"].subj._subj) <= 100 + 2 * 50

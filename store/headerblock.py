@@ -1,0 +1,32 @@
+"""The NATS header block (``NATS/1.0\\r\\n`` then ``Name: value\\r\\n`` lines and a blank line),
+as a message record stores it (store.keys, the ``msgs`` table). Standard library only.
+"""
+
+from __future__ import annotations
+
+from store.failures import RecordError
+
+
+def encode_headers(headers: tuple[tuple[str, str], ...]) -> bytes:
+    """The ``NATS/1.0`` header block for ``headers`` (empty bytes when there are none)."""
+    if not headers:
+        return b""
+    return ("NATS/1.0\r\n" + "".join([f"{k}: {v}\r\n" for k, v in headers]) + "\r\n").encode()
+
+
+def decode_headers(block: bytes) -> tuple[tuple[str, str], ...]:
+    if not block:
+        return ()
+    text = block.decode()
+    lines = text.split("\r\n")
+    if not lines or not lines[0].startswith("NATS/1.0"):
+        raise RecordError("header block does not start with NATS/1.0")
+    out: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        if not line:
+            continue
+        k, sep, v = line.partition(":")
+        if not sep:
+            raise RecordError(f"malformed header line {line!r}")
+        out.append((k.strip(), v.strip()))
+    return tuple(out)
