@@ -593,7 +593,7 @@ class ClientConnection(Handshake):
         assert session is not None
         if self._qos0_pending + n > limits.max_outbound_queue:
             return False
-        if limits.max_queued_messages and len(session.queue) + n > limits.max_queued_messages:
+        if limits.max_queued_messages and session.queued + n > limits.max_queued_messages:
             return False
         return (
             not limits.max_queued_bytes

@@ -24,6 +24,7 @@ from broker.message import AppMessage, Outgoing
 from broker.mqtt.properties import Properties
 from broker.parking import Parkable, Parking
 from broker.persist import Persistence, PublishPlan, StorageError
+from broker.queues import SessionQueues
 from broker.router import Delivery, Router
 from broker.sessions import RetainedBurst, Session, SessionManager, SubscriptionRecord
 
@@ -53,6 +54,7 @@ class Broker:
         self.config = config
         self.router = Router()
         self.persist = persistence
+        self.queues = SessionQueues(persistence, config.sessions)
         self.sessions = SessionManager(
             publish_will=self._publish_will, end_session=self.end_session
         )
@@ -167,6 +169,7 @@ class Broker:
         session.outgoing.clear()
         session.queue.clear()
         session.retained_backlog = session.retained_seen = None
+        self.queues.session_ended(session)
         self.persist.session_ended(session, dropped)
 
     def _redispatch_shared(self, session: Session) -> None:
@@ -175,6 +178,7 @@ class Broker:
         not go to anybody else [MQTT-4.8.2-5]."""
         in_flight = [og for og in session.outgoing.values() if og.shared and og.qos == 1]
         waiting = [og for og in session.queue if og.shared]
+        waiting += self.queues.shared_waiting(session)  # (read back from disk)
         for og in (*in_flight, *waiting):
             d = self.router.redispatch(og.message.topic, session.num, self.sessions.is_connected)
             if d is None:
@@ -330,23 +334,12 @@ class Broker:
         self.apply_publish(msg, deliveries, plan)
 
     def queue_copy(self, session: Session, og: Outgoing) -> None:
-        """Queue a copy for a session (bounded; the overflow policy picks the victim)."""
-        limits = self.config.sessions
-        size = len(og.message.payload)
-        if (limits.max_queued_messages and len(session.queue) >= limits.max_queued_messages) or (
-            limits.max_queued_bytes and session.queued_bytes + size > limits.max_queued_bytes
-        ):
-            if limits.overflow == "drop_newest" or not session.queue:
-                self.persist.copy_done(session, og)
-                return
-            old = session.queue.popleft()
-            session.queued_bytes -= len(old.message.payload)
-            self.persist.copy_done(session, old)
-        session.queue.append(og)
-        session.queued_bytes += size
-        conn = session.conn
-        if conn is not None:
-            conn.wake()
+        """Queue a copy for a session (bounded; the overflow policy picks the victim; a
+        stored copy may wait on disk: ``broker.queues``)."""
+        if self.queues.enqueue(session, og):
+            conn = session.conn
+            if conn is not None:
+                conn.wake()
 
     def _publish_will(self, session: Session, msg: AppMessage) -> None:
         self.publish_now(msg)

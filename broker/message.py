@@ -25,8 +25,6 @@ class AppMessage:
     expires_at: float | None
     origin: int  # client number of the publisher; 0 for messages the broker makes itself
     key: str = ""  # unique id in $MQTT_msgs once stored for a persistent session ("" = not)
-    stored_seq: int = 0  # its sequence in $MQTT_msgs (0 = not stored / not yet committed)
-    refs: int = 0  # pending entries in $MQTT_pend that reference the stored copy
     encoded: dict[ProtocolVersion, EncodedPublish] | None = None
 
     @property

@@ -141,7 +141,7 @@ class Output:
             return
         more = False
         session = self.session
-        if session is not None and session.queue:
+        if session is not None and (session.queue or session.backlog):
             self._out.extend(self._take(None))
             more = bool(session.queue) and self.proto.can_send_qos_message()
         if not self._out:
@@ -234,6 +234,8 @@ class Output:
                     staged.append((og, pid, 0))
         if session.retained_backlog is not None:
             self.broker.refill_retained(session)
+        if session.backlog:  # copies waiting on disk: the next page is read in time
+            self.broker.queues.page_soon(session)
         return ready
 
     async def _fill(self) -> None:

@@ -35,7 +35,8 @@ import math
 import os
 import pathlib
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,7 @@ from broker.mqtt.packets import Publish
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.session import Stage
 from broker.router import Delivery
-from broker.sessions import Session, SubscriptionRecord
+from broker.sessions import OnDisk, Session, SubscriptionRecord
 
 if TYPE_CHECKING:
     from broker.core import Broker
@@ -65,8 +66,20 @@ SUBS = "$MQTT_subs"
 PEND_HEADER = "Mqtt-Pend"  # on a pending entry that holds its message inline
 STORAGE_REPORT_INTERVAL_S = 10.0  # at most one log line per interval about failed store jobs
 RETRY_DELETES_AFTER_S = 1.0  # a failed acknowledgement's deletions are tried again after this
+# A page of copies read back from disk for a connected session: at most this many, and no
+# more bytes than this unless a single copy is larger; read when fewer than PAGE_LOW
+# copies are left in RAM.
+PAGE_MESSAGES = 256
+PAGE_BYTES = 4 * 1024 * 1024
+PAGE_LOW = 64
+# At start, a pending entry's payload is read with its head only when it is this small
+# (the record of a copy that references a message stored once for several sessions).
+SMALL_RECORD = 4096
 
 log = logging.getLogger("jetmq.persist")
+
+# A page of copies read back: their pending entries, and the messages those reference.
+Page = tuple[list[store.StoredMsg | None], list[store.StoredMsg | None]]
 
 
 class StorageError(Exception):
@@ -201,7 +214,7 @@ def _message_headers(msg: AppMessage) -> tuple[tuple[str, str], ...]:
     )
 
 
-def _message_from_stored(
+def message_from_stored(
     stored: store.StoredMsg, now_wall_ns: int, now_trio: float
 ) -> AppMessage | None:
     """Rebuild a message with its expiry deadline moved onto the trio clock.
@@ -341,6 +354,10 @@ class Persistence:
         self._token: trio.lowlevel.TrioToken | None = None
         self._retry: list[store.DeleteMsg] = []
         self._retrying = False
+        # $MQTT_msgs key -> [its seq (0 until committed), pending entries referencing it]:
+        # the message goes with its last entry. Kept here, not on the message, because a
+        # copy waiting on disk has no message in memory.
+        self.refs: dict[str, list[int]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -429,6 +446,74 @@ class Persistence:
             batch = self._batch()
             batch.ops.extend(ops)
             batch.deletes.extend(ops)
+
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run a task in the broker's nursery (reads of queued copies)."""
+        assert self._nursery is not None, "Persistence used before attach"
+        self._nursery.start_soon(fn, *args)
+
+    # -- queued copies on disk (broker/queues.py decides when) -----------------------------------
+
+    def drop_on_disk(self, items: Sequence[OnDisk], *, purged: bool = False) -> None:
+        """Forget copies waiting on disk: delete their pending entries (unless ``purged``
+        with their session's) and release the messages they reference."""
+        ops: list[store.DeleteMsg] = []
+        for item in items:
+            self._release(item.seq, item.key, ops)
+        if purged:
+            ops = [op for op in ops if op.stream != PEND]
+        self._fire_deletes(ops)
+
+    def read_copies(self, items: Sequence[OnDisk]) -> Page:
+        """(any thread) The pending entries of ``items`` and the messages they reference,
+        one read transaction each."""
+        refs = self.refs
+        msg_seqs = sorted({ref[0] for i in items if i.key and (ref := refs.get(i.key))})
+        st = self.store
+        return st.get_msgs(PEND, [i.seq for i in items]), st.get_msgs(MSGS, msg_seqs)
+
+    def copies(self, items: Sequence[OnDisk], page: Page) -> dict[int, Outgoing]:
+        """The copies of a page read by :meth:`read_copies`, by pending seq; one whose
+        entry or message is gone is left out (and its entry deleted)."""
+        pend, msgs = page
+        now_wall = time.time_ns()
+        now = trio.current_time()
+        by_key: dict[str, AppMessage | None] = {}
+        stored_by_seq = {m.seq: m for m in msgs if m is not None}
+        refs = self.refs
+        out: dict[int, Outgoing] = {}
+        lost: list[OnDisk] = []
+        for item, stored in zip(items, pend, strict=True):
+            if stored is None:
+                continue  # purged with its session
+            inline = stored.header(PEND_HEADER)
+            msg: AppMessage | None
+            if inline is not None:
+                rec = json.loads(inline)
+                msg = message_from_stored(stored, now_wall, now)
+            else:
+                rec = json.loads(stored.payload)
+                key = rec["m"]
+                if key in by_key:
+                    msg = by_key[key]
+                else:
+                    ref = refs.get(key)
+                    held = stored_by_seq.get(ref[0]) if ref is not None else None
+                    msg = by_key[key] = (
+                        message_from_stored(held, now_wall, now) if held is not None else None
+                    )
+                    if msg is not None:
+                        msg.key = key
+            if msg is None:
+                lost.append(item)
+                continue
+            og = Outgoing(msg, int(rec["q"]), bool(rec["r"]), tuple(rec["s"]), item.seq)
+            og.order = int(rec.get("o", 0)) or item.seq
+            og.shared = item.shared
+            out[item.seq] = og
+        if lost:
+            self.drop_on_disk(lost)
+        return out
 
     # -- deletions that failed (a full disk) ---------------------------------------------------
 
@@ -538,6 +623,7 @@ class Persistence:
             if len(targets) > 1:
                 # Stored once, referenced by one pending entry per session.
                 msg.key = f"{self._boot}-{next(self._keys)}"
+                self.refs[msg.key] = [0, len(targets)]
                 msg_op = len(ops)
                 ops.append(
                     store.Publish(
@@ -546,8 +632,6 @@ class Persistence:
                 )
             for index, d, session in targets:
                 session.stored = True
-                if msg.key:
-                    msg.refs += 1
                 pend_index[index] = len(ops)
                 qos = msg.qos if msg.qos < d.qos else d.qos
                 ops.append(
@@ -565,21 +649,31 @@ class Persistence:
 
     def after_commit(self, msg: AppMessage, plan: PublishPlan) -> None:
         if plan.msg_op >= 0:
-            msg.stored_seq = plan.seq_of(plan.msg_op)
+            ref = self.refs.get(msg.key)
+            if ref is not None:
+                ref[0] = plan.seq_of(plan.msg_op)
 
     # -- acknowledgements of outbound copies -------------------------------------------------------
 
     def _release_copy(self, og: Outgoing, ops: list[store.DeleteMsg]) -> None:
         if og.pend_seq:
-            ops.append(store.DeleteMsg(PEND, og.pend_seq))
+            self._release(og.pend_seq, og.message.key, ops)
             og.pend_seq = 0
-            msg = og.message
-            if not msg.key:
-                return  # the entry held the message itself
-            msg.refs -= 1
-            if msg.refs <= 0 and msg.stored_seq:
-                ops.append(store.DeleteMsg(MSGS, msg.stored_seq))
-                msg.stored_seq = 0
+
+    def _release(self, pend_seq: int, key: str, ops: list[store.DeleteMsg]) -> None:
+        """Delete a copy's pending entry, and the message it references once no other
+        entry does (``key`` "": the entry held the message itself)."""
+        ops.append(store.DeleteMsg(PEND, pend_seq))
+        if not key:
+            return
+        ref = self.refs.get(key)
+        if ref is None:
+            return
+        ref[1] -= 1
+        if ref[1] <= 0:
+            del self.refs[key]
+            if ref[0]:
+                ops.append(store.DeleteMsg(MSGS, ref[0]))
 
     def copy_done(self, session: Session, og: Outgoing) -> None:
         """PUBACK / PUBCOMP (or a copy skipped or expired): forget its pending entry."""
@@ -676,6 +770,10 @@ class Persistence:
         if not session.stored:
             return
         session.stored = False
+        if not session.gone and session.backlog:
+            # It goes on without being stored (expiry now 0): what waits on disk comes
+            # back to RAM before its entries are purged (bounded by the queue limits).
+            self._keep_backlog(session)
         deletes: list[store.DeleteMsg] = []
         for og in dropped:
             self._release_copy(og, deletes)
@@ -689,6 +787,23 @@ class Persistence:
                 store.PurgeStream(QOS2IN, filter=f"$MQTT.qos2.{tok}.*"),
             ]
         )
+
+    def _keep_backlog(self, session: Session) -> None:
+        backlog = session.backlog
+        assert backlog is not None
+        on_disk = [i for i in backlog if isinstance(i, OnDisk)]
+        found = self.copies(on_disk, self.read_copies(on_disk))
+        kept: deque[OnDisk | Outgoing] = deque()
+        for item in backlog:
+            if isinstance(item, OnDisk):
+                og = found.get(item.seq)
+                if og is None:
+                    session.queued_bytes -= item.size
+                    session.backlog_bytes -= item.size
+                    continue
+                item = og
+            kept.append(item)
+        session.backlog = kept
 
     def qos2_received(self, session: Session, packet_id: int) -> list[store.Op]:
         """Ops recording an inbound QoS 2 packet id (exactly once across restarts)."""
@@ -716,16 +831,19 @@ class Persistence:
     # -- startup -------------------------------------------------------------------------------
 
     async def load_into(self, broker: Broker) -> None:
-        """Rebuild retained messages, sessions, subscriptions and queued copies."""
+        """Rebuild retained messages, sessions, subscriptions and the index of queued
+        copies: a queued copy stays on disk (its seq, size and message key in its
+        session's backlog); only QoS 2 copies in flight are read whole (their PUBLISH
+        or PUBREL is resent at once on reconnection)."""
         st = self.store
 
-        def read() -> tuple[list[store.StoredMsg], ...]:
+        def read() -> tuple[list[Any], ...]:
             return (
                 list(st.iter_msgs(SESS)),
                 list(st.iter_msgs(SUBS)),
                 list(st.iter_msgs(RMSGS)),
-                list(st.iter_msgs(MSGS)),
-                list(st.iter_msgs(PEND)),
+                list(st.iter_heads(MSGS)),
+                list(st.iter_heads(PEND, payload_upto=SMALL_RECORD)),
                 list(st.iter_msgs(QOS2IN)),
             )
 
@@ -733,7 +851,7 @@ class Persistence:
         now_wall = time.time_ns()
         now = trio.current_time()
         for stored in retained:
-            msg = _message_from_stored(stored, now_wall, now)
+            msg = message_from_stored(stored, now_wall, now)
             if msg is not None and msg.payload and not msg.expired(now):
                 broker.load_retained(msg)
         by_token: dict[str, Session] = {}
@@ -764,51 +882,60 @@ class Persistence:
         # records that replace it.
         self._fire(moved)
         self._fire_deletes(orphan_subs)
-        stored_by_key: dict[str, AppMessage | None] = {}
-        seq_by_key: dict[str, int] = {}
-        for stored in msgs:
-            key = stored.subject.removeprefix("$MQTT.msgs.")
-            msg = _message_from_stored(stored, now_wall, now)
-            if msg is not None:
-                msg.key = key
-                msg.stored_seq = stored.seq
-            stored_by_key[key] = msg
-            seq_by_key[key] = stored.seq
+        refs = self.refs
+        sizes: dict[str, int] = {}
+        for head in msgs:
+            key = head.subject.removeprefix("$MQTT.msgs.")
+            refs[key] = [head.seq, 0]
+            sizes[key] = head.size
         orphans: list[store.DeleteMsg] = []
-        restored: list[tuple[int, Session, int, Outgoing, Stage]] = []
-        for stored in pend:
-            owner = by_token.get(stored.subject.removeprefix("$MQTT.pend."))
-            inline = stored.header(PEND_HEADER)
+        # QoS 2 copies with a packet id: (send order, session, copy, packet id, stage)
+        inflight: list[tuple[int, Session, OnDisk, int, Stage]] = []
+        for head in pend:
+            owner = by_token.get(head.subject.removeprefix("$MQTT.pend."))
+            inline = head.header(PEND_HEADER)
+            key = ""
             if inline is not None:
                 rec = json.loads(inline)
-                msg = _message_from_stored(stored, now_wall, now)
+                size = head.size
             else:
-                rec = json.loads(stored.payload)
-                msg = stored_by_key.get(rec["m"])
-            if owner is None or msg is None:
-                orphans.append(store.DeleteMsg(PEND, stored.seq))
+                rec = json.loads(head.payload) if head.payload else {}
+                key = rec.get("m", "")
+                size = sizes.get(key, -1)
+            if owner is None or size < 0:
+                orphans.append(store.DeleteMsg(PEND, head.seq))
                 continue
-            if msg.key:
-                msg.refs += 1
-            og = Outgoing(msg, int(rec["q"]), bool(rec["r"]), tuple(rec["s"]), stored.seq)
-            og.order = int(rec.get("o", 0)) or stored.seq
+            if key:
+                refs[key][1] += 1
+            item = OnDisk(head.seq, size, key, False)
             pid = int(rec["p"])
-            if pid and og.qos == 2:
+            if pid and int(rec["q"]) == 2:
                 stage = Stage.AWAIT_PUBCOMP if rec["st"] == 2 else Stage.AWAIT_PUBREC
-                restored.append((og.order, owner, pid, og, stage))
-            else:
-                owner.queue.append(og)
-                owner.queued_bytes += len(msg.payload)
-        # In-flight QoS 2 copies go back in their original send order [MQTT-4.6.0-1].
-        for _order, owner, pid, og, stage in sorted(restored, key=lambda r: r[0]):
-            enc = EncodedPublish(og.message.publish, ProtocolVersion(owner.protocol_version))
-            owner.state.restore_outbound(
-                pid, enc.as_publish(pid, 2, og.retain, True, og.sub_ids), 2, stage
-            )
-            owner.outgoing[pid] = og
-        for key, maybe in stored_by_key.items():
-            if maybe is None or maybe.refs == 0:
-                orphans.append(store.DeleteMsg(MSGS, seq_by_key[key]))
+                inflight.append((int(rec.get("o", 0)) or head.seq, owner, item, pid, stage))
+                continue
+            backlog = owner.backlog
+            if backlog is None:
+                backlog = owner.backlog = deque()
+            backlog.append(item)
+            owner.queued_bytes += size
+            owner.backlog_bytes += size
+        for key, ref in list(refs.items()):
+            if ref[1] == 0:
+                orphans.append(store.DeleteMsg(MSGS, ref[0]))
+                del refs[key]
+        if inflight:
+            items = [r[2] for r in inflight]
+            found = self.copies(items, await trio.to_thread.run_sync(self.read_copies, items))
+            # In-flight QoS 2 copies go back in their original send order [MQTT-4.6.0-1].
+            for _order, owner, item, pid, stage in sorted(inflight, key=lambda r: r[0]):
+                og = found.get(item.seq)
+                if og is None:
+                    continue
+                enc = EncodedPublish(og.message.publish, ProtocolVersion(owner.protocol_version))
+                owner.state.restore_outbound(
+                    pid, enc.as_publish(pid, 2, og.retain, True, og.sub_ids), 2, stage
+                )
+                owner.outgoing[pid] = og
         for stored in qos2:
             client_json = stored.header("Mqtt-Client")
             target = broker.sessions.get(json.loads(client_json)) if client_json else None

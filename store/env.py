@@ -284,12 +284,13 @@ class Env:
             raise StoreClosedError("store is closed")
 
     @contextmanager
-    def read(self) -> Iterator[Any]:
-        """A short read transaction, usable from any thread."""
+    def read(self, *, buffers: bool = False) -> Iterator[Any]:
+        """A short read transaction, usable from any thread. With ``buffers`` values are
+        memoryviews of the map, valid only inside the transaction (nothing is copied)."""
         self._check()
         with self._lock.shared():
             self._check()
-            txn = self._env.begin(buffers=False)
+            txn = self._env.begin(buffers=True) if buffers else self._env.begin(buffers=False)
             try:
                 yield txn
             finally:

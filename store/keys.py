@@ -465,6 +465,25 @@ def unpack_msg(record: bytes) -> tuple[int, str, bytes, bytes]:
     return int(time_ns), subject, hdr, bytes(record[pos + hlen :])
 
 
+def unpack_msg_head(record: bytes | memoryview) -> tuple[int, str, bytes, int]:
+    """``(time_ns, subject, header_block, payload length)`` of a message record, without
+    copying its payload (``record`` may be a memoryview of the map: only the pages of the
+    head are read)."""
+    if len(record) < _MSG_HEAD.size + 4:
+        raise RecordError("message record too short")
+    version, time_ns, slen = _MSG_HEAD.unpack_from(record)
+    if version != MSG_RECORD_VERSION:
+        raise RecordError(f"unknown message record version {version}")
+    pos = _MSG_HEAD.size
+    subject = bytes(record[pos : pos + slen]).decode()
+    pos += slen
+    (hlen,) = _U32.unpack_from(record, pos)
+    pos += 4
+    if pos + hlen > len(record):
+        raise RecordError("message record header block overruns the record")
+    return int(time_ns), subject, bytes(record[pos : pos + hlen]), len(record) - pos - hlen
+
+
 def msg_time(record: bytes) -> int:
     """Only the time of a message record (cheap; no decoding)."""
     version, time_ns, _ = _MSG_HEAD.unpack_from(record)
