@@ -75,6 +75,9 @@ PAGE_LOW = 64
 # At start, a pending entry's payload is read with its head only when it is this small
 # (the record of a copy that references a message stored once for several sessions).
 SMALL_RECORD = 4096
+# Reads of queued copies release the store's mapped pages from the RSS (Store.release_pages)
+# each time they have read this much: the copies are in Python bytes by then.
+RELEASE_PAGES_AFTER = 64 * 1024 * 1024
 
 log = logging.getLogger("jetmq.persist")
 
@@ -358,6 +361,7 @@ class Persistence:
         # the message goes with its last entry. Kept here, not on the message, because a
         # copy waiting on disk has no message in memory.
         self.refs: dict[str, list[int]] = {}
+        self._read_bytes = 0  # read back since the store's pages were last released
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -470,7 +474,12 @@ class Persistence:
         refs = self.refs
         msg_seqs = sorted({ref[0] for i in items if i.key and (ref := refs.get(i.key))})
         st = self.store
-        return st.get_msgs(PEND, [i.seq for i in items]), st.get_msgs(MSGS, msg_seqs)
+        page = st.get_msgs(PEND, [i.seq for i in items]), st.get_msgs(MSGS, msg_seqs)
+        self._read_bytes += sum(i.size for i in items)  # (a race between pages: harmless)
+        if self._read_bytes >= RELEASE_PAGES_AFTER:
+            self._read_bytes = 0
+            st.release_pages()
+        return page
 
     def copies(self, items: Sequence[OnDisk], page: Page) -> dict[int, Outgoing]:
         """The copies of a page read by :meth:`read_copies`, by pending seq; one whose
@@ -838,7 +847,7 @@ class Persistence:
         st = self.store
 
         def read() -> tuple[list[Any], ...]:
-            return (
+            out = (
                 list(st.iter_msgs(SESS)),
                 list(st.iter_msgs(SUBS)),
                 list(st.iter_msgs(RMSGS)),
@@ -846,6 +855,8 @@ class Persistence:
                 list(st.iter_heads(PEND, payload_upto=SMALL_RECORD)),
                 list(st.iter_msgs(QOS2IN)),
             )
+            st.release_pages()  # the scan mapped most of the file: not ours to keep
+            return out
 
         sess_msgs, subs, retained, msgs, pend, qos2 = await trio.to_thread.run_sync(read)
         now_wall = time.time_ns()

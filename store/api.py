@@ -424,6 +424,11 @@ class Store:
                 raise js_error("no_message_found")
             return self._msg(seq, rec)
 
+    def release_pages(self) -> bool:
+        """After reads that touched much of the data file (a scan, many large messages):
+        drop its pages from this process's RSS (:meth:`Env.release_mapped_pages`)."""
+        return self.env.release_mapped_pages()
+
     def get_msgs(self, stream: str, seqs: Iterable[int]) -> list[StoredMsg | None]:
         """Messages ``seqs`` of ``stream`` read in one transaction, None for each one not
         stored (a reader of many known seqs: one transaction instead of one each)."""

@@ -10,7 +10,9 @@ Threading rules (py-lmdb's, written down):
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
+import mmap
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -326,6 +328,34 @@ class Env:
             self._env.set_mapsize(new)
         return new
 
+    def release_mapped_pages(self) -> bool:
+        """Drop the data file's pages from this process's page tables (Linux; False where
+        it cannot). Reads touch the map, and the kernel maps the pages around each one
+        it faults in, so a scan of large records (even of their heads only) leaves the
+        process with most of the file in its RSS. The pages are clean and file-backed:
+        they stay in the page cache, and the next read faults them back. The map is
+        read-only (no ``writemap``), so nothing written is affected."""
+        path = os.path.realpath(os.path.join(self.path, "data.mdb"))
+        try:
+            with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+                ranges = [
+                    line.split(None, 1)[0]
+                    for line in maps
+                    if line.rstrip("\n").endswith(" " + path)
+                ]
+        except OSError:
+            return False
+        madvise = _madvise()
+        if madvise is None:
+            return False
+        ok = bool(ranges)
+        with self._lock.shared():
+            self._check()
+            for r in ranges:
+                lo, hi = (int(x, 16) for x in r.split("-"))
+                ok = madvise(lo, hi - lo, mmap.MADV_DONTNEED) == 0 and ok
+        return ok
+
     def stat(self) -> dict[str, dict[str, int]]:
         """Entries and pages of each named database (diagnostics)."""
         out: dict[str, dict[str, int]] = {}
@@ -343,3 +373,19 @@ class Env:
             if self._owner_fd >= 0:
                 os.close(self._owner_fd)  # releases the lock
                 self._owner_fd = -1
+
+
+_MADVISE: list[Any] = []
+
+
+def _madvise() -> Any:
+    """libc's ``madvise`` through ctypes (None where there is none)."""
+    if not _MADVISE:
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).madvise
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _MADVISE.append(fn)
+    return _MADVISE[0]
