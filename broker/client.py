@@ -31,6 +31,7 @@ import contextlib
 import logging
 import math
 import socket
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -580,7 +581,7 @@ class ClientConnection(Handshake):
                 else:
                     broker.queue_copy(session, Outgoing(msg, qos, True, sub_ids))
 
-    def _retained_fit(self, messages: list[AppMessage]) -> bool:
+    def _retained_fit(self, messages: Sequence[AppMessage]) -> bool:
         """Whether ``messages`` can go out at once without a copy limit cutting them short
         (else they are paced): at most ``RETAINED_AT_ONCE``, within what is left of
         ``max_outbound_queue`` for QoS 0 copies and of ``max_queued_messages`` /

@@ -25,7 +25,7 @@ from broker.mqtt.properties import Properties
 from broker.parking import Parkable, Parking
 from broker.persist import Persistence, PublishPlan, StorageError
 from broker.queues import SessionQueues
-from broker.router import Delivery, Router
+from broker.router import Delivery, RetainedMessages, Router
 from broker.sessions import RetainedBurst, Session, SessionManager, SubscriptionRecord
 
 if TYPE_CHECKING:
@@ -58,11 +58,9 @@ class Broker:
         self.sessions = SessionManager(
             publish_will=self._publish_will, end_session=self.end_session
         )
-        # Retained messages: topic -> message, and the radix retained index keyed by a handle.
-        self.retained: dict[bytes, AppMessage] = {}
-        self._retained_handles: dict[bytes, int] = {}
-        self._retained_by_handle: dict[int, AppMessage] = {}
-        self._next_retained_handle = 1
+        # Retained messages: the index in RAM, the messages read from the store.
+        self.retained = RetainedMessages(self.router.retained, persistence.read_retained)
+        persistence.retained = self.retained
         self._nursery: trio.Nursery | None = None
         self.connections: set[ClientConnection] = set()
         self._all_closed = trio.Event()
@@ -204,7 +202,11 @@ class Broker:
         return found
 
     def pace_retained(
-        self, session: Session, messages: list[AppMessage], qos: int, sub_ids: tuple[int, ...]
+        self,
+        session: Session,
+        messages: Sequence[AppMessage],
+        qos: int,
+        sub_ids: tuple[int, ...],
     ) -> None:
         """Retained messages for a SUBSCRIBE that cannot go out at once (more than
         ``RETAINED_AT_ONCE``, or more than a copy limit leaves room for): they join the
@@ -255,21 +257,11 @@ class Broker:
         if not backlog:
             session.retained_backlog = session.retained_seen = None
 
-    def retained_for(self, topic_filter: bytes) -> list[AppMessage]:
-        """Retained messages matching a (non-shared) filter, expired ones dropped."""
-        if not self._retained_by_handle:
-            return []  # nothing retained: no match to run (a subscription storm's case)
-        now = trio.current_time()
-        out = []
-        for handle in self.router.retained.match(topic_filter):
-            msg = self._retained_by_handle.get(handle)
-            if msg is None:
-                continue
-            if msg.expires_at is not None and msg.expires_at <= now:
-                self._drop_retained(msg.topic)
-                continue
-            out.append(msg)
-        return out
+    def retained_for(self, topic_filter: bytes) -> Sequence[AppMessage]:
+        """Retained messages matching a (non-shared) filter, expired ones dropped; more
+        than ``RETAINED_AT_ONCE`` come as a sequence read from the store as it is walked
+        (``router.RetainedMatch``)."""
+        return self.retained.match(topic_filter, trio.current_time(), RETAINED_AT_ONCE)
 
     # -- publish ---------------------------------------------------------------------------------
 
@@ -351,26 +343,10 @@ class Broker:
             # [MQTT-3.3.1-6], [MQTT-3.3.1-7]: an empty retained payload deletes and is not stored.
             self._drop_retained(msg.topic)
             return
-        handle = self._retained_handles.get(msg.topic)
-        if handle is None:
-            handle = self._next_retained_handle
-            self._next_retained_handle += 1
-            self._retained_handles[msg.topic] = handle
-            self.router.retained.set(msg.topic, handle)
-        self._retained_by_handle[handle] = msg
-        self.retained[msg.topic] = msg
-
-    def load_retained(self, msg: AppMessage) -> None:
-        """Startup: a retained message read back from the store."""
-        self._set_retained(msg)
+        self.retained.set(msg)
 
     def _drop_retained(self, topic: bytes) -> None:
-        handle = self._retained_handles.pop(topic, None)
-        if handle is None:
-            return
-        self.router.retained.remove(topic)
-        self._retained_by_handle.pop(handle, None)
-        self.retained.pop(topic, None)
+        self.retained.drop(topic)
 
 
 def make_handle(sub: Any, qos: int, sub_id: int) -> int:

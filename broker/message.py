@@ -25,6 +25,7 @@ class AppMessage:
     expires_at: float | None
     origin: int  # client number of the publisher; 0 for messages the broker makes itself
     key: str = ""  # unique id in $MQTT_msgs once stored for a persistent session ("" = not)
+    retained_seq: int = 0  # its seq in $MQTT_rmsgs once committed (a retained message)
     encoded: dict[ProtocolVersion, EncodedPublish] | None = None
 
     @property

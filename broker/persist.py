@@ -51,7 +51,7 @@ from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Publish
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.session import Stage
-from broker.router import Delivery
+from broker.router import Delivery, RetainedMessages
 from broker.sessions import OnDisk, Session, SubscriptionRecord
 
 if TYPE_CHECKING:
@@ -319,6 +319,7 @@ class PublishPlan:
     count: int = 0
     pend_index: dict[int, int] = field(default_factory=dict)  # delivery index -> op index
     msg_op: int = -1
+    retained_op: int = -1
     results: list[store.OpResult] = field(default_factory=list)
 
     @property
@@ -362,6 +363,7 @@ class Persistence:
         # copy waiting on disk has no message in memory.
         self.refs: dict[str, list[int]] = {}
         self._read_bytes = 0  # read back since the store's pages were last released
+        self.retained: RetainedMessages | None = None  # the broker's retained index
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -467,6 +469,19 @@ class Persistence:
         if purged:
             ops = [op for op in ops if op.stream != PEND]
         self._fire_deletes(ops)
+
+    def read_retained(self, seqs: Sequence[int]) -> list[AppMessage | None]:
+        """Retained messages by seq in ``$MQTT_rmsgs`` (one short read transaction on this
+        thread: a SUBSCRIBE's at-once batch, or a chunk of a paced one)."""
+        now_wall = time.time_ns()
+        now = trio.current_time()
+        out: list[AppMessage | None] = []
+        for stored in self.store.get_msgs(RMSGS, seqs):
+            msg = None if stored is None else message_from_stored(stored, now_wall, now)
+            if msg is not None and stored is not None:
+                msg.retained_seq = stored.seq
+            out.append(msg)
+        return out
 
     def read_copies(self, items: Sequence[OnDisk]) -> Page:
         """(any thread) The pending entries of ``items`` and the messages they reference,
@@ -612,9 +627,11 @@ class Persistence:
         ``extra`` (inbound QoS 2 state) commits in the same batch.
         """
         ops: list[store.Op] = list(extra)
+        retained_op = -1
         if msg.retain and broker.config.mqtt.retain_available:
             subject = f"$MQTT.rmsgs.{token(msg.topic)}"
             if msg.payload:
+                retained_op = len(ops)
                 ops.append(store.Publish(subject, msg.payload, _message_headers(msg), stream=RMSGS))
             else:
                 ops.append(store.PurgeStream(RMSGS, filter=subject))
@@ -651,12 +668,16 @@ class Persistence:
         if not ops:
             return EMPTY_PLAN
         batch = self._batch()
-        plan = PublishPlan(batch, len(batch.ops), len(ops), pend_index, msg_op)
+        plan = PublishPlan(batch, len(batch.ops), len(ops), pend_index, msg_op, retained_op)
         batch.ops.extend(ops)
         batch.awaited = True
         return plan
 
     def after_commit(self, msg: AppMessage, plan: PublishPlan) -> None:
+        if plan.retained_op >= 0:
+            msg.retained_seq = plan.seq_of(plan.retained_op)
+            if self.retained is not None:
+                self.retained.committed(msg)
         if plan.msg_op >= 0:
             ref = self.refs.get(msg.key)
             if ref is not None:
@@ -846,25 +867,40 @@ class Persistence:
         or PUBREL is resent at once on reconnection)."""
         st = self.store
 
+        def heads(stream: str, payload_upto: int = 0) -> list[store.MsgHead]:
+            # A scan maps the records it reads, and the pages around them: released every
+            # chunk, they never make the RSS (Store.release_pages).
+            out = []
+            for i, head in enumerate(st.iter_heads(stream, payload_upto=payload_upto), 1):
+                out.append(head)
+                if i % 1024 == 0:
+                    st.release_pages()
+            st.release_pages()
+            return out
+
         def read() -> tuple[list[Any], ...]:
-            out = (
+            return (
                 list(st.iter_msgs(SESS)),
                 list(st.iter_msgs(SUBS)),
-                list(st.iter_msgs(RMSGS)),
-                list(st.iter_heads(MSGS)),
-                list(st.iter_heads(PEND, payload_upto=SMALL_RECORD)),
+                heads(RMSGS),
+                heads(MSGS),
+                heads(PEND, SMALL_RECORD),
                 list(st.iter_msgs(QOS2IN)),
             )
-            st.release_pages()  # the scan mapped most of the file: not ours to keep
-            return out
 
         sess_msgs, subs, retained, msgs, pend, qos2 = await trio.to_thread.run_sync(read)
         now_wall = time.time_ns()
-        now = trio.current_time()
-        for stored in retained:
-            msg = message_from_stored(stored, now_wall, now)
-            if msg is not None and msg.payload and not msg.expired(now):
-                broker.load_retained(msg)
+        index = broker.retained
+        for head in retained:  # the index only: a SUBSCRIBE reads the messages
+            topic_json = head.header("Mqtt-Topic")
+            if topic_json is None or not head.size:
+                continue
+            props = head.header("Mqtt-Props")
+            if props and "message_expiry_interval" in props:
+                interval = _props_from_json(props).message_expiry_interval or 0
+                if (now_wall - head.time_ns) / 1e9 >= interval:
+                    continue
+            index.load(json.loads(topic_json).encode("utf-8"), head.seq)
         by_token: dict[str, Session] = {}
         moved: list[store.Op] = []  # records of the older layout, rewritten
         for stored in sess_msgs:

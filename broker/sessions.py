@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +91,7 @@ class RetainedBurst:
 
     __slots__ = ("messages", "pos", "qos", "sub_ids")
 
-    def __init__(self, messages: list[AppMessage], qos: int, sub_ids: tuple[int, ...]) -> None:
+    def __init__(self, messages: Sequence[AppMessage], qos: int, sub_ids: tuple[int, ...]) -> None:
         self.messages = messages
         self.pos = 0  # the next one to queue
         self.qos = qos  # the subscription's granted QoS
