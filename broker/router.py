@@ -286,8 +286,12 @@ class RetainedMessages:
         wanted = [seqs[n] for n in nums]
         cache = self._cache
         missing = [s for s in wanted if s and s not in cache]
-        if missing:
-            cache = self._cache = dict(zip(missing, self._read(missing), strict=True))
+        if missing:  # the cache becomes these messages (bounded by one read's size)
+            got = dict(zip(missing, self._read(missing), strict=True))
+            for s in wanted:
+                if s and s not in got:
+                    got[s] = cache[s]
+            cache = self._cache = got
         return [cache.get(s) if s else ram.get(n) for n, s in zip(nums, wanted, strict=True)]
 
 

@@ -60,3 +60,19 @@ def test_retained_messages_come_from_the_store_before_and_after_a_restart(
     broker.stop()
     broker = make_broker(data, sessions={"max_queued_messages": 10_000})
     assert _everything(broker.port, b"rs/#", count - 1) == want
+
+
+def test_a_read_that_partly_overlaps_the_last_one_gets_every_message(
+    make_broker: Callable[..., BrokerThread],
+) -> None:
+    """The messages read last are kept for the next read; one that needs some of them and
+    some others gets all of them (the first version returned only the new ones)."""
+    broker = make_broker()
+    _retain(broker.port, [(b"ov/a/1", b"a1"), (b"ov/a/2", b"a2"), (b"ov/b/1", b"b1")])
+    with RawClient(broker.port) as c:
+        c.connect("ov-sub")
+        c.subscribe((b"ov/a/#", 1))
+        assert {c.expect_publish().payload for _ in range(2)} == {b"a1", b"a2"}
+        c.subscribe((b"ov/#", 1), packet_id=2)
+        assert {c.expect_publish().payload for _ in range(3)} == {b"a1", b"a2", b"b1"}
+        assert c.nothing_within(0.3)
