@@ -257,7 +257,14 @@ class RetainedMessages:
         if not topic:
             return None
         num = self.index.get(topic)
-        return None if num is None else self._messages([num])[0]
+        if num is None:
+            return None
+        seq = self._seqs[num]
+        if not seq:
+            return self._ram.get(num)
+        if seq in self._cache:  # (a paced burst's chunk was just read)
+            return self._cache[seq]
+        return self._messages([num])[0]
 
     def match(self, topic_filter: bytes, now: float, at_once: int) -> Sequence[AppMessage]:
         """Retained messages matching a (non-shared) filter. At most ``at_once`` of them

@@ -15,7 +15,8 @@ port) and, per run:
    they go out;
 4. on a fresh data directory: RSS of the idle broker, then ``--retained`` (100,000)
    retained QoS 0 messages of 50 bytes on distinct topics (a QoS 1 publish after them as
-   the barrier: acknowledged once every one before it is applied); RSS delta; then a
+   the barrier: acknowledged once every one before it is applied); RSS delta (VmRSS,
+   which counts the store's file pages the process has mapped, and RssAnon); then a
    subscriber of ``r/#`` receives them all (time); then a restart and the RSS delta of
    the restarted broker over an idle one.
 
@@ -24,7 +25,7 @@ the config so that nothing is dropped (the defaults would keep 1,000 copies): th
 measures what a session allowed to queue 1 GB costs in RAM.
 
 Usage: ``.venv/bin/python scripts/bench_memory.py [--runs N] [--queued N] [--size B]
-[--retained N] [--sync always|batch]``
+[--retained N] [--sync always|batch]`` (``--queued 0`` / ``--retained 0``: skip that part)
 """
 
 from __future__ import annotations
@@ -248,13 +249,15 @@ def retained_run(tmp: pathlib.Path, config: pathlib.Path, n: int) -> dict[str, f
     data = tmp / "retained"
     out: dict[str, float] = {}
     with broker_in(data, config) as b:
-        base = settle(b)["VmRSS"]
+        base = settle(b)
         pub = Client(b.port, "bench-ret")
         pub.connect()
         pub.publish_all((f"r/{i // 1000}/{i:06d}", f"{i:050d}".encode(), 0, True) for i in range(n))
         pub.publish_all(iter([("r/barrier", b"b" * 50, 1, True)]))
         pub.close()
-        out["retained_rss_delta"] = settle(b)["VmRSS"] - base
+        st = settle(b)
+        out["retained_rss_delta"] = st["VmRSS"] - base["VmRSS"]
+        out["retained_anon_delta"] = st["RssAnon"] - base["RssAnon"]
         got: queue.Queue[bool] = queue.Queue()
         sub = Client(b.port, "bench-ret-sub")
         sub.client.on_message = lambda _c, _u, _m: got.put(True)
@@ -266,10 +269,12 @@ def retained_run(tmp: pathlib.Path, config: pathlib.Path, n: int) -> dict[str, f
         out["retained_subscribe_s"] = time.monotonic() - t0
         sub.close()
     with broker_in(tmp / "empty", config) as b:
-        empty = settle(b)["VmRSS"]
+        empty = settle(b)
     with broker_in(data, config) as b:
         out["retained_restart_listen_s"] = b.listen_s
-        out["retained_restart_rss_delta"] = settle(b)["VmRSS"] - empty
+        st = settle(b)
+        out["retained_restart_rss_delta"] = st["VmRSS"] - empty["VmRSS"]
+        out["retained_restart_anon_delta"] = st["RssAnon"] - empty["RssAnon"]
     shutil.rmtree(data)
     shutil.rmtree(tmp / "empty")
     return out
@@ -292,7 +297,7 @@ def main() -> int:
             "[sessions]\nmax_queued_messages = 0\nmax_queued_bytes = 0\n"
         )
         for run in range(args.runs):
-            row = queued_run(tmp, config, args.queued, args.size)
+            row = queued_run(tmp, config, args.queued, args.size) if args.queued else {}
             if args.retained:
                 row |= retained_run(tmp, config, args.retained)
             for k, v in row.items():
