@@ -234,6 +234,8 @@ class RetainedMessages:
     def committed(self, msg: AppMessage) -> None:
         """``msg``'s commit is known (its ``retained_seq``): if it is still its topic's
         retained message, it is read from the store from now on."""
+        if not self._ram:
+            return  # (the usual case: the message was set after its commit)
         num = self.index.get(msg.topic)
         if num is not None and self._ram.get(num) is msg:
             self._seqs[num] = msg.retained_seq
