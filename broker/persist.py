@@ -873,6 +873,7 @@ class Persistence:
 
         sess_msgs, subs, qos2 = await trio.to_thread.run_sync(read)
         now_wall = time.time_ns()
+        now = trio.current_time()
         index = broker.retained
 
         def retained(head: store.MsgHead) -> None:  # the index only: SUBSCRIBEs read them
@@ -880,11 +881,14 @@ class Persistence:
             if topic_json is None or not head.size:
                 return
             props = head.header("Mqtt-Props")
+            expires_at = None
             if props and "message_expiry_interval" in props:
                 interval = _props_from_json(props).message_expiry_interval or 0
-                if (now_wall - head.time_ns) / 1e9 >= interval:
+                age = max(0.0, (now_wall - head.time_ns) / 1e9)
+                if age >= interval:
                     return
-            index.load(json.loads(topic_json).encode("utf-8"), head.seq)
+                expires_at = now + interval - age
+            index.load(json.loads(topic_json).encode("utf-8"), head.seq, expires_at)
 
         await self._scan(RMSGS, retained)
         by_token: dict[str, Session] = {}

@@ -210,6 +210,10 @@ class RetainedMessages:
         self._read = read
         self._seqs = array("Q", [0])  # number -> seq (number 0 is not used)
         self._ram: dict[int, AppMessage] = {}
+        # Expiry deadlines (on the broker's clock) of the messages that have one: a message
+        # read back keeps the deadline it had when it was published (the store's
+        # timestamps are wall-clock time).
+        self._expires: dict[int, float] = {}
         self._cache: dict[int, AppMessage | None] = {}  # the last chunk read, by seq
 
     def __len__(self) -> int:
@@ -226,6 +230,10 @@ class RetainedMessages:
             self.index.set(topic, num)
         seq = msg.retained_seq
         self._seqs[num] = seq
+        if msg.expires_at is not None:
+            self._expires[num] = msg.expires_at
+        elif self._expires:
+            self._expires.pop(num, None)
         if seq:
             self._ram.pop(num, None)
         else:
@@ -241,11 +249,13 @@ class RetainedMessages:
             self._seqs[num] = msg.retained_seq
             del self._ram[num]
 
-    def load(self, topic: bytes, seq: int) -> None:
+    def load(self, topic: bytes, seq: int, expires_at: float | None = None) -> None:
         """Start-up: the retained message of ``topic`` is stored at ``seq``."""
         num = len(self._seqs)
         self._seqs.append(seq)
         self.index.set(topic, num)
+        if expires_at is not None:
+            self._expires[num] = expires_at
 
     def drop(self, topic: bytes) -> None:
         num = self.index.get(topic)
@@ -253,6 +263,7 @@ class RetainedMessages:
             self.index.remove(topic)
             self._seqs[num] = 0
             self._ram.pop(num, None)
+            self._expires.pop(num, None)
 
     def get(self, topic: bytes) -> AppMessage | None:
         """The topic's retained message now (read from the store; expired ones included)."""
@@ -265,7 +276,7 @@ class RetainedMessages:
         if not seq:
             return self._ram.get(num)
         if seq in self._cache:  # (a paced burst's chunk was just read)
-            return self._cache[seq]
+            return self._with_expiry(num, self._cache[seq])
         return self._messages([num])[0]
 
     def match(self, topic_filter: bytes, now: float, at_once: int) -> Sequence[AppMessage]:
@@ -301,7 +312,17 @@ class RetainedMessages:
                 if s and s not in got:
                     got[s] = cache[s]
             cache = self._cache = got
-        return [cache.get(s) if s else ram.get(n) for n, s in zip(nums, wanted, strict=True)]
+        out = [cache.get(s) if s else ram.get(n) for n, s in zip(nums, wanted, strict=True)]
+        if self._expires:
+            out = [self._with_expiry(n, m) for n, m in zip(nums, out, strict=True)]
+        return out
+
+    def _with_expiry(self, num: int, msg: AppMessage | None) -> AppMessage | None:
+        if msg is not None:
+            deadline = self._expires.get(num)
+            if deadline is not None:
+                msg.expires_at = deadline
+        return msg
 
 
 class RetainedMatch(Sequence[AppMessage]):
