@@ -56,6 +56,7 @@ from broker.sessions import OnDisk, Session, SubscriptionRecord
 
 if TYPE_CHECKING:
     from broker.core import Broker
+    from broker.queues import SessionQueues
 
 SESS = "$MQTT_sess"
 RMSGS = "$MQTT_rmsgs"
@@ -66,12 +67,6 @@ SUBS = "$MQTT_subs"
 PEND_HEADER = "Mqtt-Pend"  # on a pending entry that holds its message inline
 STORAGE_REPORT_INTERVAL_S = 10.0  # at most one log line per interval about failed store jobs
 RETRY_DELETES_AFTER_S = 1.0  # a failed acknowledgement's deletions are tried again after this
-# A page of copies read back from disk for a connected session: at most this many, and no
-# more bytes than this unless a single copy is larger; read when fewer than PAGE_LOW
-# copies are left in RAM.
-PAGE_MESSAGES = 256
-PAGE_BYTES = 4 * 1024 * 1024
-PAGE_LOW = 64
 # At start, a pending entry's payload is read with its head only when it is this small
 # (the record of a copy that references a message stored once for several sessions).
 SMALL_RECORD = 4096
@@ -460,6 +455,42 @@ class Persistence:
         self._nursery.start_soon(fn, *args)
 
     # -- queued copies on disk (broker/queues.py decides when) -----------------------------------
+
+    def page_in(
+        self, queues: SessionQueues, session: Session, items: list[OnDisk | Outgoing], size: int
+    ) -> None:
+        """Read a page of ``session``'s backlog back (``SessionQueues.page_soon`` took it)."""
+        self.spawn(self._page_in, queues, session, items, size)
+
+    async def _page_in(
+        self, queues: SessionQueues, session: Session, items: list[OnDisk | Outgoing], size: int
+    ) -> None:
+        """Pages until the RAM queue is long enough, the backlog empty or the session
+        offline (``SessionQueues.page_read`` says); then wakes the connection."""
+        while True:
+            on_disk = [i for i in items if isinstance(i, OnDisk)]
+            read: Page | None = None
+            try:
+                if on_disk:
+                    read = await trio.to_thread.run_sync(self.read_copies, on_disk)
+            except (Exception, trio.Cancelled) as exc:
+                queues.page_failed(session, items)
+                if isinstance(exc, trio.Cancelled):
+                    raise
+                if not isinstance(exc, store.StoreClosedError):  # (closed: shutting down)
+                    log.exception("client %r: reading queued copies back failed", session.client_id)
+                return
+            if session.gone:  # its entries are purged with it
+                session.paging = 0
+                self.drop_on_disk(on_disk, purged=True)
+                return
+            found = self.copies(on_disk, read) if read is not None else {}
+            if not queues.page_read(session, items, size, found):
+                break
+            items, size = queues.take_page(session)
+        conn = session.conn
+        if conn is not None:
+            conn.wake()
 
     def drop_on_disk(self, items: Sequence[OnDisk], *, purged: bool = False) -> None:
         """Forget copies waiting on disk: delete their pending entries (unless ``purged``

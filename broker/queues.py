@@ -10,9 +10,10 @@ backlog is not empty (order), or when the RAM queue already holds
 its RAM queue moves to the backlog (``Session.spill``).
 
 A connected session's backlog comes back a page at a time (``PAGE_MESSAGES``,
-``PAGE_BYTES``) when fewer than ``PAGE_LOW`` copies are left in RAM: a task in the
-broker's nursery reads the page in a worker thread (one read transaction per stream),
-appends it to the RAM queue and wakes the connection. The writer sends from RAM
+``PAGE_BYTES``) when fewer than ``PAGE_LOW`` copies are left in RAM: the store side
+(``QueueStore.page_in``: a task reading in a worker thread, one read transaction per
+stream) reads the page, ``page_read`` appends it to the RAM queue, and the connection
+is woken. The writer sends from RAM
 meanwhile, so order is kept: the page is the backlog's head, and every copy queued
 while it is read goes behind it.
 
@@ -21,30 +22,56 @@ An overflow is logged once per episode: a warning with the client id when the fi
 copy is dropped, a line with the number dropped when a copy fits again or the
 session ends; ``dropped`` counts them for the whole broker.
 
-Runs on the trio thread; nothing here blocks it (except ``shared_waiting``: a rare,
-bounded read when a session with shared copies on disk ends).
+Runs on the trio thread and imports no trio (it belongs with a trio-free core); nothing here
+blocks it (except ``shared_waiting``: a rare, bounded read when a session with shared
+copies on disk ends).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
-import trio
-
-import store
 from broker.config import SessionConfig
 from broker.message import Outgoing
-from broker.persist import PAGE_BYTES, PAGE_LOW, PAGE_MESSAGES, Page, Persistence
 from broker.sessions import RAM_QUEUE_BYTES, RAM_QUEUE_MESSAGES, OnDisk, Session
 
+if TYPE_CHECKING:
+    from broker.persist import Page
+
+# A page of copies read back from disk for a connected session: at most this many, and no
+# more bytes than this unless a single copy is larger; read when fewer than PAGE_LOW
+# copies are left in RAM.
+PAGE_MESSAGES = 256
+PAGE_BYTES = 4 * 1024 * 1024
+PAGE_LOW = 64
+
 log = logging.getLogger("jetmq.queues")
+
+
+class QueueStore(Protocol):
+    """What the queues need from the store side (``broker.persist.Persistence``)."""
+
+    def copy_done(self, session: Session, og: Outgoing) -> None: ...
+
+    def drop_on_disk(self, items: Sequence[OnDisk], *, purged: bool = False) -> None: ...
+
+    def read_copies(self, items: Sequence[OnDisk]) -> Page: ...
+
+    def copies(self, items: Sequence[OnDisk], page: Page) -> dict[int, Outgoing]: ...
+
+    def page_in(
+        self, queues: SessionQueues, session: Session, items: list[OnDisk | Outgoing], size: int
+    ) -> None:
+        """Read ``items`` back (a task), then :meth:`SessionQueues.page_read`."""
 
 
 class SessionQueues:
     """Queueing, overflow and paging for every session of one broker."""
 
-    def __init__(self, persist: Persistence, limits: SessionConfig) -> None:
+    def __init__(self, persist: QueueStore, limits: SessionConfig) -> None:
         self.persist = persist
         self.limits = limits
         self.dropped = 0  # copies dropped because their session's queue was full
@@ -173,11 +200,11 @@ class SessionQueues:
         """Read the backlog's next page if the RAM queue runs short (the connection's
         writer calls this after each move into the window)."""
         if session.backlog and not session.paging and len(session.queue) < PAGE_LOW:
-            page, size = self._take_page(session)
-            self.persist.spawn(self._page_in, session, page, size)
+            page, size = self.take_page(session)
+            self.persist.page_in(self, session, page, size)
 
     @staticmethod
-    def _take_page(session: Session) -> tuple[list[OnDisk | Outgoing], int]:
+    def take_page(session: Session) -> tuple[list[OnDisk | Outgoing], int]:
         """The backlog's head, as a page: it counts in ``paging`` until it is in RAM."""
         backlog = session.backlog
         assert backlog
@@ -190,49 +217,39 @@ class SessionQueues:
         session.paging = len(items)
         return items, size
 
-    async def _page_in(self, session: Session, items: list[OnDisk | Outgoing], size: int) -> None:
-        """Reads pages until the RAM queue is long enough, the backlog empty or the session
-        offline; then wakes the connection."""
-        persist = self.persist
+    @staticmethod
+    def page_failed(session: Session, items: list[OnDisk | Outgoing]) -> None:
+        """A page could not be read: its copies wait on disk again, in order."""
+        session.paging = 0
+        if not session.gone:
+            if session.backlog is None:
+                session.backlog = deque()
+            session.backlog.extendleft(reversed(items))
+
+    def page_read(
+        self,
+        session: Session,
+        items: list[OnDisk | Outgoing],
+        size: int,
+        found: dict[int, Outgoing],
+    ) -> bool:
+        """A page is read (``found``: its copies still stored, by pending seq): they join
+        the RAM queue in order. True when the next page should be read now."""
+        session.paging = 0
         queue = session.queue
-        while True:
-            on_disk = [i for i in items if isinstance(i, OnDisk)]
-            read: Page | None = None
-            try:
-                if on_disk:
-                    read = await trio.to_thread.run_sync(persist.read_copies, on_disk)
-            except (Exception, trio.Cancelled) as exc:
-                session.paging = 0
-                if not session.gone:  # they wait on disk again, in order
-                    if session.backlog is None:
-                        session.backlog = deque()
-                    session.backlog.extendleft(reversed(items))
-                if isinstance(exc, trio.Cancelled):
-                    raise
-                if not isinstance(exc, store.StoreClosedError):  # (closed: shutting down)
-                    log.exception("client %r: reading queued copies back failed", session.client_id)
-                return
-            session.paging = 0
-            if session.gone:  # its entries are purged with it
-                persist.drop_on_disk(on_disk, purged=True)
-                return
-            found = persist.copies(on_disk, read) if read is not None else {}
-            session.backlog_bytes -= size
-            for item in items:
-                if isinstance(item, OnDisk):
-                    og = found.get(item.seq)
-                    if og is None:  # gone from the store
-                        session.queued_bytes -= item.size
-                        continue
-                    queue.append(og)
-                else:
-                    queue.append(item)
-            if not session.backlog:
-                session.backlog = None
-            if session.conn is None:
-                session.spill()  # went offline meanwhile
-                return
-            if not session.backlog or len(queue) >= PAGE_LOW:
-                break
-            items, size = self._take_page(session)
-        session.conn.wake()
+        session.backlog_bytes -= size
+        for item in items:
+            if isinstance(item, OnDisk):
+                og = found.get(item.seq)
+                if og is None:  # gone from the store
+                    session.queued_bytes -= item.size
+                    continue
+                queue.append(og)
+            else:
+                queue.append(item)
+        if not session.backlog:
+            session.backlog = None
+        if session.conn is None:
+            session.spill()  # went offline meanwhile
+            return False
+        return bool(session.backlog) and len(queue) < PAGE_LOW

@@ -17,7 +17,7 @@ from broker import persist
 from broker.config import BrokerConfig
 from broker.mqtt.packets import Disconnect, Puback, Pubcomp, Publish, Pubrec, Pubrel
 from broker.mqtt.properties import Properties
-from broker.persist import PAGE_MESSAGES
+from broker.queues import PAGE_MESSAGES
 from broker.sessions import RAM_QUEUE_MESSAGES
 from tests.broker.harness import BrokerThread
 from tests.broker.rawclient import RawClient
