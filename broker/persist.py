@@ -566,6 +566,8 @@ class Persistence:
             og = Outgoing(msg, int(rec["q"]), bool(rec["r"]), tuple(rec["s"]), item.seq)
             og.order = int(rec.get("o", 0)) or item.seq
             og.shared = item.shared
+            if item.expires_at is not None:  # (the stored time is wall-clock time)
+                msg.expires_at = item.expires_at
             out[item.seq] = og
         if lost:
             self.drop_on_disk(lost)

@@ -111,7 +111,9 @@ class SessionQueues:
             if backlog is None:
                 backlog = session.backlog = deque()
             backlog.append(
-                OnDisk(og.pend_seq, size, og.message.key, og.shared) if og.pend_seq else og
+                OnDisk(og.pend_seq, size, og.message.key, og.shared, og.message.expires_at)
+                if og.pend_seq
+                else og
             )
             session.backlog_bytes += size
         else:

@@ -67,16 +67,21 @@ class WillRecord:
 class OnDisk:
     """A queued copy that is only in the store: its ``$MQTT_pend`` entry's seq, the
     payload's size (for ``queued_bytes``), the ``$MQTT_msgs`` key of a message stored for
-    several sessions ("" when the entry holds the message), and whether it was a shared
-    subscription's pick (given to another member if the session ends)."""
+    several sessions ("" when the entry holds the message), whether it was a shared
+    subscription's pick (given to another member if the session ends), and the message's
+    expiry deadline on the broker's clock (None: none, or read back at start, when it is
+    computed from the stored time)."""
 
-    __slots__ = ("key", "seq", "shared", "size")
+    __slots__ = ("expires_at", "key", "seq", "shared", "size")
 
-    def __init__(self, seq: int, size: int, key: str, shared: bool) -> None:
+    def __init__(
+        self, seq: int, size: int, key: str, shared: bool, expires_at: float | None = None
+    ) -> None:
         self.seq = seq
         self.size = size
         self.key = key
         self.shared = shared
+        self.expires_at = expires_at
 
 
 # RAM copies a connected persistent session keeps before stored ones wait on disk: a
@@ -177,7 +182,10 @@ class Session:
         for og in self.queue:
             n = len(og.message.payload)
             size += n
-            moved.append(OnDisk(og.pend_seq, n, og.message.key, og.shared) if og.pend_seq else og)
+            msg = og.message
+            moved.append(
+                OnDisk(og.pend_seq, n, msg.key, og.shared, msg.expires_at) if og.pend_seq else og
+            )
         self.queue.clear()
         if self.backlog:
             moved.extend(self.backlog)

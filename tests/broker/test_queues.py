@@ -11,16 +11,30 @@ import pathlib
 from collections.abc import Callable
 
 import pytest
+import trio
+import trio.testing
 
 import store
 from broker import persist
 from broker.config import BrokerConfig
-from broker.mqtt.packets import Disconnect, Puback, Pubcomp, Publish, Pubrec, Pubrel
+from broker.core import Broker
+from broker.mqtt.packets import (
+    Disconnect,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Suback,
+    Subscribe,
+    Subscription,
+)
 from broker.mqtt.properties import Properties
 from broker.queues import PAGE_MESSAGES
-from broker.sessions import RAM_QUEUE_MESSAGES
-from tests.broker.harness import BrokerThread
+from broker.sessions import RAM_QUEUE_MESSAGES, OnDisk
+from tests.broker.harness import BrokerThread, run_with_broker
 from tests.broker.rawclient import RawClient
+from tests.broker.test_timers import MemClient
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -206,3 +220,45 @@ def test_max_queued_bytes_at_the_limit_and_one_below(
         c.connect("bytes", clean_start=False, properties=KEEP)
         assert [int(c.expect_publish().payload[:6]) for _ in kept] == kept
         assert c.nothing_within(0.3)
+
+
+def test_an_offline_session_keeps_no_message_in_ram_and_expiry_holds(
+    tmp_path: pathlib.Path,
+) -> None:
+    """In-process (trio's MockClock): while the session is offline its copies are only
+    ``OnDisk`` entries (seq, size, key; no message); read back after 30 s they carry the
+    lifetime left on the broker's clock [MQTT-3.3.2-6], and an expired one is not sent."""
+    count = PAGE_MESSAGES + 10
+
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        sub = await MemClient.connect(broker, "mem-sub", properties=KEEP)
+        await sub.send(Subscribe(1, (Subscription(b"mem/t", 1),)))
+        assert isinstance(await sub.next(), Suback)
+        await sub.send(Disconnect())
+        pub = await MemClient.connect(broker, "mem-pub")
+        for i in range(count):
+            lifetime = 10 if i == 0 else 100  # the first one expires while offline
+            props = Properties(message_expiry_interval=lifetime)
+            await pub.send(Publish(b"mem/t", b"%06d" % i, 1, False, packet_id=1, properties=props))
+            assert isinstance(await pub.next(), Puback)
+        session = broker.sessions.get("mem-sub")
+        assert session is not None
+        assert session.conn is None
+        assert not session.queue
+        assert session.backlog is not None
+        assert session.queued == count
+        assert all(isinstance(item, OnDisk) for item in session.backlog)
+        await trio.sleep(30)
+        sub = await MemClient.connect(broker, "mem-sub", clean_start=False, properties=KEEP)
+        for i in range(1, count):
+            p = await sub.next()
+            assert isinstance(p, Publish)
+            assert (p.payload, p.properties.message_expiry_interval) == (b"%06d" % i, 70)
+            assert p.packet_id is not None
+            await sub.send(Puback(p.packet_id))
+        with trio.move_on_after(5) as waited:
+            await sub.next()
+        assert waited.cancelled_caught
+        assert session.queued == 0
+
+    run_with_broker(tmp_path, body)
