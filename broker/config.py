@@ -114,10 +114,16 @@ class MqttConfig(_Section):
 
 
 class SessionConfig(_Section):
-    """Per-session limits for messages queued while a client is offline or slow."""
+    """Per-session limits for messages queued while a client is offline or slow.
 
-    max_queued_messages: Annotated[int, Field(ge=0)] = 10_000
-    max_queued_bytes: Annotated[int, Field(ge=0)] = 0  # 0 = unlimited
+    Queued QoS 1/2 copies of a persistent session wait on disk, not in RAM (broker/queues.py):
+    these limits bound what one session may keep in the store. 1,000 messages is
+    mosquitto's ``max_queued_messages``; mosquitto leaves bytes unlimited, which with
+    our 1 MiB packets allows 1 GB per session: 100 MiB holds 1,000 messages of 100 KB,
+    so a mosquitto user's typical queue is never cut by it. 0 = unlimited."""
+
+    max_queued_messages: Annotated[int, Field(ge=0)] = 1_000
+    max_queued_bytes: Annotated[int, Field(ge=0)] = 100 * 1024 * 1024
     overflow: Literal["drop_oldest", "drop_newest"] = "drop_oldest"
     queue_qos0: bool = False
     max_outbound_queue: Annotated[int, Field(ge=16)] = 4096

@@ -49,6 +49,7 @@ from store.ops import (
     GetConsumerInfo,
     GetStreamInfo,
     Headers,
+    MsgHead,
     Op,
     OpResult,
     PubAck,
@@ -422,6 +423,61 @@ class Store:
             if rec is None:
                 raise js_error("no_message_found")
             return self._msg(seq, rec)
+
+    def release_pages(self) -> bool:
+        """After reads that touched much of the data file (a scan, many large messages):
+        drop its pages from this process's RSS (:meth:`Env.release_mapped_pages`)."""
+        return self.env.release_mapped_pages()
+
+    def get_msgs(self, stream: str, seqs: Iterable[int]) -> list[StoredMsg | None]:
+        """Messages ``seqs`` of ``stream`` read in one transaction, None for each one not
+        stored (a reader of many known seqs: one transaction instead of one each)."""
+        out: list[StoredMsg | None] = []
+        with self.env.read() as txn:
+            sid = self._sid(txn, stream)
+            db = self.env.dbs[keys.DB_MSGS]
+            for seq in seqs:
+                rec = txn.get(keys.msg_key(sid, seq), db=db) if 0 < seq <= keys.MAX_U64 else None
+                out.append(None if rec is None else self._msg(seq, rec))
+        return out
+
+    def iter_heads(
+        self,
+        stream: str,
+        start: int = 0,
+        end: int | None = None,
+        chunk: int = 1024,
+        payload_upto: int = 0,
+    ) -> Iterator[MsgHead]:
+        """:meth:`iter_msgs` without the payloads: each message's time, subject, headers
+        and payload length, and the payload itself only when at most ``payload_upto``
+        bytes. Only the pages holding the heads are read (a start-up index of large
+        messages without reading them)."""
+        if start > keys.MAX_U64:
+            return
+        nxt = max(start, 0)
+        while True:
+            batch: list[MsgHead] = []
+            with self.env.read(buffers=True) as txn:
+                sid = self._sid(txn, stream)
+                cur = txn.cursor(db=self.env.dbs[keys.DB_MSGS])
+                prefix = keys.sid_prefix(sid)
+                if cur.set_range(keys.msg_key(sid, nxt)):
+                    for k, v in cur.iternext():
+                        if bytes(k[:8]) != prefix:
+                            break
+                        seq = keys.read_u64(bytes(k), 8)
+                        if end is not None and seq > end:
+                            break
+                        t, subj, hdr, size = keys.unpack_msg_head(v)
+                        payload = bytes(v[len(v) - size :]) if 0 < size <= payload_upto else b""
+                        batch.append(MsgHead(seq, t, subj, keys.decode_headers(hdr), size, payload))
+                        if len(batch) >= chunk:
+                            break
+            yield from batch
+            if len(batch) < chunk:
+                return
+            nxt = batch[-1].seq + 1
 
     def last_by_subject(self, stream: str, subject: str) -> StoredMsg:
         """The newest message on ``subject`` (wildcards allowed); 10037 if none."""

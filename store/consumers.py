@@ -387,7 +387,8 @@ class ConsumerRt:
             keys.msg_time(rec),
             max(0, pending),
         )
-        return keys.msg_content_len(rec) + len(reply)
+        # nats-server's count against a pull's max_bytes: the contents and the reply
+        return len(rec) - keys.MSG_RECORD_OVERHEAD + len(reply)
 
     def _queued_for_redelivery(self) -> set[int]:
         """The seqs waiting in the redelivery queue (skipping its stale entries)."""

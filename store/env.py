@@ -6,11 +6,17 @@ Threading rules (py-lmdb's, written down):
   a shared lock so that growing the map (which needs no live transaction in this
   process) can wait for readers to finish;
 - after :meth:`Env.close`, every call raises :class:`StoreClosedError`.
+
+Schema history: 1 had ``subjects`` keyed u64 sid, subject, 0x00, u64 seq and a
+``subjcount`` value of the count alone; 2 (migrated from 1 here, by rebuilding both from
+``msgs``) is the layout ``store.keys`` documents.
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
+import mmap
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -277,12 +283,13 @@ class Env:
             raise StoreClosedError("store is closed")
 
     @contextmanager
-    def read(self) -> Iterator[Any]:
-        """A short read transaction, usable from any thread."""
+    def read(self, *, buffers: bool = False) -> Iterator[Any]:
+        """A short read transaction, usable from any thread. With ``buffers`` values are
+        memoryviews of the map, valid only inside the transaction (nothing is copied)."""
         self._check()
         with self._lock.shared():
             self._check()
-            txn = self._env.begin(buffers=False)
+            txn = self._env.begin(buffers=True) if buffers else self._env.begin(buffers=False)
             try:
                 yield txn
             finally:
@@ -318,6 +325,34 @@ class Env:
             self._env.set_mapsize(new)
         return new
 
+    def release_mapped_pages(self) -> bool:
+        """Drop the data file's pages from this process's page tables (Linux; False where
+        it cannot). Reads touch the map, and the kernel maps the pages around each one
+        it faults in, so a scan of large records (even of their heads only) leaves the
+        process with most of the file in its RSS. The pages are clean and file-backed:
+        they stay in the page cache, and the next read faults them back. The map is
+        read-only (no ``writemap``), so nothing written is affected."""
+        path = os.path.realpath(os.path.join(self.path, "data.mdb"))
+        try:
+            with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+                ranges = [
+                    line.split(None, 1)[0]
+                    for line in maps
+                    if line.rstrip("\n").endswith(" " + path)
+                ]
+        except OSError:
+            return False
+        madvise = _madvise()
+        if madvise is None:
+            return False
+        ok = bool(ranges)
+        with self._lock.shared():
+            self._check()
+            for r in ranges:
+                lo, hi = (int(x, 16) for x in r.split("-"))
+                ok = madvise(lo, hi - lo, mmap.MADV_DONTNEED) == 0 and ok
+        return ok
+
     def stat(self) -> dict[str, dict[str, int]]:
         """Entries and pages of each named database (diagnostics)."""
         out: dict[str, dict[str, int]] = {}
@@ -335,3 +370,19 @@ class Env:
             if self._owner_fd >= 0:
                 os.close(self._owner_fd)  # releases the lock
                 self._owner_fd = -1
+
+
+_MADVISE: list[Any] = []
+
+
+def _madvise() -> Any:
+    """libc's ``madvise`` through ctypes (None where there is none)."""
+    if not _MADVISE:
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).madvise
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _MADVISE.append(fn)
+    return _MADVISE[0]

@@ -90,11 +90,9 @@ the epochs from its first to its last stored seq (from ``subjcount``), one seek 
 last-by-subject is a point lookup in ``subjcount``.
 
 Readers must treat an unknown record version as an error, never guess. A schema
-change bumps ``SCHEMA_VERSION`` and adds a migration in ``store.env``.
+change bumps ``SCHEMA_VERSION`` and adds a migration in ``store.env`` (which says what
+earlier schemas held).
 
-Schema history: 1 had ``subjects`` keyed u64 sid, subject, 0x00, u64 seq and a
-``subjcount`` value of the count alone; 2 (``store.env`` migrates 1 to 2 by rebuilding
-both from ``msgs``) is the table above.
 """
 
 from __future__ import annotations
@@ -161,6 +159,7 @@ _U64 = struct.Struct(">Q")
 _U64X2 = struct.Struct(">QQ")
 _U64X3 = struct.Struct(">QQQ")
 _MSG_HEAD = struct.Struct(">BQH")  # version, time, subject length
+MSG_RECORD_OVERHEAD = _MSG_HEAD.size + 4  # a message record's bytes besides its contents
 _REC_HEAD = struct.Struct(">BQQ")  # version, id, created
 _SSTATE = struct.Struct(">B7Q")
 _CSTATE = struct.Struct(">B7Q")
@@ -447,22 +446,32 @@ def msg_record(time_ns: int, subject: bytes, header_block: bytes, payload: bytes
     )
 
 
-def unpack_msg(record: bytes) -> tuple[int, str, bytes, bytes]:
-    """Return ``(time_ns, subject, header_block, payload)`` of a message record."""
+def _msg_head(record: bytes | memoryview) -> tuple[int, str, int, int]:
+    """``(time_ns, subject, header block start, header block length)``, checked."""
     if len(record) < _MSG_HEAD.size + 4:
         raise RecordError("message record too short")
     version, time_ns, slen = _MSG_HEAD.unpack_from(record)
     if version != MSG_RECORD_VERSION:
         raise RecordError(f"unknown message record version {version}")
-    pos = _MSG_HEAD.size
-    subject = bytes(record[pos : pos + slen]).decode()
-    pos += slen
+    pos = _MSG_HEAD.size + slen
+    subject = bytes(record[_MSG_HEAD.size : pos]).decode()
     (hlen,) = _U32.unpack_from(record, pos)
-    pos += 4
-    if pos + hlen > len(record):
+    if pos + 4 + hlen > len(record):
         raise RecordError("message record header block overruns the record")
-    hdr = bytes(record[pos : pos + hlen])
-    return int(time_ns), subject, hdr, bytes(record[pos + hlen :])
+    return int(time_ns), subject, pos + 4, hlen
+
+
+def unpack_msg(record: bytes) -> tuple[int, str, bytes, bytes]:
+    """Return ``(time_ns, subject, header_block, payload)`` of a message record."""
+    time_ns, subject, pos, hlen = _msg_head(record)
+    return time_ns, subject, bytes(record[pos : pos + hlen]), bytes(record[pos + hlen :])
+
+
+def unpack_msg_head(record: bytes | memoryview) -> tuple[int, str, bytes, int]:
+    """``(time_ns, subject, header_block, payload length)`` without copying the payload
+    (``record`` may be a memoryview of the map: only the pages of the head are read)."""
+    time_ns, subject, pos, hlen = _msg_head(record)
+    return time_ns, subject, bytes(record[pos : pos + hlen]), len(record) - pos - hlen
 
 
 def msg_time(record: bytes) -> int:
@@ -584,13 +593,6 @@ def msg_subject_and_size(record: bytes) -> tuple[bytes, int]:
     (hlen,) = _U32.unpack_from(record, end)
     plen = len(record) - end - 4 - hlen
     return bytes(record[_MSG_HEAD.size : end]), msg_bytes(slen, hlen, plen)
-
-
-def msg_content_len(record: bytes) -> int:
-    """Subject, header block and payload lengths of a message record, summed (what
-    nats-server counts of a message against a pull request's ``max_bytes``, with its
-    reply subject)."""
-    return len(record) - _MSG_HEAD.size - _U32.size
 
 
 def record_bytes(record: bytes) -> int:

@@ -37,6 +37,25 @@ class StoredMsg(NamedTuple):
         return None
 
 
+class MsgHead(NamedTuple):
+    """A stored message without its payload (:meth:`store.Store.iter_heads`): its size,
+    and the payload itself only when it is small."""
+
+    seq: int
+    time_ns: int
+    subject: str
+    headers: Headers
+    size: int  # payload length
+    payload: bytes  # the payload if at most the reader's ``payload_upto``, else b""
+
+    def header(self, name: str) -> str | None:
+        """The last value of header ``name`` (case-sensitive, as NATS), or None."""
+        for k, v in reversed(self.headers):
+            if k == name:
+                return v
+        return None
+
+
 # -- operations ------------------------------------------------------------------------------
 
 

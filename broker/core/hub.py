@@ -19,7 +19,8 @@ from broker.config import BrokerConfig
 from broker.core import handles
 from broker.core.message import RETAIN_PENDING, RETAIN_SETTLED, AppMessage, Outgoing
 from broker.core.ports import Clock, Plan, Recipient, Timers
-from broker.core.router import Delivery, Router
+from broker.core.queues import QueueStore, SessionQueues
+from broker.core.router import Delivery, RetainedMessages, Router
 from broker.core.sessions import RetainedBurst, Session, SessionManager, SubscriptionRecord
 from broker.core.systopics import SystemTopics
 
@@ -29,8 +30,11 @@ RETAINED_AT_ONCE = 256  # retained messages of one SUBSCRIBE sent at once; more 
 RETAINED_REFILL = 256  # paced retained copies are queued while the queue is shorter
 
 
-class MqttStore(Protocol):
-    """The MQTT state in the store (``broker.persist.state.Persistence``)."""
+class MqttStore(QueueStore, Protocol):
+    """The MQTT state in the store (``broker.persist.state.Persistence``): the queues' side
+    (``QueueStore``), the publish plan and the retained messages' reads."""
+
+    retained: RetainedMessages | None  # told when a retained update's commit is known
 
     def plan(
         self, hub: Hub, msg: AppMessage, deliveries: Sequence[Delivery], extra: Sequence[Any]
@@ -38,9 +42,9 @@ class MqttStore(Protocol):
 
     def after_commit(self, msg: AppMessage, plan: Plan) -> None: ...
 
-    def copy_done(self, session: Session, og: Outgoing) -> None: ...
-
     def session_ended(self, session: Session, dropped: Sequence[Outgoing]) -> None: ...
+
+    def read_retained(self, seqs: Sequence[int]) -> list[AppMessage | None]: ...
 
 
 class Hub:
@@ -53,14 +57,13 @@ class Hub:
         self.now = clock
         self.router = Router()
         self.persist = persistence
+        self.queues = SessionQueues(persistence, config.sessions)
         self.sessions = SessionManager(
             timers, publish_will=self._publish_will, end_session=self.end_session
         )
-        # Retained messages: topic -> message, and the radix retained index keyed by a handle.
-        self.retained: dict[bytes, AppMessage] = {}
-        self._retained_handles: dict[bytes, int] = {}
-        self._retained_by_handle: dict[int, AppMessage] = {}
-        self._next_retained_handle = 1
+        # Retained messages: the index in RAM, the messages read from the store.
+        self.retained = RetainedMessages(self.router.retained, persistence.read_retained)
+        persistence.retained = self.retained
         # Retained updates read but not yet applied (their commit is in flight), in
         # submission order, which is commit order (see ``settle_retained``).
         self._retained_pending: deque[tuple[AppMessage, Plan]] = deque()
@@ -95,6 +98,7 @@ class Hub:
         session.outgoing.clear()
         session.queue.clear()
         session.retained_backlog = session.retained_seen = None
+        self.queues.session_ended(session)
         self.persist.session_ended(session, dropped)
 
     def _redispatch_shared(self, session: Session) -> None:
@@ -103,6 +107,7 @@ class Hub:
         not go to anybody else [MQTT-4.8.2-5]."""
         in_flight = [og for og in session.outgoing.values() if og.shared and og.qos == 1]
         waiting = [og for og in session.queue if og.shared]
+        waiting += self.queues.shared_waiting(session)  # (read back from disk)
         for og in (*in_flight, *waiting):
             d = self.router.redispatch(og.message.topic, session.num, self.sessions.is_connected)
             if d is None:
@@ -147,7 +152,11 @@ class Hub:
             self.router.unsubscribe_all(num)
 
     def pace_retained(
-        self, session: Session, messages: list[AppMessage], qos: int, sub_ids: tuple[int, ...]
+        self,
+        session: Session,
+        messages: Sequence[AppMessage],
+        qos: int,
+        sub_ids: tuple[int, ...],
     ) -> None:
         """Retained messages for a SUBSCRIBE that cannot go out at once (more than
         ``RETAINED_AT_ONCE``, or more than a copy limit leaves room for): they join the
@@ -225,23 +234,13 @@ class Hub:
             if msg is upto:
                 break
 
-    def retained_for(self, topic_filter: bytes) -> list[AppMessage]:
-        """Retained messages matching a (non-shared) filter, expired ones dropped."""
+    def retained_for(self, topic_filter: bytes) -> Sequence[AppMessage]:
+        """Retained messages matching a (non-shared) filter, expired ones dropped; more
+        than ``RETAINED_AT_ONCE`` come as a sequence read from the store as it is walked
+        (``router.RetainedMatch``). Updates whose commit is done are applied first."""
         if self._retained_pending:
             self.settle_retained()
-        if not self._retained_by_handle:
-            return []  # nothing retained: no match to run (a subscription storm's case)
-        now = self.now()
-        out = []
-        for handle in self.router.retained.match(topic_filter):
-            msg = self._retained_by_handle.get(handle)
-            if msg is None:
-                continue
-            if msg.expires_at is not None and msg.expires_at <= now:
-                self._drop_retained(msg.topic)
-                continue
-            out.append(msg)
-        return out
+        return self.retained.match(topic_filter, self.now(), RETAINED_AT_ONCE)
 
     # -- publish ---------------------------------------------------------------------------------
 
@@ -315,23 +314,12 @@ class Hub:
         plan.when_committed(committed)
 
     def queue_copy(self, session: Session, og: Outgoing) -> None:
-        """Queue a copy for a session (bounded; the overflow policy picks the victim)."""
-        limits = self.config.sessions
-        size = len(og.message.payload)
-        if (limits.max_queued_messages and len(session.queue) >= limits.max_queued_messages) or (
-            limits.max_queued_bytes and session.queued_bytes + size > limits.max_queued_bytes
-        ):
-            if limits.overflow == "drop_newest" or not session.queue:
-                self.persist.copy_done(session, og)
-                return
-            old = session.queue.popleft()
-            session.queued_bytes -= len(old.message.payload)
-            self.persist.copy_done(session, old)
-        session.queue.append(og)
-        session.queued_bytes += size
-        conn = session.conn
-        if conn is not None:
-            conn.wake()
+        """Queue a copy for a session (bounded; the overflow policy picks the victim; a
+        stored copy may wait on disk: ``broker.queues``)."""
+        if self.queues.enqueue(session, og):
+            conn = session.conn
+            if conn is not None:
+                conn.wake()
 
     def _publish_will(self, session: Session, msg: AppMessage) -> None:
         self.publish_now(msg)
@@ -343,26 +331,10 @@ class Hub:
             # [MQTT-3.3.1-6], [MQTT-3.3.1-7]: an empty retained payload deletes and is not stored.
             self._drop_retained(msg.topic)
             return
-        handle = self._retained_handles.get(msg.topic)
-        if handle is None:
-            handle = self._next_retained_handle
-            self._next_retained_handle += 1
-            self._retained_handles[msg.topic] = handle
-            self.router.retained.set(msg.topic, handle)
-        self._retained_by_handle[handle] = msg
-        self.retained[msg.topic] = msg
-
-    def load_retained(self, msg: AppMessage) -> None:
-        """Startup: a retained message read back from the store."""
-        self._set_retained(msg)
+        self.retained.set(msg)
 
     def _drop_retained(self, topic: bytes) -> None:
-        handle = self._retained_handles.pop(topic, None)
-        if handle is None:
-            return
-        self.router.retained.remove(topic)
-        self._retained_by_handle.pop(handle, None)
-        self.retained.pop(topic, None)
+        self.retained.drop(topic)
 
 
 def make_handle(sub: Any, qos: int, sub_id: int) -> int:

@@ -29,8 +29,7 @@ class AppMessage:
     expires_at: float | None
     origin: int  # client number of the publisher; 0 for messages the broker makes itself
     key: str = ""  # unique id in $MQTT_msgs once stored for a persistent session ("" = not)
-    stored_seq: int = 0  # its sequence in $MQTT_msgs (0 = not stored / not yet committed)
-    refs: int = 0  # pending entries in $MQTT_pend that reference the stored copy
+    retained_seq: int = 0  # its seq in $MQTT_rmsgs once committed (a retained message)
     encoded: dict[ProtocolVersion, EncodedPublish] | None = None
     # A retained update whose record is being committed: RETAIN_PENDING until it becomes
     # (or, its commit failed, does not become) the topic's retained value: RETAIN_SETTLED.

@@ -16,13 +16,21 @@ Lifecycle
     after the connection closes abnormally, when the will delay has passed or
     the session ends, whichever is first, unless a new connection for the
     client id arrives first [MQTT-3.1.2-8], [MQTT-3.1.3-9].
+
+Queued copies
+    ``queue`` holds copies in RAM, next to be sent. A persistent session's copies that
+    are stored (a ``$MQTT_pend`` entry) wait on disk only once the session is offline
+    or its RAM queue is long (``OnDisk`` in ``backlog``, behind ``queue``: the seq,
+    the size and the stored message's key, not the message); ``Persistence.page_in``
+    reads them back a page at a time as the connection's window drains. Every copy
+    queued behind an ``OnDisk`` one goes to the backlog too, so order is kept.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,13 +62,39 @@ class WillRecord:
     delay: int  # Will Delay Interval, seconds
 
 
+class OnDisk:
+    """A queued copy that is only in the store: its ``$MQTT_pend`` entry's seq, the
+    payload's size (for ``queued_bytes``), the ``$MQTT_msgs`` key of a message stored for
+    several sessions ("" when the entry holds the message), whether it was a shared
+    subscription's pick (given to another member if the session ends), and the message's
+    expiry deadline on the broker's clock (None: none, or read back at start, when it is
+    computed from the stored time)."""
+
+    __slots__ = ("expires_at", "key", "seq", "shared", "size")
+
+    def __init__(
+        self, seq: int, size: int, key: str, shared: bool, expires_at: float | None = None
+    ) -> None:
+        self.seq = seq
+        self.size = size
+        self.key = key
+        self.shared = shared
+        self.expires_at = expires_at
+
+
+# RAM copies a connected persistent session keeps before stored ones wait on disk: a
+# slow consumer does not pin what it has not read either.
+RAM_QUEUE_MESSAGES = 256
+RAM_QUEUE_BYTES = 4 * 1024 * 1024
+
+
 class RetainedBurst:
     """Retained messages of one SUBSCRIBE that did not go out at once: they join the
     session queue as it drains (``Broker.refill_retained``)."""
 
     __slots__ = ("messages", "pos", "qos", "sub_ids")
 
-    def __init__(self, messages: list[AppMessage], qos: int, sub_ids: tuple[int, ...]) -> None:
+    def __init__(self, messages: Sequence[AppMessage], qos: int, sub_ids: tuple[int, ...]) -> None:
         self.messages = messages
         self.pos = 0  # the next one to queue
         self.qos = qos  # the subscription's granted QoS
@@ -71,12 +105,17 @@ class Session:
     """State of one client id (see module docstring)."""
 
     __slots__ = (
+        "backlog",
+        "backlog_bytes",
         "client_id",
         "conn",
         "expiry_interval",
         "expiry_timer",
+        "gone",
         "num",
         "outgoing",
+        "overflow_dropped",
+        "paging",
         "protocol_version",
         "queue",
         "queued_bytes",
@@ -97,7 +136,14 @@ class Session:
         self.protocol_version = 5
         self.subscriptions: dict[bytes, SubscriptionRecord] = {}
         self.queue: deque[Outgoing] = deque()  # copies not yet sent (send order)
-        self.queued_bytes = 0
+        self.queued_bytes = 0  # payload bytes of every queued copy: queue, paging, backlog
+        # Copies waiting on disk behind ``queue`` (None: none), their bytes (with those of
+        # a page being read), and how many copies a page being read holds (0: none).
+        self.backlog: deque[OnDisk | Outgoing] | None = None
+        self.backlog_bytes = 0
+        self.paging = 0
+        self.gone = False  # ended: a page read meanwhile is dropped
+        self.overflow_dropped = 0  # copies dropped in the current overflow episode
         # Retained messages still to queue for large SUBSCRIBEs, and the topics that live
         # messages took to this session meanwhile (their retained copies are skipped).
         self.retained_backlog: deque[RetainedBurst] | None = None
@@ -116,6 +162,33 @@ class Session:
     def persistent(self) -> bool:
         """Whether the session outlives its network connection (and so is stored)."""
         return self.expiry_interval > 0
+
+    @property
+    def queued(self) -> int:
+        """Copies queued: in RAM, in a page being read, and on disk."""
+        backlog = self.backlog
+        return len(self.queue) + self.paging + (len(backlog) if backlog is not None else 0)
+
+    def spill(self) -> None:
+        """The session went offline: its stored queued copies wait on disk only (copies
+        that are not stored, QoS 0 ones or retained ones of a SUBSCRIBE, stay in RAM, in
+        order). With a page being read it is done when the page is in."""
+        if self.paging or not self.queue:
+            return
+        moved: deque[OnDisk | Outgoing] = deque()
+        size = 0
+        for og in self.queue:
+            n = len(og.message.payload)
+            size += n
+            msg = og.message
+            moved.append(
+                OnDisk(og.pend_seq, n, msg.key, og.shared, msg.expires_at) if og.pend_seq else og
+            )
+        self.queue.clear()
+        if self.backlog:
+            moved.extend(self.backlog)
+        self.backlog = moved
+        self.backlog_bytes += size
 
 
 class SessionManager:
@@ -169,6 +242,7 @@ class SessionManager:
     def forget(self, session: Session) -> None:
         """Remove an ended session from the maps (the caller cleans the indexes)."""
         self.cancel_timers(session)
+        session.gone = True
         if self._by_id.get(session.client_id) is session:
             del self._by_id[session.client_id]
         self.by_num.pop(session.num, None)
@@ -194,6 +268,7 @@ class SessionManager:
         if session.expiry_interval == 0:
             self._end_session(session)
             return
+        session.spill()
         if session.will is not None:
             if session.will.delay == 0:
                 self.fire_will(session)

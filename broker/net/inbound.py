@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -307,7 +307,7 @@ class Inbound:
                 else:
                     broker.hub.queue_copy(session, Outgoing(msg, qos, True, sub_ids))
 
-    def _retained_fit(self, messages: list[AppMessage]) -> bool:
+    def _retained_fit(self, messages: Sequence[AppMessage]) -> bool:
         """Whether ``messages`` can go out at once without a copy limit cutting them short
         (else they are paced): at most ``RETAINED_AT_ONCE``, within what is left of
         ``max_outbound_queue`` for QoS 0 copies and of ``max_queued_messages`` /
@@ -320,7 +320,7 @@ class Inbound:
         assert session is not None
         if self.out.qos0_pending + n > limits.max_outbound_queue:
             return False
-        if limits.max_queued_messages and len(session.queue) + n > limits.max_queued_messages:
+        if limits.max_queued_messages and session.queued + n > limits.max_queued_messages:
             return False
         return (
             not limits.max_queued_bytes

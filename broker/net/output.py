@@ -145,7 +145,7 @@ class Output:
             return
         more = False
         session = self.conn.session
-        if session is not None and session.queue:
+        if session is not None and (session.queue or session.backlog):
             self.out.extend(self.take(None))
             more = bool(session.queue) and self.conn.proto.can_send_qos_message()
         if not self.out:
@@ -237,6 +237,8 @@ class Output:
                     staged.append((og, pid, 0))
         if session.retained_backlog is not None:
             self.conn.broker.hub.refill_retained(session)
+        if session.backlog:  # copies waiting on disk: the next page is read in time
+            self.conn.broker.hub.queues.page_soon(session)
         return ready
 
     async def fill(self) -> None:

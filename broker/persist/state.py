@@ -35,7 +35,8 @@ import math
 import os
 import pathlib
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -45,8 +46,8 @@ import store
 from broker.config import StorageConfig
 from broker.core import handles
 from broker.core.message import AppMessage, Outgoing
-from broker.core.router import Delivery
-from broker.core.sessions import Session, SubscriptionRecord
+from broker.core.router import Delivery, RetainedMessages
+from broker.core.sessions import OnDisk, Session, SubscriptionRecord
 from broker.mqtt.encoder import EncodedPublish
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Publish
@@ -56,6 +57,7 @@ from broker.mqtt.session import Stage
 if TYPE_CHECKING:
     from broker.core.hub import Hub
     from broker.core.ports import Plan
+    from broker.core.queues import SessionQueues
 
 SESS = "$MQTT_sess"
 RMSGS = "$MQTT_rmsgs"
@@ -66,8 +68,18 @@ SUBS = "$MQTT_subs"
 PEND_HEADER = "Mqtt-Pend"  # on a pending entry that holds its message inline
 STORAGE_REPORT_INTERVAL_S = 10.0  # at most one log line per interval about failed store jobs
 RETRY_DELETES_AFTER_S = 1.0  # a failed acknowledgement's deletions are tried again after this
+# At start, a pending entry's payload is read with its head only when it is this small
+# (the record of a copy that references a message stored once for several sessions).
+SMALL_RECORD = 4096
+SCAN_CHUNK = 1024  # heads read per worker-thread call at start
+# Reads of queued copies release the store's mapped pages from the RSS (Store.release_pages)
+# each time they have read this much: the copies are in Python bytes by then.
+RELEASE_PAGES_AFTER = 64 * 1024 * 1024
 
 log = logging.getLogger("jetmq.persist")
+
+# A page of copies read back: their pending entries, and the messages those reference.
+Page = tuple[list[store.StoredMsg | None], list[store.StoredMsg | None]]
 
 
 class StorageError(Exception):
@@ -176,8 +188,8 @@ def _props_to_json(props: Properties) -> str:
 
 
 def _props_from_json(text: str | None) -> Properties:
-    if not text:
-        return EMPTY_PROPERTIES
+    if not text or text == "{}":
+        return EMPTY_PROPERTIES  # (the encoder writes the shared empty block at once)
     data = json.loads(text)
     kwargs: dict[str, Any] = {k: data[k] for k in _PROP_FIELDS if k in data}
     if "correlation_data" in data:
@@ -202,7 +214,7 @@ def _message_headers(msg: AppMessage) -> tuple[tuple[str, str], ...]:
     )
 
 
-def _message_from_stored(
+def message_from_stored(
     stored: store.StoredMsg, now_wall_ns: int, now_trio: float
 ) -> AppMessage | None:
     """Rebuild a message with its expiry deadline moved onto the trio clock.
@@ -304,6 +316,7 @@ class PublishPlan:
     count: int = 0
     pend_index: dict[int, int] = field(default_factory=dict)  # delivery index -> op index
     msg_op: int = -1
+    retained_op: int = -1
     results: list[store.OpResult] = field(default_factory=list)
 
     @property
@@ -376,6 +389,12 @@ class Persistence:
         self._token: trio.lowlevel.TrioToken | None = None
         self._retry: list[store.DeleteMsg] = []
         self._retrying = False
+        # $MQTT_msgs key -> [its seq (0 until committed), pending entries referencing it]:
+        # the message goes with its last entry. Kept here, not on the message, because a
+        # copy waiting on disk has no message in memory.
+        self.refs: dict[str, list[int]] = {}
+        self._read_bytes = 0  # read back since the store's pages were last released
+        self.retained: RetainedMessages | None = None  # the broker's retained index
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -465,6 +484,130 @@ class Persistence:
             batch.ops.extend(ops)
             batch.deletes.extend(ops)
 
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run a task in the broker's nursery (reads of queued copies)."""
+        assert self._nursery is not None, "Persistence used before attach"
+        self._nursery.start_soon(fn, *args)
+
+    # -- queued copies on disk (broker/queues.py decides when) -----------------------------------
+
+    def page_in(
+        self, queues: SessionQueues, session: Session, items: list[OnDisk | Outgoing], size: int
+    ) -> None:
+        """Read a page of ``session``'s backlog back (``SessionQueues.page_soon`` took it)."""
+        self.spawn(self._page_in, queues, session, items, size)
+
+    async def _page_in(
+        self, queues: SessionQueues, session: Session, items: list[OnDisk | Outgoing], size: int
+    ) -> None:
+        """Pages until the RAM queue is long enough, the backlog empty or the session
+        offline (``SessionQueues.page_read`` says); then wakes the connection."""
+        while True:
+            on_disk = [i for i in items if isinstance(i, OnDisk)]
+            read: Page | None = None
+            try:
+                if on_disk:
+                    read = await trio.to_thread.run_sync(self.read_copies, on_disk)
+            except (Exception, trio.Cancelled) as exc:
+                queues.page_failed(session, items)
+                if isinstance(exc, trio.Cancelled):
+                    raise
+                if not isinstance(exc, store.StoreClosedError):  # (closed: shutting down)
+                    log.exception("client %r: reading queued copies back failed", session.client_id)
+                return
+            if session.gone:  # its entries are purged with it
+                session.paging = 0
+                self.drop_on_disk(on_disk, purged=True)
+                return
+            found = self.copies(on_disk, read) if read is not None else {}
+            if not queues.page_read(session, items, size, found):
+                break
+            items, size = queues.take_page(session)
+        conn = session.conn
+        if conn is not None:
+            conn.wake()
+
+    def drop_on_disk(self, items: Sequence[OnDisk], *, purged: bool = False) -> None:
+        """Forget copies waiting on disk: delete their pending entries (unless ``purged``
+        with their session's) and release the messages they reference."""
+        ops: list[store.DeleteMsg] = []
+        for item in items:
+            self._release(item.seq, item.key, ops)
+        if purged:
+            ops = [op for op in ops if op.stream != PEND]
+        self._fire_deletes(ops)
+
+    def read_retained(self, seqs: Sequence[int]) -> list[AppMessage | None]:
+        """Retained messages by seq in ``$MQTT_rmsgs`` (one short read transaction on this
+        thread: a SUBSCRIBE's at-once batch, or a chunk of a paced one)."""
+        now_wall = time.time_ns()
+        now = trio.current_time()
+        out: list[AppMessage | None] = []
+        for stored in self.store.get_msgs(RMSGS, seqs):
+            msg = None if stored is None else message_from_stored(stored, now_wall, now)
+            if msg is not None and stored is not None:
+                msg.retained_seq = stored.seq
+            out.append(msg)
+        return out
+
+    def read_copies(self, items: Sequence[OnDisk]) -> Page:
+        """(any thread) The pending entries of ``items`` and the messages they reference,
+        one read transaction each."""
+        refs = self.refs
+        msg_seqs = sorted({ref[0] for i in items if i.key and (ref := refs.get(i.key))})
+        st = self.store
+        page = st.get_msgs(PEND, [i.seq for i in items]), st.get_msgs(MSGS, msg_seqs)
+        self._read_bytes += sum(i.size for i in items)  # (a race between pages: harmless)
+        if self._read_bytes >= RELEASE_PAGES_AFTER:
+            self._read_bytes = 0
+            st.release_pages()
+        return page
+
+    def copies(self, items: Sequence[OnDisk], page: Page) -> dict[int, Outgoing]:
+        """The copies of a page read by :meth:`read_copies`, by pending seq; one whose
+        entry or message is gone is left out (and its entry deleted)."""
+        pend, msgs = page
+        now_wall = time.time_ns()
+        now = trio.current_time()
+        by_key: dict[str, AppMessage | None] = {}
+        stored_by_seq = {m.seq: m for m in msgs if m is not None}
+        refs = self.refs
+        out: dict[int, Outgoing] = {}
+        lost: list[OnDisk] = []
+        for item, stored in zip(items, pend, strict=True):
+            if stored is None:
+                continue  # purged with its session
+            inline = stored.header(PEND_HEADER)
+            msg: AppMessage | None
+            if inline is not None:
+                rec = json.loads(inline)
+                msg = message_from_stored(stored, now_wall, now)
+            else:
+                rec = json.loads(stored.payload)
+                key = rec["m"]
+                if key in by_key:
+                    msg = by_key[key]
+                else:
+                    ref = refs.get(key)
+                    held = stored_by_seq.get(ref[0]) if ref is not None else None
+                    msg = by_key[key] = (
+                        message_from_stored(held, now_wall, now) if held is not None else None
+                    )
+                    if msg is not None:
+                        msg.key = key
+            if msg is None:
+                lost.append(item)
+                continue
+            og = Outgoing(msg, int(rec["q"]), bool(rec["r"]), tuple(rec["s"]), item.seq)
+            og.order = int(rec.get("o", 0)) or item.seq
+            og.shared = item.shared
+            if item.expires_at is not None:  # (the stored time is wall-clock time)
+                msg.expires_at = item.expires_at
+            out[item.seq] = og
+        if lost:
+            self.drop_on_disk(lost)
+        return out
+
     # -- deletions that failed (a full disk) ---------------------------------------------------
 
     def attach(self, nursery: trio.Nursery) -> None:
@@ -553,9 +696,11 @@ class Persistence:
         ``extra`` (inbound QoS 2 state) commits in the same batch.
         """
         ops: list[store.Op] = list(extra)
+        retained_op = -1
         if msg.retain and broker.config.mqtt.retain_available:
             subject = f"$MQTT.rmsgs.{token(msg.topic)}"
             if msg.payload:
+                retained_op = len(ops)
                 ops.append(store.Publish(subject, msg.payload, _message_headers(msg), stream=RMSGS))
             else:
                 ops.append(store.PurgeStream(RMSGS, filter=subject))
@@ -573,6 +718,7 @@ class Persistence:
             if len(targets) > 1:
                 # Stored once, referenced by one pending entry per session.
                 msg.key = f"{self._boot}-{next(self._keys)}"
+                self.refs[msg.key] = [0, len(targets)]
                 msg_op = len(ops)
                 ops.append(
                     store.Publish(
@@ -581,8 +727,6 @@ class Persistence:
                 )
             for index, d, session in targets:
                 session.stored = True
-                if msg.key:
-                    msg.refs += 1
                 pend_index[index] = len(ops)
                 qos = msg.qos if msg.qos < d.qos else d.qos
                 ops.append(
@@ -593,31 +737,45 @@ class Persistence:
         if not ops:
             return EMPTY_PLAN
         batch = self._batch()
-        plan = PublishPlan(batch, len(batch.ops), len(ops), pend_index, msg_op)
+        plan = PublishPlan(batch, len(batch.ops), len(ops), pend_index, msg_op, retained_op)
         batch.ops.extend(ops)
         batch.awaited = True
         return plan
 
     def after_commit(self, msg: AppMessage, plan: Plan) -> None:
-        """The plan's commit is done: a message stored once for several sessions learns
-        its sequence (its last acknowledgement deletes it)."""
+        """The plan's commit is done: a retained update and a message stored once for
+        several sessions learn their sequences (its last acknowledgement deletes it)."""
         plan = cast(PublishPlan, plan)  # the only kind this store client makes
+        if plan.retained_op >= 0:
+            msg.retained_seq = plan.seq_of(plan.retained_op)
+            if self.retained is not None:
+                self.retained.committed(msg)
         if plan.msg_op >= 0:
-            msg.stored_seq = plan.seq_of(plan.msg_op)
+            ref = self.refs.get(msg.key)
+            if ref is not None:
+                ref[0] = plan.seq_of(plan.msg_op)
 
     # -- acknowledgements of outbound copies -------------------------------------------------------
 
     def _release_copy(self, og: Outgoing, ops: list[store.DeleteMsg]) -> None:
         if og.pend_seq:
-            ops.append(store.DeleteMsg(PEND, og.pend_seq))
+            self._release(og.pend_seq, og.message.key, ops)
             og.pend_seq = 0
-            msg = og.message
-            if not msg.key:
-                return  # the entry held the message itself
-            msg.refs -= 1
-            if msg.refs <= 0 and msg.stored_seq:
-                ops.append(store.DeleteMsg(MSGS, msg.stored_seq))
-                msg.stored_seq = 0
+
+    def _release(self, pend_seq: int, key: str, ops: list[store.DeleteMsg]) -> None:
+        """Delete a copy's pending entry, and the message it references once no other
+        entry does (``key`` "": the entry held the message itself)."""
+        ops.append(store.DeleteMsg(PEND, pend_seq))
+        if not key:
+            return
+        ref = self.refs.get(key)
+        if ref is None:
+            return
+        ref[1] -= 1
+        if ref[1] <= 0:
+            del self.refs[key]
+            if ref[0]:
+                ops.append(store.DeleteMsg(MSGS, ref[0]))
 
     def copy_done(self, session: Session, og: Outgoing) -> None:
         """PUBACK / PUBCOMP (or a copy skipped or expired): forget its pending entry."""
@@ -714,6 +872,10 @@ class Persistence:
         if not session.stored:
             return
         session.stored = False
+        if not session.gone and session.backlog:
+            # It goes on without being stored (expiry now 0): what waits on disk comes
+            # back to RAM before its entries are purged (bounded by the queue limits).
+            self._keep_backlog(session)
         deletes: list[store.DeleteMsg] = []
         for og in dropped:
             self._release_copy(og, deletes)
@@ -727,6 +889,23 @@ class Persistence:
                 store.PurgeStream(QOS2IN, filter=f"$MQTT.qos2.{tok}.*"),
             ]
         )
+
+    def _keep_backlog(self, session: Session) -> None:
+        backlog = session.backlog
+        assert backlog is not None
+        on_disk = [i for i in backlog if isinstance(i, OnDisk)]
+        found = self.copies(on_disk, self.read_copies(on_disk))
+        kept: deque[OnDisk | Outgoing] = deque()
+        for item in backlog:
+            if isinstance(item, OnDisk):
+                og = found.get(item.seq)
+                if og is None:
+                    session.queued_bytes -= item.size
+                    session.backlog_bytes -= item.size
+                    continue
+                item = og
+            kept.append(item)
+        session.backlog = kept
 
     def qos2_received(self, session: Session, packet_id: int) -> list[store.Op]:
         """Ops recording an inbound QoS 2 packet id (exactly once across restarts)."""
@@ -754,26 +933,35 @@ class Persistence:
     # -- startup -------------------------------------------------------------------------------
 
     async def load_into(self, broker: Hub) -> None:
-        """Rebuild retained messages, sessions, subscriptions and queued copies."""
+        """Rebuild retained messages, sessions, subscriptions and the index of queued
+        copies: a queued copy stays on disk (its seq, size and message key in its
+        session's backlog); only QoS 2 copies in flight are read whole (their PUBLISH
+        or PUBREL is resent at once on reconnection)."""
         st = self.store
 
         def read() -> tuple[list[store.StoredMsg], ...]:
-            return (
-                list(st.iter_msgs(SESS)),
-                list(st.iter_msgs(SUBS)),
-                list(st.iter_msgs(RMSGS)),
-                list(st.iter_msgs(MSGS)),
-                list(st.iter_msgs(PEND)),
-                list(st.iter_msgs(QOS2IN)),
-            )
+            return list(st.iter_msgs(SESS)), list(st.iter_msgs(SUBS)), list(st.iter_msgs(QOS2IN))
 
-        sess_msgs, subs, retained, msgs, pend, qos2 = await trio.to_thread.run_sync(read)
+        sess_msgs, subs, qos2 = await trio.to_thread.run_sync(read)
         now_wall = time.time_ns()
         now = trio.current_time()
-        for stored in retained:
-            msg = _message_from_stored(stored, now_wall, now)
-            if msg is not None and msg.payload and not msg.expired(now):
-                broker.load_retained(msg)
+        index = broker.retained
+
+        def retained(head: store.MsgHead) -> None:  # the index only: SUBSCRIBEs read them
+            topic_json = head.header("Mqtt-Topic")
+            if topic_json is None or not head.size:
+                return
+            props = head.header("Mqtt-Props")
+            expires_at = None
+            if props and "message_expiry_interval" in props:
+                interval = _props_from_json(props).message_expiry_interval or 0
+                age = max(0.0, (now_wall - head.time_ns) / 1e9)
+                if age >= interval:
+                    return
+                expires_at = now + interval - age
+            index.load(json.loads(topic_json).encode("utf-8"), head.seq, expires_at)
+
+        await self._scan(RMSGS, retained)
         by_token: dict[str, Session] = {}
         moved: list[store.Op] = []  # records of the older layout, rewritten
         for stored in sess_msgs:
@@ -802,51 +990,66 @@ class Persistence:
         # records that replace it.
         self._fire(moved)
         self._fire_deletes(orphan_subs)
-        stored_by_key: dict[str, AppMessage | None] = {}
-        seq_by_key: dict[str, int] = {}
-        for stored in msgs:
-            key = stored.subject.removeprefix("$MQTT.msgs.")
-            msg = _message_from_stored(stored, now_wall, now)
-            if msg is not None:
-                msg.key = key
-                msg.stored_seq = stored.seq
-            stored_by_key[key] = msg
-            seq_by_key[key] = stored.seq
+        refs = self.refs
+        sizes: dict[str, int] = {}
+
+        def stored_once(head: store.MsgHead) -> None:
+            key = head.subject.removeprefix("$MQTT.msgs.")
+            refs[key] = [head.seq, 0]
+            sizes[key] = head.size
+
+        await self._scan(MSGS, stored_once)
         orphans: list[store.DeleteMsg] = []
-        restored: list[tuple[int, Session, int, Outgoing, Stage]] = []
-        for stored in pend:
-            owner = by_token.get(stored.subject.removeprefix("$MQTT.pend."))
-            inline = stored.header(PEND_HEADER)
+        # QoS 2 copies with a packet id: (send order, session, copy, packet id, stage)
+        inflight: list[tuple[int, Session, OnDisk, int, Stage]] = []
+
+        def pending(head: store.MsgHead) -> None:
+            owner = by_token.get(head.subject.removeprefix("$MQTT.pend."))
+            inline = head.header(PEND_HEADER)
+            key = ""
             if inline is not None:
                 rec = json.loads(inline)
-                msg = _message_from_stored(stored, now_wall, now)
+                size = head.size
             else:
-                rec = json.loads(stored.payload)
-                msg = stored_by_key.get(rec["m"])
-            if owner is None or msg is None:
-                orphans.append(store.DeleteMsg(PEND, stored.seq))
-                continue
-            if msg.key:
-                msg.refs += 1
-            og = Outgoing(msg, int(rec["q"]), bool(rec["r"]), tuple(rec["s"]), stored.seq)
-            og.order = int(rec.get("o", 0)) or stored.seq
+                rec = json.loads(head.payload) if head.payload else {}
+                key = rec.get("m", "")
+                size = sizes.get(key, -1)
+            if owner is None or size < 0:
+                orphans.append(store.DeleteMsg(PEND, head.seq))
+                return
+            if key:
+                refs[key][1] += 1
+            item = OnDisk(head.seq, size, key, False)
             pid = int(rec["p"])
-            if pid and og.qos == 2:
+            if pid and int(rec["q"]) == 2:
                 stage = Stage.AWAIT_PUBCOMP if rec["st"] == 2 else Stage.AWAIT_PUBREC
-                restored.append((og.order, owner, pid, og, stage))
-            else:
-                owner.queue.append(og)
-                owner.queued_bytes += len(msg.payload)
-        # In-flight QoS 2 copies go back in their original send order [MQTT-4.6.0-1].
-        for _order, owner, pid, og, stage in sorted(restored, key=lambda r: r[0]):
-            enc = EncodedPublish(og.message.publish, ProtocolVersion(owner.protocol_version))
-            owner.state.restore_outbound(
-                pid, enc.as_publish(pid, 2, og.retain, True, og.sub_ids), 2, stage
-            )
-            owner.outgoing[pid] = og
-        for key, maybe in stored_by_key.items():
-            if maybe is None or maybe.refs == 0:
-                orphans.append(store.DeleteMsg(MSGS, seq_by_key[key]))
+                inflight.append((int(rec.get("o", 0)) or head.seq, owner, item, pid, stage))
+                return
+            backlog = owner.backlog
+            if backlog is None:
+                backlog = owner.backlog = deque()
+            backlog.append(item)
+            owner.queued_bytes += size
+            owner.backlog_bytes += size
+
+        await self._scan(PEND, pending, SMALL_RECORD)
+        for key, ref in list(refs.items()):
+            if ref[1] == 0:
+                orphans.append(store.DeleteMsg(MSGS, ref[0]))
+                del refs[key]
+        if inflight:
+            items = [r[2] for r in inflight]
+            found = self.copies(items, await trio.to_thread.run_sync(self.read_copies, items))
+            # In-flight QoS 2 copies go back in their original send order [MQTT-4.6.0-1].
+            for _order, owner, item, pid, stage in sorted(inflight, key=lambda r: r[0]):
+                og = found.get(item.seq)
+                if og is None:
+                    continue
+                enc = EncodedPublish(og.message.publish, ProtocolVersion(owner.protocol_version))
+                owner.state.restore_outbound(
+                    pid, enc.as_publish(pid, 2, og.retain, True, og.sub_ids), 2, stage
+                )
+                owner.outgoing[pid] = og
         for stored in qos2:
             client_json = stored.header("Mqtt-Client")
             target = broker.sessions.get(json.loads(client_json)) if client_json else None
@@ -855,6 +1058,30 @@ class Persistence:
                 continue
             target.state.inbound_qos2.add(int(stored.subject.rsplit(".", 1)[1]))
         self._fire_deletes(orphans)
+
+    async def _scan(
+        self, stream: str, each: Callable[[store.MsgHead], None], payload_upto: int = 0
+    ) -> None:
+        """Start-up: ``each`` head of ``stream`` in order, read in a worker thread a chunk at
+        a time (what a chunk leaves behind is reused by the next: a list of every head
+        of 100,000 retained messages left 94 MB of the process's heap in use)."""
+        st = self.store
+
+        def chunk(start: int) -> list[store.MsgHead]:
+            heads = st.iter_heads(stream, start, chunk=SCAN_CHUNK, payload_upto=payload_upto)
+            out = list(itertools.islice(heads, SCAN_CHUNK))
+            # The read mapped the records and the pages around them: not ours to keep.
+            st.release_pages()
+            return out
+
+        start = 0
+        while True:
+            heads = await trio.to_thread.run_sync(chunk, start)
+            for head in heads:
+                each(head)
+            if len(heads) < SCAN_CHUNK:
+                return
+            start = heads[-1].seq + 1
 
 
 def _subscription(sub: list[Any]) -> SubscriptionRecord:
