@@ -140,7 +140,7 @@ class Publisher:
         retain: bool = False,
         user_properties: Sequence[tuple[str, str]] = (),
     ) -> None:
-        from paho.mqtt.client import MQTT_ERR_SUCCESS
+        from paho.mqtt.client import MQTT_ERR_SUCCESS, error_string
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
@@ -151,7 +151,10 @@ class Publisher:
             props.UserProperty = list(user_properties)
         info = self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
         if info.rc != MQTT_ERR_SUCCESS:
-            raise PublishError(f"jetmq sink: publish to {topic!r} failed: rc {info.rc}")
+            raise PublishError(
+                f"jetmq sink: publish to {topic!r} failed: {error_string(info.rc)}"
+                f" ({len(self._pending)} messages unacknowledged)"
+            )
         self.published += 1
         if qos:
             if info.mid in self._early:
