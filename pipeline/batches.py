@@ -1,8 +1,8 @@
 """Stored message records -> ``pyarrow.RecordBatch`` rows of the source's schema.
 
-One pass over a chunk of ``(key, record)`` pairs (:func:`pipeline.storeread.scan`)
-fills plain Python lists, one per column, that pyarrow turns into arrays in C. Record
-layout: ``store.keys`` (message record version 1).
+A chunk of ``(key, record)`` pairs (:func:`pipeline.storeread.scan`) is decoded column
+by column with numpy (see :func:`to_batch`). Record layout: ``store.keys`` (message
+record version 1).
 
 Columns: see :data:`SCHEMA_DDL`. ``topic`` is the ``Mqtt-Topic`` header when capture kept
 it (a JSON string), else the subject converted back (:func:`subject_to_topic`); ``qos``
@@ -31,8 +31,17 @@ COLUMNS: Final = ("stream", "seq", "subject", "topic", "ts", "headers", "payload
 _HEAD = struct.Struct(">BQH")  # version, time, subject length (store.keys message record)
 _HEAD_SIZE: Final = _HEAD.size
 _U32 = struct.Struct(">I")
-_KEY = struct.Struct(">QQ")
 _VERSION: Final = keys.MSG_RECORD_VERSION
+
+
+def _index(first: int, stop: int) -> Any:
+    import numpy as np
+
+    return np.arange(first, stop, dtype=np.int64)
+
+
+_TIME_IDX: Final = _index(1, 9)  # the u64 time after the version byte
+_U32_IDX: Final = _index(0, 4)
 
 
 @dataclass(frozen=True)
@@ -85,95 +94,124 @@ def to_batch(
     include_headers: bool = True,
     keep: RowFilter = NO_FILTER,
 ) -> Any:
-    """The rows of ``rows`` that ``keep`` accepts as one RecordBatch (None if none)."""
+    """The rows of ``rows`` that ``keep`` accepts as one RecordBatch (None if none).
+
+    The fixed-layout fields are decoded for the whole chunk at once with numpy over the
+    records packed into one Arrow buffer (time, subject length, header length, then
+    subject and payload gathered by offset); only records with a header block go
+    through Python, one by one. Subjects repeat, so topics and the subject filter are
+    computed once per distinct subject."""
+    import numpy as np
     import pyarrow as pa
 
-    seqs: list[int] = []
-    times: list[int] = []
-    subjects: list[str] = []
-    topics: list[str] = []
-    payloads: list[bytes] = []
-    qos: list[int | None] = []
-    retain: list[bool | None] = []
-    h_offsets: list[int] = [0]
-    h_keys: list[str] = []
-    h_vals: list[str] = []
-    n_hdr = 0
-    head = _HEAD.unpack_from
-    u32 = _U32.unpack_from
-    key_seq = _KEY.unpack
-    to_topic = subject_to_topic
-    want_subject = keep.subject
-    ts_min = keep.ts_min_ns
-    ts_max = keep.ts_max_ns
-    for k, v in rows:
-        version, t, slen = head(v)
-        if version != _VERSION:
-            raise keys.RecordError(f"unknown message record version {version}")
-        if ts_min is not None and t < ts_min:
-            continue
-        if ts_max is not None and t > ts_max:
-            continue
-        send = _HEAD_SIZE + slen
-        subject = v[_HEAD_SIZE:send].decode()
-        if want_subject is not None and not want_subject(subject):
-            continue
-        (hlen,) = u32(v, send)
-        pstart = send + 4 + hlen
-        seqs.append(key_seq(k)[1])
-        times.append(t // 1000)
-        subjects.append(subject)
-        payloads.append(v[pstart:])
-        if hlen:
-            topic: str | None = None
-            q: int | None = None
-            r: bool | None = None
+    n = len(rows)
+    if not n:
+        return None
+    seqs = np.frombuffer(b"".join([r[0] for r in rows]), dtype=">u8")[1::2].astype(np.int64)
+    raw = pa.array([r[1] for r in rows], pa.binary())  # one buffer for the numpy views
+    bufs = raw.buffers()
+    offs = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1).astype(np.int64)
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    starts, ends = offs[:-1], offs[1:]
+    if bool((ends - starts < _HEAD_SIZE + 4).any()):
+        raise keys.RecordError("message record too short")
+    versions = data[starts]
+    if bool((versions != _VERSION).any()):
+        bad = int(versions[versions != _VERSION][0])
+        raise keys.RecordError(f"unknown message record version {bad}")
+    times_ns = data[starts[:, None] + _TIME_IDX].view(">u8").reshape(n).astype(np.int64)
+    slen = (data[starts + 9].astype(np.int64) << 8) | data[starts + 10]
+    sstart = starts + _HEAD_SIZE
+    send = sstart + slen
+    if bool((send + 4 > ends).any()):
+        raise keys.RecordError("message record subject overruns the record")
+    hlen = data[send[:, None] + _U32_IDX].view(">u4").reshape(n).astype(np.int64)
+    pstart = send + 4 + hlen
+    if bool((pstart > ends).any()):
+        raise keys.RecordError("message record header block overruns the record")
+    # Slicing in Python (a memcpy per value) beats a numpy gather by byte index here.
+    # (offsets within each record from here on)
+    vals = [r[1] for r in rows]
+    send = _HEAD_SIZE + slen
+    pstart = send + 4 + hlen
+    ps = pstart.tolist()
+    payloads = pa.array([v[p:] for v, p in zip(vals, ps, strict=True)], pa.binary())
+    sub_slices = zip(vals, send.tolist(), strict=True)
+    subjects = pa.array([v[_HEAD_SIZE:b] for v, b in sub_slices], pa.binary()).cast(pa.string())
+
+    enc = subjects.dictionary_encode()
+    distinct = enc.dictionary.to_pylist()
+    topics = pa.array([subject_to_topic(x) for x in distinct], pa.string()).take(enc.indices)
+    mask = None
+    if keep.subject is not None:
+        want = keep.subject
+        mask = np.asarray(pa.array([want(x) for x in distinct], pa.bool_()).take(enc.indices))
+    if keep.ts_min_ns is not None or keep.ts_max_ns is not None:
+        lo = keep.ts_min_ns if keep.ts_min_ns is not None else -(1 << 63)
+        hi = keep.ts_max_ns if keep.ts_max_ns is not None else (1 << 63) - 1
+        in_time = (times_ns >= lo) & (times_ns <= hi)
+        mask = in_time if mask is None else mask & in_time
+
+    schema = arrow_schema()
+    with_headers = np.nonzero(hlen)[0]
+    if len(with_headers):
+        topic_list = topics.to_pylist()
+        qos: list[int | None] = [None] * n
+        retain: list[bool | None] = [None] * n
+        counts = np.zeros(n, np.int32)
+        h_keys: list[str] = []
+        h_vals: list[str] = []
+        for i in with_headers.tolist():
+            block = rows[i][1][send[i] + 4 : pstart[i]]
             seen: set[str] = set()
-            for name, value in keys.decode_headers(v[send + 4 : pstart]):
+            for name, value in keys.decode_headers(block):
                 if name in seen:
                     continue
                 seen.add(name)
                 if name == "Mqtt-Topic":
-                    topic = _mqtt_topic(value)
+                    t = _mqtt_topic(value)
+                    if t is not None:
+                        topic_list[i] = t
                 elif name == "Mqtt-Qos":
-                    q = int(value) if value in ("0", "1", "2") else None
+                    qos[i] = int(value) if value in ("0", "1", "2") else None
                 elif name == "Mqtt-Retain":
-                    r = value == "1"
+                    retain[i] = value == "1"
                 if include_headers:
                     h_keys.append(name)
                     h_vals.append(value)
-                    n_hdr += 1
-            topics.append(topic if topic is not None else to_topic(subject))
-            qos.append(q)
-            retain.append(r)
-        else:
-            topics.append(to_topic(subject))
-            qos.append(None)
-            retain.append(None)
-        h_offsets.append(n_hdr)
-    n = len(seqs)
-    if not n:
-        return None
-    schema = arrow_schema()
+                    counts[i] += 1
+        topics = pa.array(topic_list, pa.string())
+        qos_arr = pa.array(qos, pa.int32())
+        retain_arr = pa.array(retain, pa.bool_())
+        h_offsets = np.zeros(n + 1, np.int32)
+        np.cumsum(counts, out=h_offsets[1:])
+    else:
+        qos_arr = pa.nulls(n, pa.int32())
+        retain_arr = pa.nulls(n, pa.bool_())
+        h_offsets = np.zeros(n + 1, np.int32)
+        h_keys, h_vals = [], []
     headers = pa.MapArray.from_arrays(
         pa.array(h_offsets, pa.int32()),
         pa.array(h_keys, pa.string()),
         pa.array(h_vals, pa.string()),
         type=schema.field("headers").type,
     )
-    return pa.RecordBatch.from_arrays(
+    batch = pa.RecordBatch.from_arrays(
         [
-            pa.array([stream], pa.string()).take(pa.array([0] * n, pa.int32()))
-            if n
-            else pa.array([], pa.string()),
+            pa.repeat(pa.scalar(stream, pa.string()), n),
             pa.array(seqs, pa.int64()),
-            pa.array(subjects, pa.string()),
-            pa.array(topics, pa.string()),
-            pa.array(times, pa.int64()).cast(schema.field("ts").type),
+            subjects,
+            topics,
+            pa.array(times_ns // 1000, pa.int64()).cast(schema.field("ts").type),
             headers,
-            pa.array(payloads, pa.binary()),
-            pa.array(qos, pa.int32()),
-            pa.array(retain, pa.bool_()),
+            payloads,
+            qos_arr,
+            retain_arr,
         ],
         schema=schema,
     )
+    if mask is not None:
+        if not bool(mask.any()):
+            return None
+        batch = batch.filter(pa.array(mask, pa.bool_()))
+    return batch
