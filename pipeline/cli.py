@@ -8,6 +8,7 @@ missing (with the install command). Spark prints its progress as it always does.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -48,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             print(f"jetmq pipeline rollup: {exc}", file=sys.stderr)
             return 2
+    problem = _check_stream(args.path, args.stream)
+    if problem is not None:  # said before a JVM starts, in one line
+        print(f"jetmq pipeline {args.job}: {problem}", file=sys.stderr)
+        return 1
     from pipeline.session import build_session
 
     spark = build_session(args.master, f"jetmq-pipeline-{args.job}")
@@ -72,6 +77,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         spark.stop()
     return 0
+
+
+def _check_stream(path: str, stream: str) -> str | None:
+    from pipeline.storeread import SourceError, close_all, list_streams
+
+    try:
+        metas = list_streams(os.path.abspath(path))
+    except SourceError as exc:
+        return str(exc)
+    finally:
+        close_all()
+    if stream not in metas:
+        have = ", ".join(sorted(metas)) or "none"
+        return f"stream {stream!r} does not exist in {path!r} (streams there: {have})"
+    return None
 
 
 def _first_line(exc: BaseException) -> str:

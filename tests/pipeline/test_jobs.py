@@ -62,6 +62,24 @@ def test_missing_java_or_pyspark_is_exit_2_with_the_install_command(tmp_path: pa
     assert "--window '1x'" in bad.stderr
 
 
+@pytest.mark.timeout(120)
+def test_a_missing_data_dir_or_stream_is_one_line_before_spark_starts(
+    tmp_path: pathlib.Path, data_dir: pathlib.Path
+) -> None:
+    with Store.open(data_dir, sync="batch") as st:
+        st.create_stream({"name": "TELEMETRY", "subjects": ["tele.>"]})
+    out = _jetmq("archive", "--stream", "T", "--to", str(tmp_path / "o"), "--path", str(data_dir))
+    assert out.returncode == 1
+    assert out.stderr == (
+        f"jetmq pipeline archive: stream 'T' does not exist in {str(data_dir)!r}"
+        " (streams there: TELEMETRY)\n"
+    )
+    out = _jetmq("archive", "--stream", "T", "--to", "o", "--path", str(tmp_path / "none"))
+    assert out.returncode == 1
+    assert "data directory" in out.stderr
+    assert "does not exist" in out.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.timeout(600)
