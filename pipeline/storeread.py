@@ -19,9 +19,12 @@ from __future__ import annotations
 import json
 import os
 import threading
+from bisect import bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import islice
+from operator import itemgetter
 from typing import Any, Final
 
 import lmdb
@@ -33,6 +36,9 @@ MAX_DBS: Final = len(keys.ALL_DBS) + 4
 # committed one. 1 TiB of address space lets a reader follow the broker's map growth
 # without reopening (it reopens when a store is larger still).
 READ_MAP_SIZE: Final = 1 << 40
+
+
+_first = itemgetter(0)
 
 
 class SourceError(ValueError):
@@ -214,20 +220,17 @@ def scan(
     end_key = keys.msg_key(sid, last)
     start_key = keys.msg_key(sid, first)
     while True:
-        rows: list[tuple[bytes, bytes]] = []
         with read_txn(path) as (txn, dbs):
             cur = txn.cursor(db=dbs[keys.DB_MSGS])
-            if cur.set_range(start_key):
-                append = rows.append
-                for item in cur.iternext():
-                    if item[0] > end_key:
-                        break
-                    append(item)
-                    if len(rows) >= chunk:
-                        break
+            # islice pulls the records in C; the range end is cut after, by bisection
+            rows = list(islice(cur.iternext(), chunk)) if cur.set_range(start_key) else []
+        full = len(rows) == chunk
+        if rows and rows[-1][0] > end_key:
+            del rows[bisect_right(rows, end_key, key=_first) :]
+            full = False
         if rows:
             yield rows
-        if len(rows) < chunk:
+        if not full:
             return
         seq = keys.read_u64(rows[-1][0], 8)
         if seq >= last:
