@@ -38,16 +38,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def skipped_sequences(progress: Sequence[dict[str, Any]]) -> int:
-    """Sequences a run's micro-batches spanned but did not read (retention gaps)."""
+    """Sequences a run's micro-batches spanned but did not read (retention gaps).
+
+    The first micro-batch of a new checkpoint has no start offset in Spark's progress: it
+    starts at the stream's first stored message, so nothing before it was skipped by this
+    archive and it is not counted."""
     gap = 0
     for p in progress:
         for src in p.get("sources", ()):
+            if src.get("startOffset") is None:
+                continue
             start = _offsets(src.get("startOffset"))
             end = _offsets(src.get("endOffset"))
+            span = 0
             for stream, last in end.items():
-                gap += last - start.get(stream, last)
-            gap -= int(src.get("numInputRows", 0))
-    return max(gap, 0)
+                first = start.get(stream)
+                if first is not None:  # a stream new in this batch starts at its first message
+                    span += last - first
+                else:
+                    span = -1
+                    break
+            if span >= 0:
+                gap += max(span - int(src.get("numInputRows", 0)), 0)
+    return gap
 
 
 def _offsets(raw: Any) -> dict[str, int]:

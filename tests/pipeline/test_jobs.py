@@ -204,3 +204,20 @@ def test_rollup_equals_a_plain_python_computation(
         (k[0], v["messages"]) for k, v in expect.items()
     )
     storeread.close_all()
+
+
+def test_skipped_sequences_come_from_the_offsets_advanced_minus_the_rows_read() -> None:
+    def src(start: dict[str, int] | None, end: dict[str, int], rows: int) -> dict[str, Any]:
+        return {
+            "startOffset": None if start is None else json.dumps(start),
+            "endOffset": json.dumps(end),
+            "numInputRows": rows,
+        }
+
+    progress = [
+        {"sources": [src(None, {"S": 40}, 30)]},  # first batch: no start offset, not counted
+        {"sources": [src({"S": 40}, {"S": 100}, 50)]},  # 10 removed before they were read
+        {"sources": [src({"S": 100}, {"S": 100}, 0)]},
+        {"sources": [src({"S": 100}, {"S": 110, "NEW": 5}, 15)]},  # a new stream: not counted
+    ]
+    assert archive.skipped_sequences(progress) == 10
