@@ -26,6 +26,9 @@ SCHEMA_DDL: Final = (
     "stream string, seq long, subject string, topic string, ts timestamp,"
     " headers map<string,string>, payload binary, qos int, retain boolean"
 )
+# ``includeHeaders=false``: the same without the ``headers`` column (a map costs Spark about
+# a third of the transfer: docs/benchmarks.md).
+SCHEMA_DDL_NO_HEADERS: Final = SCHEMA_DDL.replace(" headers map<string,string>,", "")
 COLUMNS: Final = ("stream", "seq", "subject", "topic", "ts", "headers", "payload", "qos", "retain")
 
 _HEAD = struct.Struct(">BQH")  # version, time, subject length (store.keys message record)
@@ -61,22 +64,23 @@ class RowFilter:
 NO_FILTER: Final = RowFilter()
 
 
-def arrow_schema() -> Any:
+def arrow_schema(include_headers: bool = True) -> Any:
     import pyarrow as pa
 
-    return pa.schema(
-        [
-            pa.field("stream", pa.string()),
-            pa.field("seq", pa.int64()),
-            pa.field("subject", pa.string()),
-            pa.field("topic", pa.string()),
-            pa.field("ts", pa.timestamp("us", tz="UTC")),
-            pa.field("headers", pa.map_(pa.string(), pa.string())),
-            pa.field("payload", pa.binary()),
-            pa.field("qos", pa.int32()),
-            pa.field("retain", pa.bool_()),
-        ]
-    )
+    fields = [
+        pa.field("stream", pa.string()),
+        pa.field("seq", pa.int64()),
+        pa.field("subject", pa.string()),
+        pa.field("topic", pa.string()),
+        pa.field("ts", pa.timestamp("us", tz="UTC")),
+        pa.field("headers", pa.map_(pa.string(), pa.string())),
+        pa.field("payload", pa.binary()),
+        pa.field("qos", pa.int32()),
+        pa.field("retain", pa.bool_()),
+    ]
+    if not include_headers:
+        fields = [f for f in fields if f.name != "headers"]
+    return pa.schema(fields)
 
 
 def _mqtt_topic(value: str) -> str | None:
@@ -152,7 +156,7 @@ def to_batch(
         in_time = (times_ns >= lo) & (times_ns <= hi)
         mask = in_time if mask is None else mask & in_time
 
-    schema = arrow_schema()
+    schema = arrow_schema(include_headers)
     with_headers = np.nonzero(hlen)[0]
     if len(with_headers):
         topic_list = topics.to_pylist()
@@ -190,26 +194,25 @@ def to_batch(
         retain_arr = pa.nulls(n, pa.bool_())
         h_offsets = np.zeros(n + 1, np.int32)
         h_keys, h_vals = [], []
-    headers = pa.MapArray.from_arrays(
-        pa.array(h_offsets, pa.int32()),
-        pa.array(h_keys, pa.string()),
-        pa.array(h_vals, pa.string()),
-        type=schema.field("headers").type,
-    )
-    batch = pa.RecordBatch.from_arrays(
-        [
-            pa.repeat(pa.scalar(stream, pa.string()), n),
-            pa.array(seqs, pa.int64()),
-            subjects,
-            topics,
-            pa.array(times_ns // 1000, pa.int64()).cast(schema.field("ts").type),
-            headers,
-            payloads,
-            qos_arr,
-            retain_arr,
-        ],
-        schema=schema,
-    )
+    columns = [
+        pa.repeat(pa.scalar(stream, pa.string()), n),
+        pa.array(seqs, pa.int64()),
+        subjects,
+        topics,
+        pa.array(times_ns // 1000, pa.int64()).cast(schema.field("ts").type),
+        payloads,
+        qos_arr,
+        retain_arr,
+    ]
+    if include_headers:
+        headers = pa.MapArray.from_arrays(
+            pa.array(h_offsets, pa.int32()),
+            pa.array(h_keys, pa.string()),
+            pa.array(h_vals, pa.string()),
+            type=schema.field("headers").type,
+        )
+        columns.insert(5, headers)
+    batch = pa.RecordBatch.from_arrays(columns, schema=schema)
     if mask is not None:
         if not bool(mask.any()):
             return None

@@ -188,7 +188,9 @@ class JetmqDataSource(DataSource):
         return "jetmq"
 
     def schema(self) -> str:
-        return batches.SCHEMA_DDL
+        """The source schema; without ``headers`` when ``includeHeaders=false``."""
+        raw = (self.options.get("includeHeaders") or "true").strip().lower()
+        return batches.SCHEMA_DDL_NO_HEADERS if raw in ("false", "0", "no") else batches.SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = parse_source_options(self.options)

@@ -144,6 +144,9 @@ def test_records_decode_to_arrow_rows() -> None:
     kept = batches.to_batch("S", rows, keep=batches.RowFilter(subject=lambda s: s == "a.b"))
     assert kept.column("seq").to_pylist() == [5]
     assert batches.to_batch("S", rows, keep=batches.RowFilter(ts_min_ns=2 * 10**18)) is None
+    lean = batches.to_batch("S", rows, include_headers=False)
+    assert lean.schema == batches.arrow_schema(include_headers=False)
+    assert lean.column("topic").to_pylist() == ["a/b", "dev/1/t"]
     bad = [(keys.msg_key(1, 1), b"\x09" + rows[0][1][1:])]
     with pytest.raises(keys.RecordError, match="version 9"):
         batches.to_batch("S", bad)
