@@ -112,7 +112,8 @@ def to_batch(
     if not n:
         return None
     seqs = np.frombuffer(b"".join([r[0] for r in rows]), dtype=">u8")[1::2].astype(np.int64)
-    raw = pa.array([r[1] for r in rows], pa.binary())  # one buffer for the numpy views
+    vals = [r[1] for r in rows]
+    raw = pa.array(vals, pa.binary())  # one buffer for the numpy views
     bufs = raw.buffers()
     offs = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1).astype(np.int64)
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
@@ -133,15 +134,10 @@ def to_batch(
     pstart = send + 4 + hlen
     if bool((pstart > ends).any()):
         raise keys.RecordError("message record header block overruns the record")
-    # Slicing in Python (a memcpy per value) beats a numpy gather by byte index here.
     # (offsets within each record from here on)
-    vals = [r[1] for r in rows]
     send = _HEAD_SIZE + slen
     pstart = send + 4 + hlen
-    ps = pstart.tolist()
-    payloads = pa.array([v[p:] for v, p in zip(vals, ps, strict=True)], pa.binary())
-    sub_slices = zip(vals, send.tolist(), strict=True)
-    subjects = pa.array([v[_HEAD_SIZE:b] for v, b in sub_slices], pa.binary()).cast(pa.string())
+    subjects, payloads = _slice_fields(raw, vals, slen, hlen, send, pstart)
 
     enc = subjects.dictionary_encode()
     distinct = enc.dictionary.to_pylist()
@@ -218,3 +214,56 @@ def to_batch(
             return None
         batch = batch.filter(pa.array(mask, pa.bool_()))
     return batch
+
+
+_MAX_SHAPES: Final = 32  # distinct (subject length, header length) pairs sliced in Arrow
+_TO_END: Final = (1 << 31) - 1
+
+
+def _slice_fields(
+    raw: Any, vals: list[bytes], slen: Any, hlen: Any, send: Any, pstart: Any
+) -> tuple[Any, Any]:
+    """The subject (string) and payload (binary) arrays of the records in ``raw``.
+
+    Records sharing a subject length and a header length share where both fields are,
+    so each such group is cut by two Arrow ``binary_slice`` calls (in C); the groups are
+    put back in record order with one ``take``. A chunk with too many shapes (unique
+    subjects of many lengths) is sliced in Python instead, a memcpy per value."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    shape = (slen << 32) | hlen
+    uniq, inv = np.unique(shape, return_inverse=True)
+    if len(uniq) > _MAX_SHAPES:
+        subjects = pa.array(
+            [v[_HEAD_SIZE:b] for v, b in zip(vals, send.tolist(), strict=True)], pa.binary()
+        )
+        payloads = pa.array(
+            [v[p:] for v, p in zip(vals, pstart.tolist(), strict=True)], pa.binary()
+        )
+        return subjects.cast(pa.string()), payloads
+    if len(uniq) == 1:
+        sl = int(uniq[0] >> 32)
+        p0 = _HEAD_SIZE + sl + 4 + int(uniq[0] & 0xFFFFFFFF)
+        return (
+            pc.binary_slice(raw, _HEAD_SIZE, _HEAD_SIZE + sl).cast(pa.string()),
+            pc.binary_slice(raw, p0, _TO_END),
+        )
+    order = np.argsort(inv, kind="stable")
+    grouped = raw.take(pa.array(order))
+    subj_parts = []
+    pay_parts = []
+    pos = 0
+    for u, count in zip(uniq.tolist(), np.bincount(inv).tolist(), strict=True):
+        part = grouped.slice(pos, count)
+        pos += count
+        sl = u >> 32
+        subj_parts.append(pc.binary_slice(part, _HEAD_SIZE, _HEAD_SIZE + sl))
+        pay_parts.append(pc.binary_slice(part, _HEAD_SIZE + sl + 4 + (u & 0xFFFFFFFF), _TO_END))
+    back = np.empty_like(order)
+    back[order] = np.arange(len(order))
+    undo = pa.array(back)
+    subjects = pa.concat_arrays(subj_parts).take(undo)
+    payloads = pa.concat_arrays(pay_parts).take(undo)
+    return subjects.cast(pa.string()), payloads

@@ -232,3 +232,21 @@ def test_scan_skips_gaps_and_reads_while_a_writer_appends(
             child.stdin.close()
             assert child.wait(timeout=30) == 0
             storeread.close_all()
+
+
+@pytest.mark.parametrize("shapes", [1, 3, 40])
+def test_subjects_and_payloads_are_cut_right_whatever_the_record_shapes(shapes: int) -> None:
+    """One shape (one Arrow slice), a few (grouped slices), many (sliced in Python)."""
+    rows = []
+    for i in range(200):
+        subject = "s." + "x" * (i % shapes)
+        hdrs = (("h", "v" * (i % 2)),) if shapes == 3 and i % 3 == 0 else ()
+        payload = bytes([i % 256]) * (i % 11)
+        rows.append(
+            (keys.msg_key(1, i + 1), keys.pack_msg(i, subject, keys.encode_headers(hdrs), payload))
+        )
+    batch = batches.to_batch("S", rows)
+    want = [keys.unpack_msg(v) for _, v in rows]
+    assert batch.column("subject").to_pylist() == [w[1] for w in want]
+    assert batch.column("payload").to_pylist() == [w[3] for w in want]
+    assert batch.column("seq").to_pylist() == list(range(1, 201))
