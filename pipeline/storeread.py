@@ -30,6 +30,7 @@ from typing import Any, Final
 import lmdb
 
 from store import keys
+from store.env import MAX_READERS
 
 MAX_DBS: Final = len(keys.ALL_DBS) + 4
 # Read-only mappings may be larger than the file: LMDB never touches pages past the last
@@ -84,6 +85,7 @@ def _open(path: str) -> _Handle:
         env = lmdb.open(
             path,
             map_size=READ_MAP_SIZE,
+            max_readers=MAX_READERS,  # the broker's: the first opener sizes the reader table
             readonly=True,
             lock=True,
             max_dbs=MAX_DBS,
