@@ -51,6 +51,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_config_args(
         sub.add_parser("check-config", help="validate a configuration and print the result")
     )
+    sub.add_parser("pipeline", help="Spark jobs over stored streams (jetmq pipeline --help)")
     return parser
 
 
@@ -96,6 +97,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if list(sys.argv[1:] if argv is None else argv)[:1] == ["pipeline"]:
+        from pipeline.cli import main as pipeline_main  # lazy: pyspark only when asked
+
+        return pipeline_main(list(sys.argv[2:] if argv is None else argv[1:]))
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve":

@@ -1,0 +1,102 @@
+"""``jetmq pipeline …``: the pipeline jobs from the command line.
+
+``main(argv)`` takes the arguments after ``pipeline`` and returns the exit status:
+0 done, 1 the job failed (the message says why), 2 bad usage or pyspark / pyarrow / Java
+missing (with the install command). Spark prints its progress as it always does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from pipeline.jobs import archive, rollup
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jetmq pipeline",
+        description="Spark jobs over jetmq's stored streams (pyspark: pip install 'jetmq[spark]').",
+    )
+    sub = p.add_subparsers(dest="job", metavar="JOB", required=True)
+    archive.add_arguments(
+        sub.add_parser("archive", help="append a stream's new messages to Parquet (incremental)")
+    )
+    rollup.add_arguments(
+        sub.add_parser("rollup", help="count/min/max/avg per topic and window of JSON payloads")
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # argparse: --help is 0, bad usage 2
+        return int(exc.code or 0)
+    from pipeline.session import MissingDependency, check_dependencies
+
+    try:
+        check_dependencies()
+    except MissingDependency as exc:
+        print(f"jetmq pipeline: {exc}", file=sys.stderr)
+        return 2
+    if args.job == "rollup":
+        try:
+            rollup.window_duration(args.window)
+        except ValueError as exc:
+            print(f"jetmq pipeline rollup: {exc}", file=sys.stderr)
+            return 2
+    problem = _check_stream(args.path, args.stream)
+    if problem is not None:  # said before a JVM starts, in one line
+        print(f"jetmq pipeline {args.job}: {problem}", file=sys.stderr)
+        return 1
+    from pipeline.session import build_session
+
+    spark = build_session(args.master, f"jetmq-pipeline-{args.job}")
+    try:
+        if args.job == "archive":
+            r = archive.run(spark, args)
+            print(
+                f"archived {r['rows']} messages of {args.stream} to {args.to}"
+                f" in {r['batches']} micro-batches; {r['skipped']} sequences skipped"
+                " (removed by retention before they were read)"
+            )
+        else:
+            r = rollup.run(spark, args)
+            print(
+                f"rolled up {r['messages']} messages of {args.stream} into {r['windows']}"
+                f" windows in {args.to}; {r['corrupt']} payloads did not parse"
+                f" (see {args.to}/_corrupt)"
+            )
+    except Exception as exc:  # the job's failure, reported in one line, not a traceback
+        print(f"jetmq pipeline {args.job}: {_first_line(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    return 0
+
+
+def _check_stream(path: str, stream: str) -> str | None:
+    from pipeline.storeread import SourceError, close_all, list_streams
+
+    try:
+        metas = list_streams(os.path.abspath(path))
+    except SourceError as exc:
+        return str(exc)
+    finally:
+        close_all()
+    if stream not in metas:
+        have = ", ".join(sorted(metas)) or "none"
+        return f"stream {stream!r} does not exist in {path!r} (streams there: {have})"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for marker in ("SourceError: ", "OptionError: ", "ValueError: "):
+        if marker in text:
+            return text.split(marker, 1)[1].splitlines()[0]
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,184 @@
+"""Publishing rows to a broker from a Spark task: paho-mqtt (MQTT 5), QoS 1 by default,
+and a ``flush`` that returns only when every PUBACK (PUBCOMP for QoS 2) arrived.
+
+One :class:`Publisher` per task, driven from the task's own thread (``client.loop``):
+no paho network thread, so no callback races; at most ``max_inflight`` messages wait
+for their acknowledgement (backpressure). Any failure — a refused CONNECT, a PUBACK
+with a failure reason code (>= 0x80), the connection lost with messages unacknowledged,
+a timeout — raises :class:`PublishError`, so the Spark task fails and is retried:
+at-least-once, never a silent loss.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import unquote, urlsplit
+
+DEFAULT_PORT: Final = 1883
+DEFAULT_INFLIGHT: Final = 256
+
+
+class PublishError(RuntimeError):
+    """The broker did not acknowledge what was published; the task must fail."""
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    host: str
+    port: int
+    username: str | None = None
+    password: str | None = None
+
+
+def parse_url(url: str) -> BrokerAddress:
+    """``mqtt://[user[:password]@]host[:port]`` (``mqtts`` is not supported yet)."""
+    parts = urlsplit(url)
+    if parts.scheme != "mqtt" or not parts.hostname:
+        raise ValueError(
+            f"jetmq sink: option 'url' must look like mqtt://host:port, got {url!r}"
+            + (" (TLS is not supported by the sink yet)" if parts.scheme == "mqtts" else "")
+        )
+    try:
+        port = parts.port or DEFAULT_PORT
+    except ValueError:
+        raise ValueError(f"jetmq sink: bad port in url {url!r}") from None
+    user = unquote(parts.username) if parts.username else None
+    pw = unquote(parts.password) if parts.password else None
+    return BrokerAddress(parts.hostname, port, user, pw)
+
+
+class Publisher:
+    """A connected MQTT 5 client publishing with acknowledgements awaited in a window."""
+
+    def __init__(
+        self,
+        address: BrokerAddress,
+        *,
+        client_id_prefix: str = "jetmq-sink",
+        max_inflight: int = DEFAULT_INFLIGHT,
+        timeout: float = 30.0,
+    ) -> None:
+        from paho.mqtt.client import Client
+        from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+
+        self.timeout = timeout
+        self.max_inflight = max_inflight
+        self.published = 0
+        self._pending: set[int] = set()
+        self._early: set[int] = set()  # acknowledged before publish() returned its mid
+        self._failure: str | None = None
+        self._connected = False
+        self._closed = False
+        client = Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=f"{client_id_prefix}-{uuid.uuid4().hex[:12]}",
+            protocol=MQTTProtocolVersion.MQTTv5,
+        )
+        client.max_inflight_messages_set(max_inflight)
+        client.max_queued_messages_set(0)
+        if address.username is not None:
+            client.username_pw_set(address.username, address.password)
+        client.on_connect = self._on_connect
+        client.on_publish = self._on_publish
+        client.on_disconnect = self._on_disconnect
+        self._client = client
+        try:
+            client.connect(address.host, address.port, keepalive=60)
+        except OSError as exc:
+            raise PublishError(
+                f"jetmq sink: cannot connect to mqtt://{address.host}:{address.port}: {exc}"
+            ) from exc
+        self._wait(lambda: self._connected, "the CONNACK")
+
+    # -- paho callbacks (called from client.loop, on this thread) ---------------------------
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        if rc.is_failure:
+            self._failure = f"the broker refused the connection: {rc}"
+        else:
+            self._connected = True
+
+    def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
+        if rc.is_failure:
+            self._failure = f"the broker refused a message (reason code {rc.value:#04x} {rc})"
+        if mid in self._pending:
+            self._pending.discard(mid)
+        else:
+            self._early.add(mid)
+
+    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        self._connected = False
+        if not self._closed and self._failure is None:
+            self._failure = f"the connection was lost ({rc})"
+
+    # -- publishing -------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise PublishError(
+                f"jetmq sink: {self._failure}; {len(self._pending)} messages unacknowledged"
+            )
+
+    def _wait(self, done: Any, what: str) -> None:
+        deadline = time.monotonic() + self.timeout
+        while not done():
+            self._check()
+            if time.monotonic() > deadline:
+                raise PublishError(f"jetmq sink: no {what} within {self.timeout:g} s")
+            self._client.loop(0.05)
+        self._check()
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 1,
+        retain: bool = False,
+        user_properties: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        from paho.mqtt.client import MQTT_ERR_SUCCESS, error_string
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        self._check()
+        props = None
+        if user_properties:
+            props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            props.UserProperty = list(user_properties)
+        info = self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
+        if info.rc != MQTT_ERR_SUCCESS:
+            raise PublishError(
+                f"jetmq sink: publish to {topic!r} failed: {error_string(info.rc)}"
+                f" ({len(self._pending)} messages unacknowledged)"
+            )
+        self.published += 1
+        if qos:
+            if info.mid in self._early:
+                self._early.discard(info.mid)
+            else:
+                self._pending.add(info.mid)
+        if len(self._pending) >= self.max_inflight:
+            self._wait(lambda: len(self._pending) < self.max_inflight, "PUBACK")
+        else:
+            self._client.loop(0)  # write what is queued, take acknowledgements that came
+
+    def flush(self) -> None:
+        """Return once every QoS 1/2 message published so far is acknowledged."""
+        self._wait(lambda: not self._pending, "PUBACK for every message")
+        # QoS 0 messages still queued in paho go out before the DISCONNECT.
+        while self._client.want_write():
+            self._client.loop_write()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._client.disconnect()  # queues DISCONNECT; the loop sends it and closes
+            self._client.loop(0.05)
+        except OSError:
+            pass  # the connection is gone already: nothing left to close
