@@ -1,42 +1,18 @@
 """NATS subjects as the pipeline sees them: the MQTT topic of a stored subject, and
 NATS-style wildcard matching for ``subjectFilter``.
 
-The reverse conversion follows nats-server's topic -> subject rules (spec/jetstream.md
-§2.2), inverted: ``/.`` -> ``/``, ``//`` -> ``.``, any other ``/`` dropped (it only
-marked an empty level), ``.`` -> ``/``. It is written here again rather than imported
-because ``pipeline`` never imports ``broker``; tests/pipeline checks both agree.
+The conversion is ``store.topics`` (nats-server's rules, spec/jetstream.md §2.2), which the
+broker uses too.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
+from store import topics
 
-@lru_cache(maxsize=65536)
-def subject_to_topic(subject: str) -> str:
-    """The MQTT topic a stored NATS subject came from (cached: subjects repeat)."""
-    if "/" not in subject:
-        return subject.replace(".", "/")
-    out: list[str] = []
-    i = 0
-    n = len(subject)
-    while i < n:
-        ch = subject[i]
-        if ch == "/":
-            nxt = subject[i + 1] if i + 1 < n else ""
-            if nxt == ".":
-                out.append("/")
-                i += 2
-                continue
-            if nxt == "/":
-                out.append(".")
-                i += 2
-                continue
-            i += 1
-            continue
-        out.append("/" if ch == "." else ch)
-        i += 1
-    return "".join(out)
+# The MQTT topic a stored NATS subject came from (cached: subjects repeat).
+subject_to_topic = lru_cache(maxsize=65536)(topics.subject_to_topic)
 
 
 class SubjectFilter:
