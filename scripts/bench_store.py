@@ -320,7 +320,7 @@ def bare_writer_per_s(submitters: int, seconds: float, group: bool) -> float:
         shutil.rmtree(d, ignore_errors=True)
 
 
-# The broker's records (broker/persist/state.py): a stored message with its four headers, and a
+# The broker's records (broker/persist/records.py): a stored message with its four headers, and a
 # pending entry of about 60 bytes per subscriber.
 _BROKER_HEADERS = (
     ("Mqtt-Topic", '"sensors/room-1/temperature"'),
@@ -334,7 +334,7 @@ _INLINE_HEADERS = (*_BROKER_HEADERS, ("Mqtt-Pend", '{"p":0,"q":1,"r":0,"s":[],"s
 
 
 def broker_pattern_per_s(submitters: int, seconds: float, inline: bool = False) -> Run:
-    """The broker's QoS 1 shapes (``broker/persist/state.py``). By default a message stored once
+    """The broker's QoS 1 shapes (``broker/persist/records.py``). By default a message stored once
     and referenced by a pending entry (what the broker writes per message and recipient
     when a message has several persistent recipients): per MQTT message one job of two
     ``Publish`` (the message in ``$MQTT_msgs``, the pending entry in ``$MQTT_pend``), then,

@@ -54,7 +54,7 @@ class Recipient(Protocol):
 
 
 class Plan(Protocol):
-    """What one PUBLISH stores before it is acknowledged (see ``broker.persist.state``)."""
+    """What one PUBLISH stores before it is acknowledged (``broker.persist.client.PublishPlan``)."""
 
     @property
     def empty(self) -> bool: ...

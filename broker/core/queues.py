@@ -52,7 +52,7 @@ log = logging.getLogger("jetmq.queues")
 
 
 class QueueStore(Protocol):
-    """What the queues need from the store side (``broker.persist.Persistence``)."""
+    """What the queues need from the store side (``broker.persist.state.Persistence``)."""
 
     def copy_done(self, session: Session, og: Outgoing) -> None: ...
 

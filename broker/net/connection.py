@@ -321,7 +321,7 @@ class ClientConnection:
                     heard = now
             finally:
                 broker.flush_batch()
-                broker.persist.chunk_done()
+                broker.store_client.chunk_done()
 
     async def _feed(self, data: bytes) -> bool:
         """Handle the packets ``data`` completes; True when it completed at least one."""

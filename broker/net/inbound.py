@@ -38,7 +38,7 @@ from broker.mqtt.packets import (
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode
 from broker.net.output import NOT_STORED
-from broker.persist.state import StorageError, wait_future
+from broker.persist.client import StorageError, wait_future
 
 if TYPE_CHECKING:
     from broker.net.link import Link

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from broker.mqtt.reason_codes import ReasonCode
     from broker.net.parking import Parking
     from broker.net.transport import Transport
+    from broker.persist.client import StoreClient
     from broker.persist.state import Persistence
 
 
@@ -39,7 +40,8 @@ class Host(Protocol):
 
     hub: Hub
     config: BrokerConfig
-    persist: Persistence
+    persist: Persistence  # the MQTT state in the store
+    store_client: StoreClient  # the store's trio client (Persistence writes through it)
     parking: Parking
     # Flushes of connections that got output while a reader handles one input chunk
     # (None outside a chunk): the reader runs them at the chunk's end.

@@ -19,7 +19,7 @@ from broker.mqtt.errors import PacketTooLargeError
 from broker.mqtt.packets import Packet
 from broker.mqtt.reason_codes import ReasonCode
 from broker.net.transport import Transport
-from broker.persist.state import StorageError, wait_future
+from broker.persist.client import StorageError, wait_future
 
 if TYPE_CHECKING:
     from broker.net.link import Link

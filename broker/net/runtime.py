@@ -28,6 +28,9 @@ from broker.mqtt.properties import Properties
 from broker.net.connection import ClientConnection
 from broker.net.link import Authenticator
 from broker.net.parking import Parkable, Parking
+from broker.persist import recovery
+from broker.persist.client import StoreClient
+from broker.persist.records import STREAMS
 from broker.persist.state import Persistence
 
 log = logging.getLogger("jetmq.broker")
@@ -76,6 +79,8 @@ class Broker:
         self.hub = hub
         self.config = hub.config
         self.persist = persistence
+        # The store's trio client, shared by every part that writes: lifecycle, batches.
+        self.store_client: StoreClient = persistence.client
         self._timers = timers
         self._nursery: trio.Nursery | None = None
         self.connections: set[ClientConnection] = set()
@@ -92,21 +97,22 @@ class Broker:
 
     @classmethod
     async def open(cls, config: BrokerConfig) -> Broker:
-        persistence = await Persistence.open(config.storage)
+        client = await StoreClient.open(config.storage, STREAMS)
+        persistence = Persistence(client)
         timers = TrioTimers()
         hub = Hub(config, persistence, clock=trio.current_time, timers=timers)
         try:
-            await persistence.load_into(hub)
+            await recovery.load_into(persistence, hub)
         except BaseException:
             with trio.CancelScope(shield=True):
-                await persistence.close()
+                await client.close()
             raise
         return cls(hub, persistence, timers)
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
         self._timers.attach(nursery)
-        self.persist.attach(nursery)
+        self.store_client.attach(nursery)
         nursery.start_soon(self.parking.run)
         self.hub.start()
 
@@ -151,7 +157,7 @@ class Broker:
         self.hub.fire_all_wills()
         if self.connections:
             await self._all_closed.wait()
-        await self.persist.flush()
+        await self.store_client.flush()
 
     def apply_config(self, new: BrokerConfig) -> list[str]:
         """Swap in a new configuration (the reload seam): what comes next uses it — new
@@ -167,7 +173,7 @@ class Broker:
 
     async def close(self) -> None:
         self.parking.close()
-        await self.persist.close()
+        await self.store_client.close()
         self.hub.close()
 
     def log_warning(self, fmt: str, *args: Any) -> None:

@@ -31,7 +31,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import Properties
 from broker.net.runtime import Broker
-from broker.persist import state as persist
+from broker.persist import records as persist
 from tests.broker.harness import BrokerThread, run_with_broker
 from tests.broker.memclient import MemClient
 from tests.broker.rawclient import RawClient

@@ -23,7 +23,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
-from broker.persist import state as persist
+from broker.persist import records as persist
 from tests.broker.harness import BrokerThread
 from tests.broker.rawclient import RawClient
 
