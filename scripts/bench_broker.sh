@@ -28,7 +28,7 @@ PROTO=${PROTO:-5}
 GATE=${GATE:---quiet-wait 240 --quiet-busy 40 --max-other 50 --max-retries 2}
 BENCH_GROUPS=${BENCH_GROUPS:-jetmq mosquitto persist amqtt}
 SCENARIOS=${*:-fanin fanout qos1 latency subs storm}
-mkdir -p "$OUT"
+mkdir -p "$WORK" "$OUT"
 
 command -v mosquitto >/dev/null || { echo "bench_broker: mosquitto is not installed (apt-get install mosquitto)" >&2; exit 2; }
 [ -x "$ROOT/.venv/bin/jetmq" ] || { echo "bench_broker: run ./scripts/test or ./scripts/run first" >&2; exit 2; }
