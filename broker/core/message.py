@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from broker.mqtt.encoder import EncodedPublish
@@ -92,17 +93,17 @@ class Outgoing:
     order: int = 0  # first $MQTT_pend sequence of this copy: its place in send order on restore
 
 
-def message_from(publish: Publish, origin: int, now: float) -> AppMessage:
+def message_from(publish: Publish, origin: int, clock: Callable[[], float]) -> AppMessage:
     """The message as it will be forwarded, properties unchanged and in order
     [MQTT-3.3.2-4, -15, -16, -17, -20]. A client's PUBLISH is forwarded as decoded: the
     machine already resolved its topic alias, and the encoder sets dup, packet id, QoS and
-    retain per recipient. A will loses its Will Delay Interval. ``now`` is the broker's
-    clock (Message Expiry counts from it)."""
+    retain per recipient. A will loses its Will Delay Interval. ``clock`` is the broker's
+    (Message Expiry counts from it; read only for a message that has one)."""
     props = publish.properties
     expires_at = None
     if props is not EMPTY_PROPERTIES:
         if props.message_expiry_interval is not None:
-            expires_at = now + props.message_expiry_interval
+            expires_at = clock() + props.message_expiry_interval
         if props.will_delay_interval is not None:
             publish = Publish(
                 publish.topic,

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from broker.core.message import AppMessage
 from broker.core.sessions import Session
 from broker.mqtt.connection import Connection, DuplicatePublish, Role
 from broker.mqtt.encoder import encode
@@ -151,16 +150,6 @@ class ClientConnection:
         self.handshake: Handshake | None = Handshake(self, self.out)
         self.inbound = Inbound(self, self.out)
 
-    # == the core's Peer =========================================================================
-
-    def send_qos0(
-        self, msg: AppMessage, retain: bool, sub_ids: tuple[int, ...], now: float
-    ) -> None:
-        self.out.send_qos0(msg, retain, sub_ids, now)
-
-    def wake(self) -> None:
-        self.out.output_ready()
-
     # == lifecycle ================================================================================
 
     async def run(self) -> None:
@@ -240,7 +229,7 @@ class ClientConnection:
 
     def detach(self) -> None:
         session = self.session
-        if session is None or session.conn is not self:
+        if session is None or session.conn is not self.out:
             return
         session.conn = None
         self.broker.hub.sessions.connection_closed(session, send_will=self.send_will)

@@ -237,7 +237,7 @@ class Handshake:
                         will.topic, will.payload, will.qos, will.retain, properties=will.properties
                     ),
                     session.num,
-                    trio.current_time(),
+                    trio.current_time,
                 ),
                 delay,
             )
@@ -257,7 +257,7 @@ class Handshake:
         self.out.out.append(self.conn.proto.send(connack))
         if "server_keep_alive" in connack_props:
             self.conn.proto.keep_alive = keep_alive
-        session.conn = self.conn
+        session.conn = self.out  # the core's Peer: what sends to this client
         self.conn.session = session
         if session.persistent:
             broker.persist.save_session(session)

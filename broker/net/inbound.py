@@ -89,7 +89,7 @@ class Inbound:
         if p.topic[:1] == b"$":
             handler = self.conn.broker.hub.systopics.handler_for(p.topic)
             if handler is not None:  # a system topic: its handler, not the router
-                code = handler.publish(message_from(p, session.num, trio.current_time()), session)
+                code = handler.publish(message_from(p, session.num, trio.current_time), session)
                 if p.qos:
                     await self.out.step(None, lambda: self.out.send(self._ack(p, code)))
                 return
@@ -99,7 +99,7 @@ class Inbound:
             return
         broker = self.conn.broker
         pid = p.packet_id
-        msg = message_from(p, session.num, trio.current_time())
+        msg = message_from(p, session.num, trio.current_time)
         extra = broker.persist.qos2_received(session, pid) if p.qos == 2 and pid else []
         try:
             deliveries, plan = broker.hub.plan_publish(msg, extra)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from broker.core.message import AppMessage, Outgoing
+from broker.mqtt.connection import ConnectionState
 from broker.mqtt.errors import PacketTooLargeError
 from broker.mqtt.packets import Packet
 from broker.mqtt.reason_codes import ReasonCode
@@ -24,6 +25,7 @@ from broker.persist.client import StorageError, wait_future
 if TYPE_CHECKING:
     from broker.net.link import Link
 
+_CLOSED = ConnectionState.CLOSED
 FILL_BATCH = 256  # packets moved from a session queue per flush
 FLUSH_TIMEOUT = 2.0
 
@@ -43,6 +45,7 @@ class Output:
         "_wake",
         "conn",
         "out",
+        "proto",
         "qos0_pending",
         "transport",
         "writer_done",
@@ -51,6 +54,7 @@ class Output:
 
     def __init__(self, conn: Link, transport: Transport) -> None:
         self.conn = conn
+        self.proto = conn.proto  # the codec machine (created before its Output)
         self.transport = transport
         self.out: list[bytes] = []  # encoded packets not yet written
         self.qos0_pending = 0
@@ -91,10 +95,10 @@ class Output:
     # == sending ================================================================================
 
     def send(self, packet: Packet) -> None:
-        if self.conn.closing or self.conn.proto.closed:
+        if self.conn.closing or self.proto.state is _CLOSED:
             return
         try:
-            self.out.append(self.conn.proto.send(packet))
+            self.out.append(self.proto.send(packet))
         except PacketTooLargeError:
             return  # the client's Maximum Packet Size forbids it [MQTT-3.1.2-24]
         self.output_ready()
@@ -102,13 +106,14 @@ class Output:
     def send_puback(self, packet_id: int) -> None:
         """``send(Puback(packet_id))`` through the machine's shortcut (4 bytes: never
         above the client's Maximum Packet Size)."""
-        if self.conn.closing or self.conn.proto.closed:
+        if self.conn.closing or self.proto.state is _CLOSED:
             return
-        self.out.append(self.conn.proto.send_puback(packet_id))
+        self.out.append(self.proto.send_puback(packet_id))
         self.output_ready()
 
-    def wake(self) -> None:
-        self.output_ready()
+    def taken_over(self) -> None:
+        """Another connection took this client id (the core's Peer)."""
+        self.conn.taken_over()
 
     def output_ready(self) -> None:
         """There is something to send. Inside a reader's chunk it waits for the chunk's
@@ -120,6 +125,8 @@ class Output:
         elif not self._in_batch:
             self._in_batch = True
             batch.append(self.flush_direct)
+
+    wake = output_ready  # the core's Peer: queued copies to send (no extra call)
 
     def kick(self) -> None:
         """Wake the writer, starting it on first need. Before CONNACK and once closing
@@ -147,7 +154,7 @@ class Output:
         session = self.conn.session
         if session is not None and (session.queue or session.backlog):
             self.out.extend(self.take(None))
-            more = bool(session.queue) and self.conn.proto.can_send_qos_message()
+            more = bool(session.queue) and self.proto.can_send_qos_message()
         if not self.out:
             if more:
                 self.kick()
@@ -170,7 +177,7 @@ class Output:
         self, msg: AppMessage, retain: bool, sub_ids: tuple[int, ...], now: float
     ) -> None:
         """A QoS 0 copy: bytes built once per shape and shared by recipients."""
-        if self.conn.closing or self.conn.proto.closed:
+        if self.conn.closing or self.proto.state is _CLOSED:
             return
         if self.qos0_pending >= self.conn.broker.config.sessions.max_outbound_queue:
             return  # slow consumer: QoS 0 is dropped rather than buffered without bound
@@ -178,7 +185,7 @@ class Output:
         if enc is None:
             return  # expired [MQTT-3.3.2-5]
         try:
-            data = self.conn.proto.send_publish(
+            data = self.proto.send_publish(
                 enc, qos=0, retain=retain, subscription_identifiers=sub_ids
             )
         except PacketTooLargeError:
@@ -198,7 +205,7 @@ class Output:
         """
         session = self.conn.session
         assert session is not None
-        proto = self.conn.proto
+        proto = self.proto
         if proto.closed:
             return []  # a protocol error ended the exchange: the copies stay queued
         persist = self.conn.broker.persist
@@ -254,7 +261,7 @@ class Output:
             assert fut is not None
             persist.stages_committed(staged, await wait_future(fut))
         self.out.extend(ready)
-        if session.queue and self.conn.proto.can_send_qos_message():
+        if session.queue and self.proto.can_send_qos_message():
             self._wake.set()  # more to send after this flush
 
     async def writer(self) -> None:
