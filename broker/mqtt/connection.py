@@ -59,17 +59,14 @@ from broker.mqtt.states import (
     Role,
 )
 
-__all__ = [
-    "Connection",
-    "ConnectionState",
-    "DuplicatePublish",
-    "Event",
-    "Role",
-]
+__all__ = ["Connection", "ConnectionState", "DuplicatePublish", "Event", "Role"]
 
 _V5 = ProtocolVersion.MQTT_5
 _P = PacketType
 _S = ConnectionState
+# Shared by every connection until it uses an alias: resolving a PUBLISH without one and
+# planning with a peer maximum of 0 read nothing and write nothing.
+_NO_ALIASES = TopicAliases()
 _SERVER, _CLIENT = Role.SERVER, Role.CLIENT
 
 
@@ -109,8 +106,7 @@ class Connection:
         # Per-connection state.
         self._session_expiry = 0
         self._inbound_qos1: set[int] = set()
-        self._aliases = TopicAliases()
-        self._inbound_aliases = self._aliases.inbound  # the peer's, as they were set
+        self._aliases = _NO_ALIASES  # made on first use: most clients use none
         self._pending_acks: set[int] = set()  # our SUBSCRIBE/UNSUBSCRIBE ids (client role)
         self._next_id = 1
 
@@ -389,6 +385,8 @@ class Connection:
             raise protocol_error(
                 "PUBLISH from a client with a Subscription Identifier [MQTT-3.3.4-6]"
             )
+        if packet.properties.topic_alias is not None and self._aliases is _NO_ALIASES:
+            self._aliases = TopicAliases()
         return self._aliases.resolve(packet, self.topic_alias_maximum)
 
     # ---- outbound --------------------------------------------------------------------
@@ -533,8 +531,14 @@ class Connection:
             self._record_inflight(packet)
         return data
 
+    @property
+    def _inbound_aliases(self) -> dict[int, bytes]:  # the peer's, as set (tests read it)
+        return self._aliases.inbound
+
     def _alias_plan(self, topic: bytes) -> AliasPlan | None:
         peer_maximum = self.peer_topic_alias_maximum if self.version is _V5 else 0
+        if peer_maximum and self._aliases is _NO_ALIASES:
+            self._aliases = TopicAliases()
         return self._aliases.plan(topic, peer_maximum)
 
     def _commit_alias(self, topic: bytes, plan: AliasPlan) -> None:

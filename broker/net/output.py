@@ -37,6 +37,9 @@ NOT_STORED = "the broker could not store it"
 class Output:
     """The sending half of one connection."""
 
+    _wake: trio.Event
+    writer_done: trio.Event
+
     __slots__ = (
         "_idle",
         "_in_batch",
@@ -58,11 +61,11 @@ class Output:
         self.transport = transport
         self.out: list[bytes] = []  # encoded packets not yet written
         self.qos0_pending = 0
-        self._wake = trio.Event()
         self._idle = False  # the writer waits for a wake-up with nothing in hand
         self._in_batch = False
-        self.writer_done = trio.Event()
-        self.writer_scope: trio.CancelScope | None = None  # set once the writer is started
+        # The writer, started on first need (an idle connection never has one), and its
+        # two events, made with it: _wake and writer_done exist once writer_scope does.
+        self.writer_scope: trio.CancelScope | None = None
         # The ordered pipeline is created on first need (most connections never wait).
         self._steps_send: trio.MemorySendChannel[Step] | None = None
         self._steps_pending = 0
@@ -135,6 +138,8 @@ class Output:
             if self.conn.closing or self.conn.session is None:
                 return
             self.writer_scope = trio.CancelScope()
+            self._wake = trio.Event()
+            self.writer_done = trio.Event()
             self.conn.broker.spawn(self.writer)
         self._wake.set()
 
