@@ -47,6 +47,7 @@ class Output:
         "_steps_send",
         "_wake",
         "conn",
+        "host",
         "out",
         "proto",
         "qos0_pending",
@@ -57,6 +58,7 @@ class Output:
 
     def __init__(self, conn: Link, transport: Transport) -> None:
         self.conn = conn
+        self.host = conn.broker  # per-copy paths read the broker's batch and limits
         self.proto = conn.proto  # the codec machine (created before its Output)
         self.transport = transport
         self.out: list[bytes] = []  # encoded packets not yet written
@@ -122,7 +124,7 @@ class Output:
         """There is something to send. Inside a reader's chunk it waits for the chunk's
         end (``Broker.flush_batch``: one write per connection, no task switch);
         otherwise the writer task is woken."""
-        batch = self.conn.broker.batch
+        batch = self.host.batch
         if batch is None:
             self.kick()
         elif not self._in_batch:
@@ -140,7 +142,7 @@ class Output:
             self.writer_scope = trio.CancelScope()
             self._wake = trio.Event()
             self.writer_done = trio.Event()
-            self.conn.broker.spawn(self.writer)
+            self.host.spawn(self.writer)
         self._wake.set()
 
     def flush_direct(self) -> None:
@@ -184,7 +186,7 @@ class Output:
         """A QoS 0 copy: bytes built once per shape and shared by recipients."""
         if self.conn.closing or self.proto.state is _CLOSED:
             return
-        if self.qos0_pending >= self.conn.broker.config.sessions.max_outbound_queue:
+        if self.qos0_pending >= self.host.config.sessions.max_outbound_queue:
             return  # slow consumer: QoS 0 is dropped rather than buffered without bound
         enc = msg.encoded_for(self.conn.version, now)
         if enc is None:
@@ -213,7 +215,7 @@ class Output:
         proto = self.proto
         if proto.closed:
             return []  # a protocol error ended the exchange: the copies stay queued
-        persist = self.conn.broker.persist
+        persist = self.host.persist
         queue = session.queue
         now = trio.current_time()
         ready: list[bytes] = []
@@ -248,9 +250,9 @@ class Output:
                     assert staged is not None
                     staged.append((og, pid, 0))
         if session.retained_backlog is not None:
-            self.conn.broker.hub.refill_retained(session)
+            self.host.hub.refill_retained(session)
         if session.backlog:  # copies waiting on disk: the next page is read in time
-            self.conn.broker.hub.queues.page_soon(session)
+            self.host.hub.queues.page_soon(session)
         return ready
 
     async def fill(self) -> None:
@@ -261,7 +263,7 @@ class Output:
         staged: list[tuple[Outgoing, int, int]] = []
         ready = self.take(staged)
         if staged:
-            persist = self.conn.broker.persist
+            persist = self.host.persist
             fut = persist.stage_copies(session, staged)
             assert fut is not None
             persist.stages_committed(staged, await wait_future(fut))
@@ -325,15 +327,13 @@ class Output:
             return
         # About to wait (maybe): what this chunk produced so far goes out now, so no
         # other task's output is held while this one is suspended.
-        self.conn.broker.flush_batch()
+        self.host.flush_batch()
         if self._steps_send is None:
             if self.conn.closing:
                 return
-            send, recv = trio.open_memory_channel[Step](
-                self.conn.broker.config.mqtt.receive_maximum + 256
-            )
+            send, recv = trio.open_memory_channel[Step](self.host.config.mqtt.receive_maximum + 256)
             self._steps_send = send
-            self.conn.broker.spawn(self.pipeline, recv)
+            self.host.spawn(self.pipeline, recv)
         self._steps_pending += 1
         try:
             # No checkpoint per packet: the rest of the chunk joins the same store batch.
