@@ -114,6 +114,8 @@ _internal_errors = _InternalErrors()
 class ClientConnection:
     """See module docstring."""
 
+    inbound: Inbound
+
     __slots__ = (
         "_parked_fd",
         "_read_scope",
@@ -148,13 +150,15 @@ class ClientConnection:
         self._parked_fd = -1  # the socket, while the connection is parked (no task yet)
         self.out = Output(self, self.transport)
         self.handshake: Handshake | None = Handshake(self, self.out)
-        self.inbound = Inbound(self, self.out)
+        # self.inbound is made when the connection's task starts: a client parked since
+        # its CONNECT (most of a connect storm) never needs one.
 
     # == lifecycle ================================================================================
 
     async def run(self) -> None:
         hs = self.handshake
         self.handshake = None  # the task holds it while it needs it
+        self.inbound = Inbound(self, self.out)
         try:
             if hs is not None and hs.early_error is not None:
                 raise hs.early_error  # a bug in connect_now: reported below
