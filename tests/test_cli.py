@@ -11,8 +11,11 @@ import sys
 import pytest
 
 from broker import __version__
+from broker.mqtt.packet_types import ProtocolVersion
+from broker.mqtt.packets import Puback
 from tests.broker.harness import BrokerProcess, refused_at_start, serve_command
 from tests.broker.pahoclient import Paho
+from tests.broker.rawclient import RawClient
 
 
 def _jetmq(*args: str) -> subprocess.CompletedProcess[str]:
@@ -199,3 +202,29 @@ def test_sighup_is_logged_and_the_broker_serves_on(tmp_path: pathlib.Path) -> No
             sub.disconnect()
     finally:
         assert broker.terminate() == 0
+
+
+def test_log_level_from_the_configuration_applies(tmp_path: pathlib.Path) -> None:
+    """`log.level` decides which lines the broker writes, each with time, level and logger:
+    a 3.1.1 publish to a reserved topic logs a warning, shown at "warning", not at "error"."""
+    for level, shown in (("warning", True), ("error", False)):
+        conf = tmp_path / f"{level}.toml"
+        conf.write_text(f'[log]\nlevel = "{level}"\n')
+        broker = BrokerProcess(tmp_path / f"data-{level}", config=conf)
+        broker.start()
+        try:
+            with RawClient(broker.port, version=ProtocolVersion.MQTT_3_1_1) as c:
+                c.connect(f"log-{level}")
+                c.publish(b"$SYS/x", b"x", qos=1, packet_id=1)
+                c.expect(Puback)
+            assert broker.proc is not None
+            broker.proc.send_signal(signal.SIGHUP)  # a marker line after the publish
+            broker.wait_for_output("SIGHUP")
+            lines = [line for line in broker.output if "reserved topic" in line]
+            if shown:
+                assert len(lines) == 1, broker.output
+                assert " WARNING jetmq.client: client 'log-warning'" in lines[0]
+            else:
+                assert lines == [], lines
+        finally:
+            broker.terminate()
