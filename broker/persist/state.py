@@ -360,22 +360,6 @@ class Persistence:
             [store.PurgeStream(SUBS, filter=f"$MQTT.subs.{tok}.{token(f)}") for f in filters]
         )
 
-    @staticmethod
-    def _subscription_op(session: Session, r: SubscriptionRecord) -> store.Publish:
-        record = [
-            r.topic_filter.decode("utf-8"),
-            r.qos,
-            int(r.no_local),
-            int(r.retain_as_published),
-            r.retain_handling,
-            r.sub_id,
-        ]
-        return store.Publish(
-            f"$MQTT.subs.{session_token(session)}.{token(r.topic_filter)}",
-            json.dumps(record, separators=(",", ":")).encode(),
-            stream=SUBS,
-        )
-
     def session_ended(self, session: Session, dropped: Sequence[Outgoing]) -> None:
         """The session is over (or was cleaned): remove its stored state, if it has any."""
         if not session.stored:
