@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from typing import Any
 
 from pipeline.jobs import archive, rollup
 
@@ -46,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.job == "rollup":
         try:
             rollup.window_duration(args.window)
+            if args.follow:
+                rollup.window_duration(args.watermark or args.window)
+                rollup.window_duration(args.trigger)
         except ValueError as exc:
             print(f"jetmq pipeline rollup: {exc}", file=sys.stderr)
             return 2
@@ -64,12 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f" in {r['batches']} micro-batches; {r['skipped']} sequences skipped"
                 " (removed by retention before they were read)"
             )
+        elif args.follow:
+            _follow(spark, args)
         else:
             r = rollup.run(spark, args)
             print(
-                f"rolled up {r['messages']} messages of {args.stream} into {r['windows']}"
-                f" windows in {args.to}; {r['corrupt']} payloads did not parse"
-                f" (see {args.to}/_corrupt)"
+                f"rolled up {r['new']} new messages of {args.stream}, changing {r['touched']}"
+                f" windows; {args.to} holds {r['windows']} windows of {r['messages']} messages;"
+                f" {r['corrupt']} payloads did not parse (see {args.to}/_corrupt)"
             )
     except Exception as exc:  # the job's failure, reported in one line, not a traceback
         print(f"jetmq pipeline {args.job}: {_first_line(exc)}", file=sys.stderr)
@@ -77,6 +85,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         spark.stop()
     return 0
+
+
+def _follow(spark: Any, args: argparse.Namespace) -> None:
+    """Run the ``--follow`` queries until one fails or SIGINT/SIGTERM; a line per
+    micro-batch: messages read, and the late data the watermark dropped so far."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    queries = rollup.follow(spark, args)
+    seen = -1
+    late = 0  # late data, as Spark counts it (after its partial aggregation)
+    try:
+        while not stop.is_set():
+            if any(q.awaitTermination(0.5) for q in queries):
+                break
+            p = queries[0].lastProgress
+            if p is not None and p.get("batchId", -1) != seen:
+                seen = p["batchId"]
+                late += rollup.late_groups([p])
+                print(
+                    f"rollup {args.stream}: batch {seen}, {p.get('numInputRows', 0)} messages;"
+                    f" late data dropped so far: {late} (Spark's count, after partial aggregation)",
+                    flush=True,
+                )
+    finally:
+        for q in queries:
+            q.stop()
+    for q in queries:
+        if q.exception() is not None:
+            raise RuntimeError(str(q.exception()))
 
 
 def _check_stream(path: str, stream: str) -> str | None:

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 from collections import defaultdict
@@ -15,7 +16,7 @@ import pytest
 
 from pipeline import storeread
 from pipeline.cli import _parser
-from pipeline.jobs import archive, rollup
+from pipeline.jobs import archive, rollstate, rollup
 from store import Store
 from tests.broker.harness import BrokerProcess
 from tests.broker.pahoclient import Paho
@@ -130,15 +131,8 @@ def test_rollup_equals_a_plain_python_computation(
     st = Store.open(data_dir, sync="batch", clock=clock)
     st.create_stream({"name": "TELEMETRY", "subjects": ["tele.>"]})
     sent: list[tuple[str, int, bytes]] = []  # topic, time ns, payload
-    for i in range(300):
-        clock.now = T0 + i * 2 * SEC + (i % 7) * 10**6  # 10 minutes, 1 m windows
-        topic = f"tele.dev{i % 4}"
-        if i % 50 == 13:
-            payload = b"garbage{" if i % 100 == 13 else b'{"temp": '
-        else:
-            payload = json.dumps({"temp": (i * 37 % 101) / 4, "hum": i % 60, "unit": "C"}).encode()
-        fill(st, "TELEMETRY", [topic], [payload])
-        sent.append((topic.replace(".", "/"), clock.now, payload))
+    for i in range(300):  # 10 minutes, 1 m windows
+        _telemetry(st, clock, sent, i)
     st.close()
     out = tmp_path / "rollup"
     sub = Paho(broker_process.port)
@@ -168,41 +162,168 @@ def test_rollup_equals_a_plain_python_computation(
         published = [json.loads(sub.get(timeout=30).payload) for _ in range(result["windows"])]
     finally:
         sub.disconnect()
-    expect: dict[tuple[str, dt.datetime], dict[str, Any]] = {}
-    groups: dict[tuple[str, dt.datetime], list[dict[str, Any] | None]] = defaultdict(list)
-    for topic, t, payload in sent:
-        start = dt.datetime.fromtimestamp((t // (60 * SEC)) * 60, dt.UTC).replace(tzinfo=None)
-        try:
-            groups[(topic, start)].append(json.loads(payload))
-        except ValueError:
-            groups[(topic, start)].append(None)
-    for key, items in groups.items():
-        good = [x for x in items if x is not None]
-        temps = [x["temp"] for x in good]
-        hums = [x["hum"] for x in good]
-        expect[key] = {
-            "messages": len(good),
-            "corrupt": len(items) - len(good),
-            "temp_min": min(temps),
-            "temp_max": max(temps),
-            "temp_avg": sum(temps) / len(temps),
-            "hum_min": min(hums),
-            "hum_max": max(hums),
-            "hum_avg": sum(hums) / len(hums),
-        }
-    rows = spark.read.parquet(str(out)).collect()
-    got = {(r.topic, r.window_start): r.asDict() for r in rows}
-    assert set(got) == set(expect)
-    for key, want in expect.items():
-        for col, value in want.items():
-            assert got[key][col] == pytest.approx(value), (key, col)
-    assert result == {"windows": len(expect), "messages": 294, "corrupt": 6}
+    expect = _expected_windows(sent)
+    _assert_windows(spark, out, expect)
+    assert result == {
+        "windows": len(expect),
+        "messages": 294,
+        "corrupt": 6,
+        "new": 300,
+        "touched": len(expect),
+    }
     corrupt = spark.read.parquet(str(out / "_corrupt")).orderBy("seq").collect()
     assert [r.seq for r in corrupt] == [i + 1 for i in range(300) if i % 50 == 13]
     assert {r._corrupt for r in corrupt} == {"garbage{", '{"temp": '}
     assert sorted((p["topic"], p["messages"]) for p in published) == sorted(
         (k[0], v["messages"]) for k, v in expect.items()
     )
+    storeread.close_all()
+
+
+def _expected_windows(
+    sent: list[tuple[str, int, bytes]], window_s: int = 60
+) -> dict[tuple[str, dt.datetime], dict[str, Any]]:
+    """The roll-up computed in plain Python: (topic, window start) -> column values."""
+    groups: dict[tuple[str, dt.datetime], list[dict[str, Any] | None]] = defaultdict(list)
+    for topic, t, payload in sent:
+        start_s = (t // (window_s * SEC)) * window_s
+        start = dt.datetime.fromtimestamp(start_s, dt.UTC).replace(tzinfo=None)
+        try:
+            groups[(topic, start)].append(json.loads(payload))
+        except ValueError:
+            groups[(topic, start)].append(None)
+    expect: dict[tuple[str, dt.datetime], dict[str, Any]] = {}
+    for key, items in groups.items():
+        good = [x for x in items if x is not None]
+        want: dict[str, Any] = {"messages": len(good), "corrupt": len(items) - len(good)}
+        for f in ("temp", "hum"):
+            vals = [x[f] for x in good]
+            want[f"{f}_min"] = min(vals) if vals else None
+            want[f"{f}_max"] = max(vals) if vals else None
+            want[f"{f}_avg"] = sum(vals) / len(vals) if vals else None
+        expect[key] = want
+    return expect
+
+
+def _telemetry(st: Store, clock: Clock, sent: list[tuple[str, int, bytes]], i: int) -> None:
+    """Message ``i`` of the roll-up tests: every 2 s, 4 devices, a few bad payloads."""
+    clock.now = T0 + i * 2 * SEC + (i % 7) * 10**6
+    topic = f"tele.dev{i % 4}"
+    if i % 50 == 13:
+        payload = b"garbage{" if i % 100 == 13 else b'{"temp": '
+    else:
+        payload = json.dumps({"temp": (i * 37 % 101) / 4, "hum": i % 60, "unit": "C"}).encode()
+    fill(st, "TELEMETRY", [topic], [payload])
+    sent.append((topic.replace(".", "/"), clock.now, payload))
+
+
+def _assert_windows(spark: Any, out: pathlib.Path, expect: dict[Any, dict[str, Any]]) -> None:
+    got = {(r.topic, r.window_start): r.asDict() for r in spark.read.parquet(str(out)).collect()}
+    assert set(got) == set(expect)
+    for key, want in expect.items():
+        for col, value in want.items():
+            assert got[key][col] == pytest.approx(value), (key, col)
+
+
+def _rollup_args(data_dir: pathlib.Path, out: pathlib.Path, *extra: str) -> Any:
+    return _parser().parse_args(
+        [
+            "rollup",
+            "--stream",
+            "TELEMETRY",
+            "--schema",
+            "temp double, hum int, unit string",
+            "--to",
+            str(out),
+            "--path",
+            str(data_dir),
+            *extra,
+        ]
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_rollup_runs_are_incremental_and_windows_outlive_retention(
+    spark: Any, data_dir: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    clock = Clock()
+    sent: list[tuple[str, int, bytes]] = []
+    st = Store.open(data_dir, sync="batch", clock=clock)
+    st.create_stream({"name": "TELEMETRY", "subjects": ["tele.>"]})
+    for i in range(100):  # 0:00 - 3:18
+        _telemetry(st, clock, sent, i)
+    st.close()
+    out = tmp_path / "rollup"
+    args = _rollup_args(data_dir, out)
+    first = rollup.run(spark, args)
+    assert first["new"] == 100
+    assert first["touched"] == first["windows"] == len(_expected_windows(sent))
+    assert rollup.run(spark, args)["new"] == 0  # nothing new: nothing read, nothing changed
+    st = Store.open(data_dir, sync="batch", clock=clock)
+    for i in range(100, 160):  # 3:20 - 5:18: the 3:00 windows again, and new ones
+        _telemetry(st, clock, sent, i)
+    st.purge_stream("TELEMETRY", seq=90)  # retention took most of what run 1 read
+    st.close()
+    second = rollup.run(spark, args)
+    expect = _expected_windows(sent)
+    assert second["new"] == 60
+    new_windows = _expected_windows(sent[100:])
+    assert second["touched"] == len(new_windows)
+    assert second["windows"] == len(expect)
+    assert second["messages"] == sum(w["messages"] for w in expect.values())
+    _assert_windows(spark, out, expect)  # the purged messages still count in their windows
+    corrupt = spark.read.parquet(str(out / "_corrupt")).orderBy("seq").collect()
+    assert [r.seq for r in corrupt] == [i + 1 for i in range(160) if i % 50 == 13]
+    assert sorted({r.gen for r in corrupt}) == [1, 2]
+
+    changed = _rollup_args(data_dir, out, "--window", "5m")
+    with pytest.raises(rollstate.StateError, match=r"window .1m., not .5m..*--rebuild"):
+        rollup.run(spark, changed)
+    rebuilt = rollup.run(spark, _rollup_args(data_dir, out, "--window", "5m", "--rebuild"))
+    assert rebuilt["new"] == 160 - 89  # what the stream still holds
+    _assert_windows(spark, out, _expected_windows(sent[89:], window_s=300))
+    storeread.close_all()
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_rollup_follow_emits_windows_past_the_watermark_and_counts_late_data(
+    spark: Any, data_dir: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    clock = Clock()
+    sent: list[tuple[str, int, bytes]] = []
+    st = Store.open(data_dir, sync="batch", clock=clock)
+    st.create_stream({"name": "TELEMETRY", "subjects": ["tele.>"]})
+    for i in range(150):  # 0:00 - 4:58
+        _telemetry(st, clock, sent, i)
+    st.close()
+    out = tmp_path / "follow"
+    args = _rollup_args(data_dir, out, "--follow", "--watermark", "1m", "--trigger", "1s")
+    (q,) = rollup.follow(spark, args)
+    try:
+        q.processAllAvailable()
+        assert rollup.late_groups(q.recentProgress) == 0
+        # watermark 4:58 - 1m: the windows ending by 3:58 are final and written
+        final = {k: v for k, v in _expected_windows(sent).items() if k[1].minute < 3}
+        _assert_windows(spark, out, final)
+        st = Store.open(data_dir, sync="batch", clock=clock)
+        clock.now = T0 + 30 * SEC  # stored now, but stamped long behind the watermark
+        fill(st, "TELEMETRY", ["tele.dev0"] * 3, [b'{"temp": 1}'] * 3)
+        for i in range(150, 240):  # up to 7:58
+            _telemetry(st, clock, sent, i)
+        st.close()
+        q.processAllAvailable()
+        final = {k: v for k, v in _expected_windows(sent).items() if k[1].minute < 6}
+        _assert_windows(spark, out, final)  # the late messages changed no window
+        # Spark counts late data after its partial aggregation, not per message
+        assert 1 <= rollup.late_groups(q.recentProgress) <= 3
+    finally:
+        q.stop()
+    with pytest.raises(rollstate.StateError, match="holds a --follow roll-up"):
+        rollup.run(spark, _rollup_args(data_dir, out))
     storeread.close_all()
 
 
@@ -221,3 +342,33 @@ def test_skipped_sequences_come_from_the_offsets_advanced_minus_the_rows_read() 
         {"sources": [src({"S": 100}, {"S": 110, "NEW": 5}, 15)]},  # a new stream: not counted
     ]
     assert archive.skipped_sequences(progress) == 10
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_rollup_follow_from_the_command_line_reports_batches_and_stops_on_sigterm(
+    data_dir: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    clock = Clock()
+    sent: list[tuple[str, int, bytes]] = []
+    with Store.open(data_dir, sync="batch", clock=clock) as st:
+        st.create_stream({"name": "TELEMETRY", "subjects": ["tele.>"]})
+        for i in range(60):
+            _telemetry(st, clock, sent, i)
+    out = tmp_path / "follow"
+    cmd = [sys.executable, "-m", "broker", "pipeline", "rollup", "--stream", "TELEMETRY"]
+    cmd += ["--schema", "temp double, hum int", "--to", str(out), "--path", str(data_dir)]
+    cmd += ["--follow", "--trigger", "1s", "--master", "local[1]"]
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()  # the first micro-batch's line
+            assert line.startswith("rollup TELEMETRY: batch 0, 60 messages;"), line
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=120) == 0
+        finally:
+            proc.kill()
+    assert (out / "_checkpoint").is_dir()
