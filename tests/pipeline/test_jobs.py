@@ -20,6 +20,7 @@ from pipeline.jobs import archive, rollstate, rollup
 from store import Store
 from tests.broker.harness import BrokerProcess
 from tests.broker.pahoclient import Paho
+from tests.pipeline.cluster import StandaloneCluster
 from tests.pipeline.conftest import fill
 
 T0 = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
@@ -372,3 +373,38 @@ def test_rollup_follow_from_the_command_line_reports_batches_and_stops_on_sigter
         finally:
             proc.kill()
     assert (out / "_checkpoint").is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.timeout(400)
+def test_archive_runs_unchanged_on_a_standalone_spark_cluster(
+    data_dir: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    with Store.open(data_dir, sync="batch") as st:
+        st.create_stream({"name": "TELEMETRY", "subjects": ["tele.>"]})
+        fill(st, "TELEMETRY", [f"tele.dev{i % 5}" for i in range(3000)], [b"x"] * 3000)
+    cluster = StandaloneCluster(tmp_path / "spark")
+    url = cluster.start()
+    try:
+        out = tmp_path / "archive"
+        got = _jetmq(
+            "archive", "--stream", "TELEMETRY", "--to", str(out), "--path", str(data_dir),
+            "--master", url,
+        )  # fmt: skip
+        assert got.returncode == 0, got.stderr[-3000:]
+        assert "archived 3000 messages of TELEMETRY" in got.stdout
+    finally:
+        cluster.stop()
+    executor_logs = list((tmp_path / "spark" / "worker").glob("app-*/*/stderr"))
+    assert executor_logs, "no executor ran on the worker"
+    storeread.close_all()
+    rows = pyarrow_rows(out)
+    assert sorted(rows) == list(range(1, 3001))
+
+
+def pyarrow_rows(out: pathlib.Path) -> list[int]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(str(out), columns=["seq"])
+    return [int(v) for v in table.column("seq").to_pylist()]
