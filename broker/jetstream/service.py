@@ -33,7 +33,7 @@ from broker.jetstream.outbox import Outbox
 from broker.jetstream.requests import INTERNAL_PREFIX, Requests
 from broker.mqtt.packets import Publish
 from broker.persist.client import StorageError, StoreClient
-from store import Event, JetStreamError, Store, Tick
+from store import Event, JetStreamError, PubAck, Store, Tick
 from store.ops import OpResult
 from store.topics import subject_to_topic
 
@@ -41,19 +41,20 @@ log = logging.getLogger("jetmq.jetstream")
 
 MAX_TICK_SLEEP_S: Final = 1.0  # the timer task looks again at least this often
 
-Snapshot = tuple[tuple[str, ...], dict[tuple[str, str], str]]
+Snapshot = tuple[tuple[tuple[str, str], ...], dict[tuple[str, str], str]]
 
 
 def read_snapshot(st: Store) -> Snapshot:
-    """(every user stream subject, push consumers -> deliver topic); worker thread."""
-    subjects: list[str] = []
+    """((user stream subject, its stream)..., push consumers -> deliver topic); worker
+    thread."""
+    subjects: list[tuple[str, str]] = []
     push: dict[tuple[str, str], str] = {}
     for name in st.stream_names():
         if name.startswith(INTERNAL_PREFIX):
             continue
         try:
             info = st.stream_info(name)
-            subjects.extend(info.config.subjects or ())
+            subjects.extend((subject, name) for subject in info.config.subjects or ())
             for consumer in st.consumer_names(name):
                 cfg = st.consumer_info(name, consumer).config
                 if cfg.deliver_subject:
@@ -121,7 +122,8 @@ class JetStream:
         has one, and what its PUBACK/PUBREC says."""
         reply = p.properties.response_topic
         if reply is not None and api.valid_reply(reply) is None:
-            doc = pub_ack_json(result)
+            stream = "" if isinstance(result, PubAck) else self.capture.stream_for(p.topic)
+            doc = pub_ack_json(result, stream)
             if doc is not None:
                 self.outbox.answer(reply, doc, p.properties.correlation_data)
         self.wake()
