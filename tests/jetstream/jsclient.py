@@ -48,7 +48,10 @@ class Acked:
 class JsClient:
     """One MQTT 5 connection: requests with Response Topic + Correlation Data, inboxes."""
 
-    def __init__(self, port: int, client_id: str = "", *, clean_start: bool = True) -> None:
+    def __init__(
+        self, port: int, client_id: str = "", *, clean_start: bool = True, timeout: float = TIMEOUT
+    ) -> None:
+        self.timeout = timeout
         self.client = mqtt.Client(
             CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5
         )
@@ -106,7 +109,7 @@ class JsClient:
             q = self.acks.setdefault(info.mid, queue.Queue())
         if not qos:
             return None
-        return q.get(timeout=TIMEOUT)
+        return q.get(timeout=self.timeout)
 
     def request_raw(
         self, topic: str, body: bytes | str = b"", qos: int = 1, timeout: float = TIMEOUT
@@ -155,10 +158,10 @@ class JsClient:
         out: Json = json.loads(msg.payload)
         return out
 
-    def next_msg(self, topic: str, timeout: float = TIMEOUT) -> mqtt.MQTTMessage:
+    def next_msg(self, topic: str, timeout: float | None = None) -> mqtt.MQTTMessage:
         with self._lock:
             q = self.inbox.setdefault(topic, queue.Queue())
-        return q.get(timeout=timeout)
+        return q.get(timeout=self.timeout if timeout is None else timeout)
 
     def nothing_on(self, topic: str, seconds: float) -> bool:
         with self._lock:
