@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -78,7 +79,9 @@ class Mqtt:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", port)
         self.connack: asyncio.Future[Connack] = asyncio.get_running_loop().create_future()
         self.task = asyncio.create_task(self._read())
-        self.send(Connect(ProtocolVersion.MQTT_5, client_id, properties=Properties(receive_maximum=65535)))
+        self.send(
+            Connect(ProtocolVersion.MQTT_5, client_id, properties=Properties(receive_maximum=65535))
+        )
         await self.connack
 
     def send(self, packet: Any) -> None:
@@ -131,7 +134,9 @@ class Mqtt:
                 got.set_result(p.payload)
 
         self.on_publish = on
-        await self.publish(topic.encode(), json.dumps(body).encode(), 1, response_topic="bench/reply")
+        await self.publish(
+            topic.encode(), json.dumps(body).encode(), 1, response_topic="bench/reply"
+        )
         out: dict[str, Any] = json.loads(await got)
         self.on_publish = old
         return out
@@ -227,17 +232,19 @@ async def jetmq_latency(port: int, seconds: float) -> list[float]:
     await pub.connect(port, "bench-lat-pub")
     lat: list[float] = []
     want = int(seconds * 1000)
-    need_pull = asyncio.Event()
+    all_in = asyncio.Event()
 
     def on(p: Publish) -> None:
         if p.topic != b"bench/lat":
             return
         ack = p.properties.response_topic
         if ack is None:
-            need_pull.set()
+            all_in.set()  # a status: the request ended
             return
         lat.append(time.perf_counter() - float(p.payload))
         c.send(Publish(ack.encode(), b"+ACK", 0))
+        if len(lat) >= want:
+            all_in.set()
 
     c.on_publish = on
     body = json.dumps({"batch": 10_000, "expires": int(seconds * 3e9)}).encode()
@@ -248,9 +255,8 @@ async def jetmq_latency(port: int, seconds: float) -> list[float]:
         if delay > 0:
             await asyncio.sleep(delay)
         pub.send(Publish(b"lat/x", repr(time.perf_counter()).encode(), 1, False, False, pub.pid()))
-    deadline = time.perf_counter() + 5
-    while len(lat) < want and time.perf_counter() < deadline:
-        await asyncio.sleep(0.01)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(all_in.wait(), 5)
     c.close()
     pub.close()
     return lat
@@ -327,11 +333,8 @@ async def nats_latency(url: str, seconds: float) -> list[float]:
             await asyncio.sleep(delay)
         futs.append(asyncio.create_task(pjs.publish("lat.x", repr(time.perf_counter()).encode())))
     await asyncio.gather(*futs)
-    with_timeout = asyncio.wait_for(task, 10)
-    try:
-        await with_timeout
-    except TimeoutError:
-        pass
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(task, 10)
     await pub.close()
     await nc.close()
     return lat
@@ -356,15 +359,35 @@ def main() -> None:
             cfg = Path(tmp) / "jetmq.toml"
             cfg.write_text(f'[storage]\nsync = "{args.sync}"\n[log]\nlevel = "warning"\n')
             jm = subprocess.Popen(
-                [sys.executable, "-m", "broker", "serve", "--listen", f"127.0.0.1:{port}",
-                 "--data-dir", f"{tmp}/jetmq", "--config", str(cfg)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-m",
+                    "broker",
+                    "serve",
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    "--data-dir",
+                    f"{tmp}/jetmq",
+                    "--config",
+                    str(cfg),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             nport = free_port()
             ns = subprocess.Popen(
-                [str(Path(sys.executable).parent / "nats-server"), "-js", "-sd", f"{tmp}/nats",
-                 "-a", "127.0.0.1", "-p", str(nport)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    str(Path(sys.executable).parent / "nats-server"),
+                    "-js",
+                    "-sd",
+                    f"{tmp}/nats",
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    str(nport),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             try:
                 wait_port(port, jm)
@@ -391,8 +414,12 @@ def main() -> None:
     print(f"sync={args.sync} seconds={args.seconds} runs={args.runs} (medians; all runs)")
     for name, xs in results.items():
         print(f"{name:26s} {statistics.median(xs):10.1f}   {[round(x, 1) for x in xs]}")
-    pub = statistics.median(results["jetmq publish msg/s"]) / statistics.median(results["nats publish msg/s"])
-    con = statistics.median(results["jetmq consume msg/s"]) / statistics.median(results["nats consume msg/s"])
+    pub = statistics.median(results["jetmq publish msg/s"]) / statistics.median(
+        results["nats publish msg/s"]
+    )
+    con = statistics.median(results["jetmq consume msg/s"]) / statistics.median(
+        results["nats consume msg/s"]
+    )
     print(f"ratio publish {pub:.2f} (target >= 0.5), consume {con:.2f} (target >= 0.5)")
     print(f"load average {os.getloadavg()}")
 
