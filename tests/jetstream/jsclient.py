@@ -49,7 +49,13 @@ class JsClient:
     """One MQTT 5 connection: requests with Response Topic + Correlation Data, inboxes."""
 
     def __init__(
-        self, port: int, client_id: str = "", *, clean_start: bool = True, timeout: float = TIMEOUT
+        self,
+        port: int,
+        client_id: str = "",
+        *,
+        clean_start: bool = True,
+        timeout: float = TIMEOUT,
+        session_expiry: int = 0,
     ) -> None:
         self.timeout = timeout
         self.client = mqtt.Client(
@@ -68,7 +74,10 @@ class JsClient:
         self.client.on_unsubscribe = lambda _c, _u, _m, rcs, _p: self._suback.put(rcs)
         connected: queue.Queue[Any] = queue.Queue()
         self.client.on_connect = lambda _c, _u, _f, rc, _p: connected.put(rc)
-        self.client.connect("127.0.0.1", port, clean_start=clean_start)
+        connect_props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        if session_expiry:
+            connect_props.SessionExpiryInterval = session_expiry
+        self.client.connect("127.0.0.1", port, clean_start=clean_start, properties=connect_props)
         self.client.loop_start()
         rc = connected.get(timeout=TIMEOUT)
         assert not rc.is_failure, rc
