@@ -66,6 +66,7 @@ from broker.net.output import FLUSH_TIMEOUT, Output
 from broker.net.transport import Transport
 
 if TYPE_CHECKING:
+    from broker.config import ListenerSpec
     from broker.net.link import Host
 
 log = logging.getLogger("jetmq.client")
@@ -123,6 +124,7 @@ class ClientConnection:
         "closing",
         "handshake",
         "inbound",
+        "listener",
         "out",
         "peer_gone",
         "problem_info",
@@ -130,13 +132,21 @@ class ClientConnection:
         "send_will",
         "session",
         "transport",
+        "username",
         "version",
     )
 
-    def __init__(self, broker: Host, transport: socket.socket | trio.abc.Stream) -> None:
+    def __init__(
+        self,
+        broker: Host,
+        transport: socket.socket | trio.abc.Stream,
+        listener: ListenerSpec | None = None,
+    ) -> None:
         """``transport``: an accepted socket (see :func:`transport.prepare_socket`), or any
-        trio stream (tests drive a connection through in-memory streams)."""
+        trio stream (TLS, WebSocket; tests drive a connection through in-memory streams)."""
         self.broker = broker
+        self.listener = listener  # the listener that accepted it (None: tests)
+        self.username: str | None = None  # the identity the ACL knows it by
         self.transport = Transport(transport)
         cfg = broker.config.mqtt
         self.proto = Connection(Role.SERVER, max_packet_size=cfg.max_packet_size)

@@ -86,6 +86,10 @@ class Inbound:
     async def on_publish(self, p: Publish) -> None:
         session = self.conn.session
         assert session is not None
+        access = session.access
+        if access is not None and not access.may_write(p.topic):
+            await self._not_authorised(p)
+            return
         if p.topic[:1] == b"$":
             handler = self.conn.broker.hub.systopics.handler_for(p.topic)
             if handler is not None:  # a system topic: its handler, not the router
@@ -125,6 +129,23 @@ class Inbound:
                 self.out.storage_failed()
 
         await self.out.step(None if plan.empty else plan.wait, then, not_stored)
+
+    async def _not_authorised(self, p: Publish) -> None:
+        """A PUBLISH the ACL denies: PUBACK/PUBREC 0x87 (v5); 3.1.x cannot be told, so it
+        is acknowledged and dropped, as mosquitto does. Logged once per connection."""
+        if not self.told_reserved:
+            self.told_reserved = True
+            session = self.conn.session
+            log.warning(
+                "client %r may not publish to %r (ACL): dropped",
+                session.client_id if session is not None else "-",
+                p.topic.decode("utf-8", "replace"),
+            )
+        if not p.qos:
+            return
+        code = ReasonCode.NOT_AUTHORIZED if self.conn.version is _V5 else ReasonCode.SUCCESS
+        reason = "not authorised (ACL)"
+        await self.out.step(None, lambda: self.out.send(self._ack(p, code, reason)))
 
     async def duplicate_publish(self, event: DuplicatePublish) -> None:
         pid = event.publish.packet_id
@@ -236,6 +257,10 @@ class Inbound:
                     ReasonCode.TOPIC_FILTER_INVALID if v5 else ReasonCode.UNSPECIFIED_ERROR
                 )
                 continue
+            access = session.access
+            if access is not None and not access.may_subscribe(flt):
+                codes.append(ReasonCode.NOT_AUTHORIZED if v5 else ReasonCode.UNSPECIFIED_ERROR)
+                continue
             if share is not None and not cfg.shared_subscriptions_available:
                 codes.append(ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED)
                 continue
@@ -300,7 +325,10 @@ class Inbound:
                 broker.hub.pace_retained(session, messages, record.qos, sub_ids)
                 self.out.output_ready()
                 continue
+            access = session.access
             for msg in messages:
+                if access is not None and not access.may_read(msg.topic):
+                    continue
                 qos = min(msg.qos, record.qos)
                 if qos == 0:
                     self.out.send_qos0(msg, True, sub_ids, now)

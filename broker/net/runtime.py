@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, ListenerSpec
 from broker.core.hub import Hub
 from broker.mqtt.properties import Properties
 from broker.net.connection import ClientConnection
@@ -32,10 +32,13 @@ from broker.persist import recovery
 from broker.persist.client import StoreClient
 from broker.persist.records import STREAMS
 from broker.persist.state import Persistence
+from broker.security import auth as security
+from broker.security.acl import AclFileError, ClientAccess
+from broker.security.passwords import PasswordFileError
 
 log = logging.getLogger("jetmq.broker")
 
-RESTART_ONLY = ("listener", "storage")  # configuration sections a reload cannot change
+RESTART_ONLY = ("listener", "listeners", "storage")  # configuration sections a reload cannot change
 
 
 class _Timer:
@@ -94,6 +97,19 @@ class Broker:
         self.connack_properties: Properties | None = None
         # The CONNECT seam: None answers CONNECTs in the accept loop when they are there.
         self.authenticator: Authenticator | None = None
+        # [auth]: users and ACL (None: nothing to check, the fast path stays).
+        self.security: security.Security | None = None
+        self.set_security(hub.config)
+
+    def set_security(self, config: BrokerConfig) -> None:
+        """Build the security state from ``[auth]`` (raises on a file that does not load:
+        at start the broker refuses to run)."""
+        if security.needed(config):
+            self.security = security.Security(config)
+        else:
+            self.security = None
+        self.authenticator = self.security
+        self.hub.acl_active = self.security is not None and self.security.acl is not None
 
     @classmethod
     async def open(cls, config: BrokerConfig) -> Broker:
@@ -121,11 +137,13 @@ class Broker:
         assert self._nursery is not None
         self._nursery.start_soon(fn, *args)
 
-    def spawn_connection(self, transport: socket.socket | trio.abc.Stream) -> None:
+    def spawn_connection(
+        self, transport: socket.socket | trio.abc.Stream, listener: ListenerSpec | None = None
+    ) -> None:
         """Serve one accepted connection (a socket from ``transport.prepare_socket``, or
-        a trio stream in tests)."""
+        a trio stream: TLS, WebSocket, tests), accepted by ``listener``."""
         assert self._nursery is not None
-        conn = ClientConnection(self, transport)
+        conn = ClientConnection(self, transport, listener)
         self.connections.add(conn)
         if not conn.connect_now():  # True: connected and parked, no task until needed
             self._nursery.start_soon(conn.run)
@@ -166,10 +184,41 @@ class Broker:
         kept = [name for name in RESTART_ONLY if getattr(new, name) != getattr(self.config, name)]
         if kept:
             new = new.model_copy(update={name: getattr(self.config, name) for name in kept})
+        new = self._reload_security(new)
         self.config = new
         self.hub.config = new
         self.connack_properties = None  # built from the configuration: built again
         return kept
+
+    def _reload_security(self, new: BrokerConfig) -> BrokerConfig:
+        """The ``[auth]`` part of a reload, atomic: the password and ACL files are read
+        again (even when the paths did not change); if either does not load, the previous
+        users, ACL and ``[auth]`` stay (logged). Every session then gets its access from
+        the new ACL: connected clients lose what it no longer grants from their next
+        operation (deliveries, publishes, subscribes)."""
+        try:
+            if self.security is not None and security.needed(new):
+                problem = self.security.reload(new)
+                if problem is not None:
+                    return new.model_copy(update={"auth": self.config.auth})
+            else:
+                self.set_security(new)
+        except (PasswordFileError, AclFileError) as exc:
+            log.error("reload: kept the previous [auth]: %s", exc)
+            return new.model_copy(update={"auth": self.config.auth})
+        sec = self.security
+        self.hub.acl_active = sec is not None and sec.acl is not None
+        for session in self.hub.sessions:
+            old = session.access
+            if sec is None or sec.acl is None or not isinstance(old, ClientAccess):
+                session.access = None
+            else:
+                session.access = sec.access_for(*old.who)
+        if sec is not None and sec.acl is not None:
+            for conn in self.connections:
+                if conn.session is not None:
+                    conn.session.access = sec.access_for(conn.session.client_id, conn.username)
+        return new
 
     async def close(self) -> None:
         self.parking.close()
