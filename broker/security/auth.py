@@ -103,11 +103,12 @@ class Security:
     async def authenticate(self, connect: Connect, peer: PeerInfo) -> tuple[ReasonCode, str] | None:
         refusal = await self._check(connect, peer)
         now = trio.current_time()
+        host = peer.address.rpartition(":")[0] or peer.address  # per address, not port
         if refusal is None:
-            self.backoff.succeeded(peer.address)
+            self.backoff.succeeded(host)
             return None
-        delay = self.backoff.delay(peer.address, now)
-        count = self.backoff.failed(peer.address, now)
+        delay = self.backoff.delay(host, now)
+        count = self.backoff.failed(host, now)
         log.warning(
             "refused CONNECT from %s client %r username %r: %s (failure %d in a row%s)",
             peer.address,
