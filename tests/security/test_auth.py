@@ -50,7 +50,8 @@ def test_jetmq_passwd_writes_mosquittos_pbkdf2_form(
     assert lines[0].split(":")[1].startswith(f"$7${passwords.ITERATIONS}$")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     users = passwords.load(path)
-    assert users["alice"].verify(b"changed") and not users["alice"].verify(b"s3cret")
+    assert users["alice"].verify(b"changed")
+    assert not users["alice"].verify(b"s3cret")
     assert users["bob"].verify(b"other")
 
 
@@ -69,7 +70,8 @@ def test_six_dollar_is_mosquittos_salted_sha512() -> None:
     digest = hashlib.sha512(b"pw" + salt).digest()
     entry = f"$6${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}"
     hashed = passwords.parse_hash(entry)
-    assert hashed.verify(b"pw") and not hashed.verify(b"pw2")
+    assert hashed.verify(b"pw")
+    assert not hashed.verify(b"pw2")
 
 
 def connack_bytes(port: int, version: ProtocolVersion, **connect: object) -> bytes:
@@ -111,7 +113,8 @@ def test_good_and_bad_credentials(
             connack = raw.connect("anon-1")
         assert connack.reason_code is ReasonCode.NOT_AUTHORIZED
     text = caplog.text
-    assert "mallory-1" in text and "127.0.0.1" in text
+    assert "mallory-1" in text
+    assert "127.0.0.1" in text
     assert "guess-1" not in text  # never the password
     # 3.1.1: return code 4 (bad user name or password) and 5 (not authorised).
     bad = connack_bytes(port, V311, username="alice", password=b"nope")
@@ -158,7 +161,9 @@ def test_refuses_to_start_exposed_without_auth(
     cfg.write_text('[[listeners]]\nbind = "0.0.0.0:0"\n')
     assert main(["check-config", "--config", str(cfg)]) == 1
     err = capsys.readouterr().err
-    assert "0.0.0.0:0" in err and "password_file" in err and "allow_anonymous = true" in err
+    assert "0.0.0.0:0" in err
+    assert "password_file" in err
+    assert "allow_anonymous = true" in err
     cfg.write_text('[[listeners]]\nbind = "0.0.0.0:0"\n[auth]\nallow_anonymous = true\n')
     assert main(["check-config", "--config", str(cfg)]) == 0
     assert main(["check-config"]) == 0  # the default: 127.0.0.1, anonymous
@@ -194,7 +199,8 @@ def test_files_written_by_mosquitto_passwd_are_accepted(
     subprocess.run([MOSQUITTO_PASSWD, "-c", "-b", str(path), "pbkdf", "pw-7"], check=True)
     subprocess.run([MOSQUITTO_PASSWD, "-H", "sha512", "-b", str(path), "sha", "pw-6"], check=True)
     text = path.read_text()
-    assert "pbkdf:$7$" in text and "sha:$6$" in text
+    assert "pbkdf:$7$" in text
+    assert "sha:$6$" in text
     broker = start_broker(LISTEN + f'[auth]\npassword_file = "{path}"\n')
     for user, password in (("pbkdf", "pw-7"), ("sha", "pw-6")):
         client = Paho(broker.port, f"mosq-{user}")

@@ -113,9 +113,11 @@ def test_client_refuses_a_server_signed_by_another_ca(
     other = tmp_path / "other-ca.pem"
     trustme.CA().cert_pem.write_to_path(str(other))
     ctx = ssl.create_default_context(cafile=str(other))
-    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as raw:
-        with pytest.raises(ssl.SSLCertVerificationError):
-            ctx.wrap_socket(raw, server_hostname="127.0.0.1").close()
+    with (
+        socket.create_connection(("127.0.0.1", broker.port), timeout=10) as raw,
+        pytest.raises(ssl.SSLCertVerificationError),
+    ):
+        ctx.wrap_socket(raw, server_hostname="127.0.0.1").close()
 
 
 def test_use_identity_as_username_with_the_acl(
