@@ -50,10 +50,12 @@ def broker(tmp_path: pathlib.Path, start_broker: Callable[[str], BrokerThread]) 
     )
 
 
-def login(port: int, user: str | None, client_id: str, **kw: object) -> RawClient:
-    raw = RawClient(port, version=kw.pop("version", ProtocolVersion.MQTT_5))  # type: ignore[arg-type]
-    creds = {} if user is None else {"username": user, "password": f"{user}-pw".encode()}
-    connack = raw.connect(client_id, **creds, **kw)
+def login(
+    port: int, user: str | None, client_id: str, version: ProtocolVersion = ProtocolVersion.MQTT_5
+) -> RawClient:
+    raw = RawClient(port, version=version)
+    password = None if user is None else f"{user}-pw".encode()
+    connack = raw.connect(client_id, username=user, password=password)
     assert connack.reason_code is ReasonCode.SUCCESS, connack
     return raw
 
