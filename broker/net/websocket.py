@@ -121,12 +121,15 @@ class WebSocketStream(trio.abc.Stream):
         await self.transport_stream.wait_send_all_might_not_block()
 
     async def aclose(self) -> None:
-        if self._open and not self._eof:
-            with (
-                contextlib.suppress(
-                    LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError
-                ),
-                trio.move_on_after(1),
-            ):
-                await self.transport_stream.send_all(self._ws.send(CloseConnection(1000)))
-        await self.transport_stream.aclose()
+        try:
+            if self._open and not self._eof:
+                self._eof = True
+                with (
+                    contextlib.suppress(
+                        LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError
+                    ),
+                    trio.move_on_after(1),
+                ):
+                    await self.transport_stream.send_all(self._ws.send(CloseConnection(1000)))
+        finally:
+            await self.transport_stream.aclose()
