@@ -126,6 +126,7 @@ class ClientConnection:
         "inbound",
         "listener",
         "out",
+        "over_limit",
         "peer_gone",
         "problem_info",
         "proto",
@@ -147,6 +148,7 @@ class ClientConnection:
         self.broker = broker
         self.listener = listener  # the listener that accepted it (None: tests)
         self.username: str | None = None  # the identity the ACL knows it by
+        self.over_limit = False  # accepted past max_connections: its CONNECT is refused
         self.transport = Transport(transport)
         cfg = broker.config.mqtt
         self.proto = Connection(Role.SERVER, max_packet_size=cfg.max_packet_size)
@@ -180,7 +182,11 @@ class ClientConnection:
                     connect = await hs.read_connect()
                     if connect is None:
                         return
-                    refusal = hs.refusal(connect) or await hs.authenticate(connect)
+                    refusal = (
+                        hs.too_many(connect)
+                        if self.over_limit
+                        else hs.refusal(connect) or await hs.authenticate(connect)
+                    )
                     if refusal is not None:
                         self.version = connect.protocol_version
                         await hs.refuse(refusal[0], refusal[1], connect.protocol_version)

@@ -290,6 +290,14 @@ class Handshake:
         elif was_persistent:
             broker.persist.session_ended(session, ())
 
+    def too_many(self, connect: Connect) -> tuple[ReasonCode, str]:
+        """A CONNECT accepted past ``max_connections``: Quota exceeded (0x97; 3.1.1:
+        return code 3, server unavailable), logged."""
+        log.warning(
+            "refused CONNECT from client %r: max_connections reached (0x97)", connect.client_id
+        )
+        return ReasonCode.QUOTA_EXCEEDED, "too many connections (max_connections)"
+
     def refusal(self, connect: Connect) -> tuple[ReasonCode, str] | None:
         cfg = self.conn.broker.config.mqtt
         props = connect.properties

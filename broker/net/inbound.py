@@ -55,12 +55,31 @@ _GRANTED = (ReasonCode.GRANTED_QOS_0, ReasonCode.GRANTED_QOS_1, ReasonCode.GRANT
 class Inbound:
     """Packet handling of one connected client (see module docstring)."""
 
-    __slots__ = ("conn", "out", "told_reserved")
+    __slots__ = ("conn", "out", "tokens", "tokens_at", "told_reserved")
 
     def __init__(self, conn: Link, out: Output) -> None:
         self.conn = conn
         self.out = out
         self.told_reserved = False  # a 3.1.x publish to a reserved topic was logged
+        # [limits] max_publish_rate: a token bucket holding one second's worth.
+        self.tokens = -1.0  # not started
+        self.tokens_at = 0.0
+
+    def _over_rate(self, rate: float) -> bool:
+        """Take a token; True when the client publishes faster than ``rate`` per second
+        (bursts up to one second's worth pass)."""
+        now = trio.current_time()
+        tokens = self.tokens
+        if tokens < 0:
+            tokens = rate
+        else:
+            tokens = min(rate, tokens + (now - self.tokens_at) * rate)
+        self.tokens_at = now
+        if tokens < 1:
+            self.tokens = tokens
+            return True
+        self.tokens = tokens - 1
+        return False
 
     # == PUBLISH ==========================================================================
 
@@ -89,6 +108,10 @@ class Inbound:
         access = session.access
         if access is not None and not access.may_write(p.topic):
             await self._not_authorised(p)
+            return
+        rate = self.conn.broker.config.limits.max_publish_rate
+        if rate and self._over_rate(rate):
+            await self._over_publish_rate(p)
             return
         if p.topic[:1] == b"$":
             handler = self.conn.broker.hub.systopics.handler_for(p.topic)
@@ -129,6 +152,22 @@ class Inbound:
                 self.out.storage_failed()
 
         await self.out.step(None if plan.empty else plan.wait, then, not_stored)
+
+    async def _over_publish_rate(self, p: Publish) -> None:
+        """Past ``max_publish_rate``: PUBACK/PUBREC 0x97 Quota exceeded for QoS 1/2 (v5);
+        QoS 0 (which has no acknowledgement) and 3.1.x: DISCONNECT 0x96 Message rate too
+        high (3.1.x: a close)."""
+        if p.qos and self.conn.version is _V5:
+            reason = "max_publish_rate exceeded"
+            ack = self._ack(p, ReasonCode.QUOTA_EXCEEDED, reason)
+            await self.out.step(None, lambda: self.out.send(ack))
+            return
+        session = self.conn.session
+        log.warning(
+            "client %r published faster than max_publish_rate: disconnected (0x96)",
+            session.client_id if session is not None else "-",
+        )
+        self.conn.disconnect(ReasonCode.MESSAGE_RATE_TOO_HIGH, "max_publish_rate exceeded")
 
     async def _not_authorised(self, p: Publish) -> None:
         """A PUBLISH the ACL denies: PUBACK/PUBREC 0x87 (v5); 3.1.x cannot be told, so it
@@ -260,6 +299,14 @@ class Inbound:
             access = session.access
             if access is not None and not access.may_subscribe(flt):
                 codes.append(ReasonCode.NOT_AUTHORIZED if v5 else ReasonCode.UNSPECIFIED_ERROR)
+                continue
+            most = broker.config.limits.max_subscriptions_per_client
+            if (
+                most
+                and len(session.subscriptions) >= most
+                and sub.filter not in session.subscriptions
+            ):
+                codes.append(ReasonCode.QUOTA_EXCEEDED if v5 else ReasonCode.UNSPECIFIED_ERROR)
                 continue
             if share is not None and not cfg.shared_subscriptions_available:
                 codes.append(ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED)

@@ -87,6 +87,7 @@ class Broker:
         self._timers = timers
         self._nursery: trio.Nursery | None = None
         self.connections: set[ClientConnection] = set()
+        self._per_listener: dict[ListenerSpec, int] = {}  # open connections per listener
         self._all_closed = trio.Event()
         # Connections that got output while a reader handles one input chunk; the reader
         # sends it at the end of the chunk (see Output.output_ready).
@@ -144,9 +145,24 @@ class Broker:
         a trio stream: TLS, WebSocket, tests), accepted by ``listener``."""
         assert self._nursery is not None
         conn = ClientConnection(self, transport, listener)
+        over = self._over_limit(listener)
         self.connections.add(conn)
-        if not conn.connect_now():  # True: connected and parked, no task until needed
+        if listener is not None:
+            self._per_listener[listener] = self._per_listener.get(listener, 0) + 1
+        if over:
+            conn.over_limit = True  # its task reads the CONNECT and refuses it (0x97)
             self._nursery.start_soon(conn.run)
+        elif not conn.connect_now():  # True: connected and parked, no task until needed
+            self._nursery.start_soon(conn.run)
+
+    def _over_limit(self, listener: ListenerSpec | None) -> bool:
+        """``[limits] max_connections`` (the broker) or the listener's own, reached."""
+        most = self.config.limits.max_connections
+        if most and len(self.connections) >= most:
+            return True
+        if listener is not None and listener.max_connections:
+            return self._per_listener.get(listener, 0) >= listener.max_connections
+        return False
 
     def _start_parked(self, conn: Parkable) -> None:
         assert self._nursery is not None
@@ -162,6 +178,8 @@ class Broker:
             flush()
 
     def connection_ended(self, conn: ClientConnection) -> None:
+        if conn in self.connections and conn.listener is not None:
+            self._per_listener[conn.listener] -= 1
         self.connections.discard(conn)
         if not self.connections:
             self._all_closed.set()
