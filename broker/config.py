@@ -180,6 +180,10 @@ class AuthConfig(_Section):
     allow_anonymous: bool | None = None
     password_file: str | None = None  # mosquitto's format ($7$ / $6$); ``jetmq passwd``
     acl_file: str | None = None  # mosquitto's ACL syntax
+    # true: ACL refusals of SUBSCRIBE and PUBLISH are answered 0x80 Unspecified error, not
+    # 0x87 Not authorized (MQTT 5 §3.9.3 / §3.4.2.1: a server that does not wish to reveal
+    # the reason). Paho's interoperability suite expects 0x80 (docs/security.md).
+    hide_denials: bool = False
 
 
 class LimitsConfig(_Section):

@@ -182,8 +182,13 @@ class Inbound:
             )
         if not p.qos:
             return
-        code = ReasonCode.NOT_AUTHORIZED if self.conn.version is _V5 else ReasonCode.SUCCESS
-        reason = "not authorised (ACL)"
+        if self.conn.version is not _V5:
+            code = ReasonCode.SUCCESS
+        elif self.conn.broker.config.auth.hide_denials:
+            code = ReasonCode.UNSPECIFIED_ERROR
+        else:
+            code = ReasonCode.NOT_AUTHORIZED
+        reason = None if code is ReasonCode.UNSPECIFIED_ERROR else "not authorised (ACL)"
         await self.out.step(None, lambda: self.out.send(self._ack(p, code, reason)))
 
     async def duplicate_publish(self, event: DuplicatePublish) -> None:
@@ -298,7 +303,11 @@ class Inbound:
                 continue
             access = session.access
             if access is not None and not access.may_subscribe(flt):
-                codes.append(ReasonCode.NOT_AUTHORIZED if v5 else ReasonCode.UNSPECIFIED_ERROR)
+                codes.append(
+                    ReasonCode.NOT_AUTHORIZED
+                    if v5 and not broker.config.auth.hide_denials
+                    else ReasonCode.UNSPECIFIED_ERROR
+                )
                 continue
             most = broker.config.limits.max_subscriptions_per_client
             if (

@@ -178,3 +178,22 @@ def test_anonymous_section_is_honoured(broker: BrokerThread) -> None:
         assert got == [ReasonCode.GRANTED_QOS_1, DENIED]
         anon.publish(b"public/news/x", b"no", qos=1, packet_id=3)
         assert anon.expect(Puback).reason_code is DENIED
+
+
+def test_hide_denials_answers_unspecified_error(
+    tmp_path: pathlib.Path, start_broker: Callable[[str], BrokerThread]
+) -> None:
+    """The configuration docs/security.md gives for Paho's test_subscribe_failure."""
+    acl = tmp_path / "paho.acl"
+    acl.write_text("topic readwrite test/#\ntopic deny test/nosubscribe\n")
+    broker = start_broker(
+        '[[listeners]]\nbind = "127.0.0.1:0"\n'
+        f'[auth]\nallow_anonymous = true\nhide_denials = true\nacl_file = "{acl}"\n'
+    )
+    with login(broker.port, None, "myclientid") as client:
+        got = codes(client.subscribe((b"test/nosubscribe", 2), (b"test/ok", 2)))
+        assert got == [ReasonCode.UNSPECIFIED_ERROR, ReasonCode.GRANTED_QOS_2]
+        client.publish(b"test/nosubscribe", b"x", qos=1, packet_id=7)
+        ack = client.expect(Puback)
+        assert ack.reason_code is ReasonCode.UNSPECIFIED_ERROR
+        assert ack.properties.reason_string is None  # nothing revealed
