@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Security benchmarks (issue 23), jetmq and mosquitto in ONE run with the same load:
+
+  acl        mqttbench fanin against jetmq without and with a 1,000-rule ACL file
+             (../shared/bench/mqttbench; alternating rounds, the ratio per round)
+  tls-storm  N clients, C at a time: TCP connect, TLS handshake, CONNECT/CONNACK, DISCONNECT
+             (asyncio + ssl) against jetmq and mosquitto TLS listeners; connects/s
+  tls-fanin  4 publishers -> 1 subscriber on a '+' filter over TLS, QoS 0, 100 B payloads,
+             closed loop (at most WINDOW messages in flight); delivered msg/s
+
+    .venv/bin/python scripts/bench_security.py                 # all three, 3 rounds
+    .venv/bin/python scripts/bench_security.py tls-storm --rounds 5
+
+Certificates are made at run time with trustme; brokers run on 127.0.0.1 only, each
+started fresh per round and stopped by PID. The load generator is Python (asyncio's TLS
+is OpenSSL in C); it shares the 2 cores with the broker, so compare the ratios within one
+run. Prerequisites: .venv (./scripts/test), `apt-get install mosquitto`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import pathlib
+import shutil
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import trustme
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+MQTTBENCH = ROOT.parent / "shared" / "bench" / "mqttbench" / "mqttbench.py"
+JETMQ = ROOT / ".venv" / "bin" / "jetmq"
+CONNECT_V311 = b"\x10%c\x00\x04MQTT\x04\x02\x00\x3c"  # remaining length filled in
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def connect_packet(client_id: str) -> bytes:
+    cid = client_id.encode()
+    body = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(cid).to_bytes(2, "big") + cid
+    return bytes([0x10, len(body)]) + body
+
+
+def publish_packet(topic: bytes, payload: bytes) -> bytes:
+    body = len(topic).to_bytes(2, "big") + topic + payload
+    assert len(body) < 128
+    return bytes([0x30, len(body)]) + body
+
+
+def subscribe_packet(flt: bytes) -> bytes:
+    body = b"\x00\x01" + len(flt).to_bytes(2, "big") + flt + b"\x00"
+    return bytes([0x82, len(body)]) + body
+
+
+class Broker:
+    """A broker process started fresh, ready once its port accepts, stopped by PID."""
+
+    def __init__(self, cmd: list[str], port: int, log: pathlib.Path) -> None:
+        self.log = log.open("ab")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"broker did not start: {' '.join(cmd)} (log: {log})")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=20)
+        self.log.close()
+
+
+class Setup:
+    def __init__(self, work: pathlib.Path) -> None:
+        self.work = work
+        ca = trustme.CA()
+        server = ca.issue_cert("127.0.0.1")
+        self.ca = work / "ca.pem"
+        self.cert = work / "server.pem"
+        self.key = work / "server.key"
+        ca.cert_pem.write_to_path(str(self.ca))
+        self.cert.write_bytes(b"".join(b.bytes() for b in server.cert_chain_pems))
+        server.private_key_pem.write_to_path(str(self.key))
+        self.client_ctx = ssl.create_default_context(cafile=str(self.ca))
+
+    def jetmq_tls(self, port: int, name: str) -> Broker:
+        cfg = self.work / f"{name}.toml"
+        data = self.work / f"{name}-data"
+        shutil.rmtree(data, ignore_errors=True)
+        cfg.write_text(
+            f'[[listeners]]\nbind = "127.0.0.1:{port}"\n'
+            f'tls = {{ cert = "{self.cert}", key = "{self.key}" }}\n'
+            f'[storage]\ndata_dir = "{data}"\n'
+        )
+        return Broker([str(JETMQ), "serve", "--config", str(cfg)], port, self.work / "jetmq.log")
+
+    def mosquitto_tls(self, port: int) -> Broker:
+        cfg = self.work / "mosquitto-tls.conf"
+        cfg.write_text(
+            f"listener {port} 127.0.0.1\ncertfile {self.cert}\nkeyfile {self.key}\n"
+            "allow_anonymous true\npersistence false\nlog_dest stderr\nlog_type error\n"
+            + ("user root\n" if os.geteuid() == 0 else "")
+        )
+        return Broker(["mosquitto", "-c", str(cfg)], port, self.work / "mosquitto.log")
+
+
+async def one_connect(port: int, ctx: ssl.SSLContext, i: int) -> None:
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1"
+    )
+    writer.write(connect_packet(f"storm-{i}"))
+    await writer.drain()
+    connack = await reader.readexactly(4)
+    if connack[:2] != b"\x20\x02" or connack[3] != 0:
+        raise RuntimeError(f"refused: {connack!r}")
+    writer.write(b"\xe0\x00")  # DISCONNECT
+    await writer.drain()
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+
+
+async def storm(port: int, ctx: ssl.SSLContext, n: int, concurrency: int) -> float:
+    sem = asyncio.Semaphore(concurrency)
+
+    async def guarded(i: int) -> None:
+        async with sem:
+            await one_connect(port, ctx, i)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(guarded(i) for i in range(n)))
+    return n / (time.perf_counter() - start)
+
+
+async def fanin(port: int, ctx: ssl.SSLContext, total: int, window: int) -> float:
+    topics = [f"bench/fanin/{i}".encode() for i in range(4)]
+    packets = [publish_packet(t, b"x" * 100) for t in topics]
+    size = len(packets[0])
+    sr, sw = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1")
+    sw.write(connect_packet("fanin-sub") + subscribe_packet(b"bench/fanin/+"))
+    await sw.drain()
+    await sr.readexactly(4)  # CONNACK
+    await sr.readexactly(5)  # SUBACK
+    received = 0
+    progress = asyncio.Event()
+    done = asyncio.Event()
+
+    async def reader() -> None:
+        nonlocal received
+        got = 0
+        while received < total:
+            chunk = await sr.read(262_144)
+            if not chunk:
+                raise RuntimeError("subscriber closed")
+            got += len(chunk)
+            received = got // size
+            progress.set()
+        done.set()
+
+    per = total // 4
+    sent = 0
+
+    async def publisher(i: int) -> None:
+        nonlocal sent
+        r, w = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1"
+        )
+        w.write(connect_packet(f"fanin-pub-{i}"))
+        await w.drain()
+        await r.readexactly(4)
+        batch = packets[i] * 100
+        for _ in range(per // 100):
+            while sent - received > window:
+                progress.clear()
+                await progress.wait()
+            w.write(batch)
+            sent += 100
+            await w.drain()
+        await done.wait()
+        w.close()
+
+    task = asyncio.create_task(reader())
+    start = time.perf_counter()
+    await asyncio.gather(*(publisher(i) for i in range(4)))
+    await task
+    rate = total / (time.perf_counter() - start)
+    sw.close()
+    return rate
+
+
+def tls_compare(setup: Setup, rounds: int, what: str, args: argparse.Namespace) -> None:
+    rates: dict[str, list[float]] = {"jetmq": [], "mosquitto": []}
+    for r in range(rounds):
+        for name in ("jetmq", "mosquitto") if r % 2 == 0 else ("mosquitto", "jetmq"):
+            port = free_port()
+            broker = (
+                setup.jetmq_tls(port, "jetmq") if name == "jetmq" else setup.mosquitto_tls(port)
+            )
+            try:
+                if what == "tls-storm":
+                    rate = asyncio.run(
+                        storm(port, setup.client_ctx, args.clients, args.concurrency)
+                    )
+                else:
+                    rate = asyncio.run(fanin(port, setup.client_ctx, args.messages, args.window))
+            finally:
+                broker.stop()
+            rates[name].append(rate)
+    unit = "connects/s" if what == "tls-storm" else "delivered msg/s"
+    ratios = [j / m for j, m in zip(rates["jetmq"], rates["mosquitto"], strict=True)]
+    print(
+        f"{what}: jetmq {statistics.median(rates['jetmq']):,.0f} {unit}, "
+        f"mosquitto {statistics.median(rates['mosquitto']):,.0f} {unit}, "
+        f"jetmq/mosquitto median of per-round ratios {statistics.median(ratios):.2f} "
+        f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)})",
+        flush=True,
+    )
+
+
+def acl_rules(path: pathlib.Path, n: int) -> None:
+    """n rules in the anonymous section (mqttbench connects without a username), the one
+    that grants the benchmark's topics last (the worst place for a first match)."""
+    lines = [f"topic readwrite filler/{i}/+/data/#" for i in range(n - 3)]
+    lines += ["pattern readwrite clients/%c/#", "topic deny mqb/secret/#", "topic readwrite mqb/#"]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def acl_compare(work: pathlib.Path, rounds: int, rules: int) -> None:
+    bench = work / "mqttbench"  # a private copy: it builds its C engine on first use
+    shutil.copytree(MQTTBENCH.parent, bench, ignore=shutil.ignore_patterns("build"))
+    acl = work / "acl"
+    acl_rules(acl, rules)
+    rates: dict[str, list[float]] = {"plain": [], "acl": []}
+    for r in range(rounds):
+        for name in ("plain", "acl") if r % 2 == 0 else ("acl", "plain"):  # order alternates
+            port = free_port()
+            data = work / f"acl-data-{name}"
+            cfg = work / f"{name}.toml"
+            auth = f'[auth]\nallow_anonymous = true\nacl_file = "{acl}"\n' if name == "acl" else ""
+            cfg.write_text(f'[[listeners]]\nbind = "127.0.0.1:{port}"\n{auth}')
+            out = work / f"{name}-{r}.json"
+            cmd = f"sh -c 'rm -rf {data}; exec {JETMQ} serve --config {cfg} --data-dir {data}'"
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(MQTTBENCH),
+                    "--port",
+                    str(port),
+                    "--protocol",
+                    "5",
+                    "--repeat",
+                    "1",
+                    "--label",
+                    name,
+                    "--broker-cmd",
+                    cmd,
+                    "--json",
+                    str(out),
+                    "fanin",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            import json
+
+            med = json.loads(out.read_text())["results"]["fanin"]["median"]
+            rates[name].append(float(med["delivered_per_s"]))
+    ratios = [a / p for a, p in zip(rates["acl"], rates["plain"], strict=True)]
+    print(
+        f"acl: fanin without ACL {statistics.median(rates['plain']):,.0f} msg/s, "
+        f"with {rules} rules {statistics.median(rates['acl']):,.0f} msg/s, "
+        f"with/without median of per-round ratios {statistics.median(ratios):.2f} "
+        f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)})",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("benchmarks", nargs="*", default=["acl", "tls-storm", "tls-fanin"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--window", type=int, default=1000)
+    parser.add_argument("--rules", type=int, default=1000)
+    args = parser.parse_args()
+    if shutil.which("mosquitto") is None and {"tls-storm", "tls-fanin"} & set(args.benchmarks):
+        raise SystemExit("bench_security: mosquitto is not installed (apt-get install mosquitto)")
+    with tempfile.TemporaryDirectory(prefix="jetmq-bench-sec.") as tmp:
+        work = pathlib.Path(tmp)
+        setup = Setup(work)
+        for what in args.benchmarks:
+            if what == "acl":
+                acl_compare(work, args.rounds, args.rules)
+            else:
+                tls_compare(setup, args.rounds, what, args)
+
+
+if __name__ == "__main__":
+    main()
