@@ -345,6 +345,9 @@ class Hub:
                 conn.wake()
 
     def _publish_will(self, session: Session, msg: AppMessage) -> None:
+        access = session.access
+        if access is not None and not access.may_write(msg.topic):
+            return  # the ACL was tightened since its CONNECT: the will is not published
         self.publish_now(msg)
 
     # -- retained ----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import pathlib
+from dataclasses import replace
 
 import pytest
 import trio
@@ -22,6 +23,7 @@ from broker.mqtt.packets import (
     Suback,
     Subscribe,
     Subscription,
+    Will,
 )
 from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
@@ -76,9 +78,10 @@ async def nothing(client: SockClient, seconds: float = 0.3) -> bool:
 def test_reload_tightens_the_acl_for_connected_and_resumed_sessions(
     tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    users(tmp_path, "sub", "pub")
+    users(tmp_path, "sub", "pub", "watch")
     acl = tmp_path / "acl"
-    acl.write_text("user sub\ntopic read feed/#\nuser pub\ntopic write feed/#\n")
+    watch = "user watch\ntopic read #\n"
+    acl.write_text("user sub\ntopic read feed/#\nuser pub\ntopic write feed/#\n" + watch)
     config = write_config(tmp_path)
 
     async def main() -> None:
@@ -110,9 +113,20 @@ def test_reload_tightens_the_acl_for_connected_and_resumed_sessions(
         await pub.send(Publish(b"feed/b", b"queued while away", 1, packet_id=2))
         assert isinstance(await packet(pub), Puback)
 
+        # A client whose will is on feed/... connects while that is allowed.
+        will = Will(b"feed/will", b"gone", 0, False)
+        willer = SockClient(broker, "willer", connect=replace(hello("willer", "pub"), will=will))
+        assert isinstance(await packet(willer), Connack)
+        watcher = SockClient(broker, "watcher", connect=hello("watcher", "watch"))
+        assert isinstance(await packet(watcher), Connack)
+        await watcher.send(Subscribe(1, (Subscription(b"#", 0),)))
+        assert isinstance(await packet(watcher), Suback)
+
         # Tighten: sub may no longer read feed/#, pub may write only other/#.
-        acl.write_text("user sub\ntopic read other/#\nuser pub\ntopic write other/#\n")
+        acl.write_text("user sub\ntopic read other/#\nuser pub\ntopic write other/#\n" + watch)
         assert broker.apply_config(load_config_again(broker)) == []
+        willer.close()  # its will may no longer be published
+        assert await nothing(watcher, 0.5)
         await pub.send(Publish(b"feed/c", b"after", 1, packet_id=3))
         ack = await packet(pub)
         assert isinstance(ack, Puback)
@@ -132,7 +146,10 @@ def test_reload_tightens_the_acl_for_connected_and_resumed_sessions(
         await pub.send(Publish(b"other/x", b"still allowed", 1, packet_id=4))
         ack = await packet(pub)
         assert isinstance(ack, Puback)
-        assert ack.reason_code is ReasonCode.NO_MATCHING_SUBSCRIBERS
+        assert ack.reason_code is ReasonCode.SUCCESS
+        seen = await packet(watcher)
+        assert isinstance(seen, Publish)
+        assert seen.payload == b"still allowed"
 
         # The password file is read again too: a user added is let in.
         with trio.fail_after(10):
@@ -141,13 +158,13 @@ def test_reload_tightens_the_acl_for_connected_and_resumed_sessions(
             assert isinstance(got, Connack)
             assert got.reason_code is ReasonCode.BAD_USER_NAME_OR_PASSWORD
             users(tmp_path, "sub", "pub", "newcomer")
-            acl.write_text("user newcomer\ntopic read x\n")
+            acl.write_text("user newcomer\ntopic read x\n" + watch)
             broker.apply_config(load_config_again(broker))
             welcome = SockClient(broker, "new-2", connect=hello("new-2", "newcomer"))
             got = await packet(welcome)
             assert isinstance(got, Connack)
             assert got.reason_code is ReasonCode.SUCCESS
-        for client in (again, pub, refused, welcome):
+        for client in (again, pub, refused, welcome, watcher):
             client.close()
 
     def load_config_again(broker: Broker) -> BrokerConfig:
