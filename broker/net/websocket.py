@@ -41,7 +41,7 @@ class WebSocketStream(trio.abc.Stream):
         self._ws = WSConnection(ConnectionType.SERVER)
         self._open = False
         self._eof = False
-        self._data = bytearray()
+        self._data: list[bytes | bytearray] = []  # payload pieces not yet read, in order
 
     async def _pump(self) -> None:
         """Read once from the transport and handle the events it completes."""
@@ -59,7 +59,8 @@ class WebSocketStream(trio.abc.Stream):
                 if isinstance(event, Request):
                     out += self._answer(event)
                 elif isinstance(event, BytesMessage):
-                    self._data += event.data
+                    if event.data:
+                        self._data.append(event.data)  # unmasked by wsproto: no copy
                 elif isinstance(event, TextMessage):
                     out += self._ws.send(CloseConnection(1003, "MQTT needs binary frames"))
                     self._eof = True
@@ -93,7 +94,9 @@ class WebSocketStream(trio.abc.Stream):
         self._open = True
         return self._ws.send(AcceptConnection(subprotocol=chosen))
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        """The payload received so far: one frame's piece as wsproto made it (no copy),
+        or the pieces joined when several are waiting."""
         while not self._data:
             if self._eof:
                 return b""
@@ -103,9 +106,12 @@ class WebSocketStream(trio.abc.Stream):
                 if self._data:
                     break
                 return b""
-        size = len(self._data) if max_bytes is None else min(max_bytes, len(self._data))
-        data = bytes(self._data[:size])
-        del self._data[:size]
+        pieces = self._data
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if max_bytes is not None and len(data) > max_bytes:
+            self._data = [data[max_bytes:]]
+            return data[:max_bytes]
+        self._data = []
         return data
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
