@@ -7,6 +7,8 @@
              (asyncio + ssl) against jetmq and mosquitto TLS listeners; connects/s
   tls-fanin  4 publishers -> 1 subscriber on a '+' filter over TLS, QoS 0, 100 B payloads,
              closed loop (at most WINDOW messages in flight); delivered msg/s
+  ws-fanin   the same fan-in against jetmq over WebSocket and over plain TCP (same
+             generator; the client masks its frames with wsproto)
 
     .venv/bin/python scripts/bench_security.py                 # all three, 3 rounds
     .venv/bin/python scripts/bench_security.py tls-storm --rounds 5
@@ -34,6 +36,8 @@ import tempfile
 import time
 
 import trustme
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, BytesMessage, Request
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MQTTBENCH = ROOT.parent / "shared" / "bench" / "mqttbench" / "mqttbench.py"
@@ -112,6 +116,16 @@ class Setup:
         )
         return Broker([str(JETMQ), "serve", "--config", str(cfg)], port, self.work / "jetmq.log")
 
+    def jetmq_plain(self, port: int, name: str, ws: bool) -> Broker:
+        cfg = self.work / f"{name}.toml"
+        data = self.work / f"{name}-data"
+        shutil.rmtree(data, ignore_errors=True)
+        transport = 'transport = "ws"\n' if ws else ""
+        cfg.write_text(
+            f'[[listeners]]\nbind = "127.0.0.1:{port}"\n{transport}[storage]\ndata_dir = "{data}"\n'
+        )
+        return Broker([str(JETMQ), "serve", "--config", str(cfg)], port, self.work / "jetmq.log")
+
     def mosquitto_tls(self, port: int) -> Broker:
         cfg = self.work / "mosquitto-tls.conf"
         cfg.write_text(
@@ -150,26 +164,80 @@ async def storm(port: int, ctx: ssl.SSLContext, n: int, concurrency: int) -> flo
     return n / (time.perf_counter() - start)
 
 
-async def fanin(port: int, ctx: ssl.SSLContext, total: int, window: int) -> float:
+class Conn:
+    """One client connection's bytes: plain TCP, TLS, or WebSocket (wsproto's client, the
+    MQTT bytes in binary frames, masked as RFC 6455 requires)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.ws: WSConnection | None = None
+        self.pending = bytearray()
+
+    @classmethod
+    async def open(cls, port: int, ctx: ssl.SSLContext | None, ws: bool) -> Conn:
+        kw: dict[str, object] = {} if ctx is None else {"ssl": ctx, "server_hostname": "127.0.0.1"}
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, **kw)  # type: ignore[arg-type]
+        conn = cls(reader, writer)
+        if ws:
+            conn.ws = WSConnection(ConnectionType.CLIENT)
+            writer.write(
+                conn.ws.send(Request(host="127.0.0.1", target="/mqtt", subprotocols=["mqtt"]))
+            )
+            while True:
+                conn.ws.receive_data(await reader.read(65536))
+                if any(isinstance(e, AcceptConnection) for e in conn.ws.events()):
+                    break
+        return conn
+
+    def write(self, data: bytes) -> None:
+        self.writer.write(data if self.ws is None else self.ws.send(BytesMessage(data=data)))
+
+    async def drain(self) -> None:
+        await self.writer.drain()
+
+    async def read(self) -> bytes:
+        while True:
+            chunk = await self.reader.read(262_144)
+            if not chunk:
+                raise RuntimeError("closed")
+            if self.ws is None:
+                return chunk
+            self.ws.receive_data(chunk)
+            out = b"".join(e.data for e in self.ws.events() if isinstance(e, BytesMessage))
+            if out:
+                return out
+
+    async def readexactly(self, n: int) -> bytes:
+        while len(self.pending) < n:
+            self.pending += await self.read()
+        data = bytes(self.pending[:n])
+        del self.pending[:n]
+        return data
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def fanin(
+    port: int, ctx: ssl.SSLContext | None, total: int, window: int, ws: bool = False
+) -> float:
     topics = [f"bench/fanin/{i}".encode() for i in range(4)]
     packets = [publish_packet(t, b"x" * 100) for t in topics]
     size = len(packets[0])
-    sr, sw = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1")
-    sw.write(connect_packet("fanin-sub") + subscribe_packet(b"bench/fanin/+"))
-    await sw.drain()
-    await sr.readexactly(4)  # CONNACK
-    await sr.readexactly(5)  # SUBACK
+    sub = await Conn.open(port, ctx, ws)
+    sub.write(connect_packet("fanin-sub") + subscribe_packet(b"bench/fanin/+"))
+    await sub.drain()
+    await sub.readexactly(4)  # CONNACK
+    await sub.readexactly(5)  # SUBACK
     received = 0
     progress = asyncio.Event()
     done = asyncio.Event()
 
     async def reader() -> None:
         nonlocal received
-        got = 0
+        got = len(sub.pending)
         while received < total:
-            chunk = await sr.read(262_144)
-            if not chunk:
-                raise RuntimeError("subscriber closed")
+            chunk = await sub.read()
             got += len(chunk)
             received = got // size
             progress.set()
@@ -180,29 +248,27 @@ async def fanin(port: int, ctx: ssl.SSLContext, total: int, window: int) -> floa
 
     async def publisher(i: int) -> None:
         nonlocal sent
-        r, w = await asyncio.open_connection(
-            "127.0.0.1", port, ssl=ctx, server_hostname="127.0.0.1"
-        )
-        w.write(connect_packet(f"fanin-pub-{i}"))
-        await w.drain()
-        await r.readexactly(4)
+        pub = await Conn.open(port, ctx, ws)
+        pub.write(connect_packet(f"fanin-pub-{i}"))
+        await pub.drain()
+        await pub.readexactly(4)
         batch = packets[i] * 100
         for _ in range(per // 100):
             while sent - received > window:
                 progress.clear()
                 await progress.wait()
-            w.write(batch)
+            pub.write(batch)
             sent += 100
-            await w.drain()
+            await pub.drain()
         await done.wait()
-        w.close()
+        pub.close()
 
     task = asyncio.create_task(reader())
     start = time.perf_counter()
     await asyncio.gather(*(publisher(i) for i in range(4)))
     await task
     rate = total / (time.perf_counter() - start)
-    sw.close()
+    sub.close()
     return rate
 
 
@@ -231,6 +297,27 @@ def tls_compare(setup: Setup, rounds: int, what: str, args: argparse.Namespace) 
         f"mosquitto {statistics.median(rates['mosquitto']):,.0f} {unit}, "
         f"jetmq/mosquitto median of per-round ratios {statistics.median(ratios):.2f} "
         f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)})",
+        flush=True,
+    )
+
+
+def ws_compare(setup: Setup, rounds: int, args: argparse.Namespace) -> None:
+    """jetmq fan-in over WebSocket against jetmq over plain TCP, the same generator."""
+    rates: dict[str, list[float]] = {"tcp": [], "ws": []}
+    for r in range(rounds):
+        for name in ("tcp", "ws") if r % 2 == 0 else ("ws", "tcp"):
+            port = free_port()
+            broker = setup.jetmq_plain(port, name, name == "ws")
+            try:
+                rate = asyncio.run(fanin(port, None, args.messages, args.window, name == "ws"))
+            finally:
+                broker.stop()
+            rates[name].append(rate)
+    ratios = [w / t for w, t in zip(rates["ws"], rates["tcp"], strict=True)]
+    print(
+        f"ws-fanin: jetmq over WebSocket {statistics.median(rates['ws']):,.0f} msg/s, "
+        f"over TCP {statistics.median(rates['tcp']):,.0f} msg/s, ws/tcp median of per-round "
+        f"ratios {statistics.median(ratios):.2f} (rounds: {', '.join(f'{r:.2f}' for r in ratios)})",
         flush=True,
     )
 
@@ -297,7 +384,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("benchmarks", nargs="*", default=["acl", "tls-storm", "tls-fanin"])
+    parser.add_argument(
+        "benchmarks", nargs="*", default=["acl", "tls-storm", "tls-fanin", "ws-fanin"]
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=50)
@@ -313,6 +402,8 @@ def main() -> None:
         for what in args.benchmarks:
             if what == "acl":
                 acl_compare(work, args.rounds, args.rules)
+            elif what == "ws-fanin":
+                ws_compare(setup, args.rounds, args)
             else:
                 tls_compare(setup, args.rounds, what, args)
 
