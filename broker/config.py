@@ -196,7 +196,9 @@ class LimitsConfig(_Section):
 
 class BrokerConfig(_Section):
     listener: ListenerConfig = Field(default_factory=ListenerConfig)  # deprecated: [[listeners]]
-    listeners: list[ListenerSpec] = Field(default_factory=list)
+    # The default equals etc/jetmq.toml's one table; the deprecated [listener] is used
+    # instead when it is given and [[listeners]] is not.
+    listeners: list[ListenerSpec] = Field(default_factory=lambda: [ListenerSpec()])
     auth: AuthConfig = Field(default_factory=AuthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
@@ -204,17 +206,19 @@ class BrokerConfig(_Section):
     sessions: SessionConfig = Field(default_factory=SessionConfig)
     log: LogConfig = Field(default_factory=LogConfig)
 
+    @field_validator("listeners")
+    @classmethod
+    def _some_listener(cls, value: list[ListenerSpec]) -> list[ListenerSpec]:
+        if not value:
+            raise ValueError("at least one [[listeners]] table is required")
+        return value
+
     def listener_specs(self) -> list[ListenerSpec]:
         """The listeners to open: ``[[listeners]]``, else the deprecated
         ``[listener] listen`` addresses as plain TCP listeners."""
-        if self.listeners:
+        if "listeners" in self.model_fields_set or "listener" not in self.model_fields_set:
             return list(self.listeners)
         return [ListenerSpec(bind=text) for text in self.listener.listen]
-
-    @property
-    def uses_old_listener(self) -> bool:
-        """The deprecated ``[listener]`` section was given (serve logs a line about it)."""
-        return "listener" in self.model_fields_set and not self.listeners
 
 
 def _find_line(text: str, loc: Sequence[str | int]) -> int | None:

@@ -233,7 +233,9 @@ def run_broker(config: BrokerConfig, names: KeyNames | None = None) -> int:
         failed.extend(_leaves(group))
     for exc in failed:
         what = "stopped" if listening else "cannot start"
-        where = f"{names(('listener', 'listen'))}: " if isinstance(exc, ListenError) else ""
+        old_form = "listeners" not in config.model_fields_set
+        key = ("listener", "listen") if old_form else ("listeners", "bind")
+        where = f"{names(key)}: " if isinstance(exc, ListenError) else ""
         print(f"jetmq: {what}: {where}{exc}", file=sys.stderr)
     return 1 if failed else 0
 
