@@ -56,8 +56,19 @@ def passwd(path: str, user: str, *, password_stdin: bool) -> int:
     if password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
     else:
-        password = getpass.getpass(f"Password for {user}: ")
-        if getpass.getpass("Again: ") != password:
+        if not sys.stdin.isatty():
+            print(
+                "jetmq passwd: no terminal to prompt on: pipe the password with --password-stdin",
+                file=sys.stderr,
+            )
+            return 1
+        try:
+            password = getpass.getpass(f"Password for {user}: ")
+            again = getpass.getpass("Again: ")
+        except (EOFError, KeyboardInterrupt):
+            print("\njetmq passwd: nothing written", file=sys.stderr)
+            return 1
+        if again != password:
             print("jetmq passwd: the passwords differ, nothing written", file=sys.stderr)
             return 1
     if not password:

@@ -55,6 +55,18 @@ def test_jetmq_passwd_writes_mosquittos_pbkdf2_form(
     assert users["bob"].verify(b"other")
 
 
+def test_jetmq_passwd_without_a_terminal_says_to_use_stdin(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal
+    assert main(["passwd", str(tmp_path / "pw"), "eve"]) == 1
+    assert "--password-stdin" in capsys.readouterr().err
+    assert not (tmp_path / "pw").exists()
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n"))
+    assert main(["passwd", str(tmp_path / "pw"), "eve", "--password-stdin"]) == 1
+    assert "empty password" in capsys.readouterr().err
+
+
 def test_password_file_errors_name_the_line(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "passwd"
     path.write_text("# users\nalice:$7$101$AAAA$AAAA\nbob:plaintext\n")
