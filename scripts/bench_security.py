@@ -336,6 +336,7 @@ def acl_compare(work: pathlib.Path, rounds: int, rules: int) -> None:
     acl = work / "acl"
     acl_rules(acl, rules)
     rates: dict[str, list[float]] = {"plain": [], "acl": []}
+    cpu: dict[str, list[float]] = {"plain": [], "acl": []}
     for r in range(rounds):
         for name in ("plain", "acl") if r % 2 == 0 else ("acl", "plain"):  # order alternates
             port = free_port()
@@ -368,8 +369,17 @@ def acl_compare(work: pathlib.Path, rounds: int, rules: int) -> None:
             )
             import json
 
-            med = json.loads(out.read_text())["results"]["fanin"]["median"]
-            rates[name].append(float(med["delivered_per_s"]))
+            run = json.loads(out.read_text())["results"]["fanin"]["runs"][0]
+            rates[name].append(float(run["delivered_per_s"]))
+            cpu[name].append(float(run["cpu"]["broker_s"]))  # for the same 200k messages
+    cpu_ratios = [a / p for a, p in zip(cpu["acl"], cpu["plain"], strict=True)]
+    print(
+        f"acl: broker CPU for the run without ACL {statistics.median(cpu['plain']):.2f} s, with"
+        f" {rules} rules {statistics.median(cpu['acl']):.2f} s, with/without median of"
+        f" per-round ratios {statistics.median(cpu_ratios):.2f}"
+        f" (rounds: {', '.join(f'{r:.2f}' for r in cpu_ratios)})",
+        flush=True,
+    )
     ratios = [a / p for a, p in zip(rates["acl"], rates["plain"], strict=True)]
     print(
         f"acl: fanin without ACL {statistics.median(rates['plain']):,.0f} msg/s, "
