@@ -9,6 +9,8 @@
              closed loop (at most WINDOW messages in flight); delivered msg/s
   ws-fanin   the same fan-in against jetmq over WebSocket and over plain TCP (same
              generator; the client masks its frames with wsproto)
+  stall      (not in the default set) a subscriber stops reading while FLOOD x 1 KB QoS 0
+             messages arrive for it, over tcp, tls and ws: the broker's RSS before/after
 
     .venv/bin/python scripts/bench_security.py                 # all three, 3 rounds
     .venv/bin/python scripts/bench_security.py tls-storm --rounds 5
@@ -322,6 +324,69 @@ def ws_compare(setup: Setup, rounds: int, args: argparse.Namespace) -> None:
     )
 
 
+def rss_mb(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def stalled(port: int, ctx: ssl.SSLContext | None, ws: bool, n: int, pid: int) -> str:
+    """A subscriber that stops reading while a publisher floods it with n x 1 KB QoS 0
+    messages: the broker's RSS before and after, and whether another client is served."""
+    sub = await Conn.open(port, ctx, ws)
+    sub.write(connect_packet("stall-sub") + subscribe_packet(b"stall/#"))
+    await sub.drain()
+    await sub.readexactly(9)  # CONNACK + SUBACK; then it reads nothing more
+    before = rss_mb(pid)
+    pub = await Conn.open(port, ctx, ws)
+    pub.write(connect_packet("stall-pub"))
+    await pub.drain()
+    await pub.readexactly(4)
+    batch = publish_big(b"stall/x", 1000) * 100
+    for _ in range(n // 100):
+        pub.write(batch)
+        await pub.drain()
+    pub.write(b"\xc0\x00")  # PINGREQ: answered once everything before it was handled
+    await pub.drain()
+    await pub.readexactly(2)
+    peak = rss_mb(pid)
+    probe = await Conn.open(port, ctx, ws)
+    probe.write(connect_packet("stall-probe"))
+    await probe.drain()
+    ok = (await asyncio.wait_for(probe.readexactly(4), 10))[:2] == b"\x20\x02"
+    for c in (sub, pub, probe):
+        c.close()
+    return f"RSS {before:.0f} MB -> {peak:.0f} MB after {n:,} x 1 KB, another client served: {ok}"
+
+
+def publish_big(topic: bytes, size: int) -> bytes:
+    body = len(topic).to_bytes(2, "big") + topic + b"x" * size
+    n = len(body)
+    length = bytearray()
+    while True:
+        byte, n = n % 128, n // 128
+        length.append(byte | (0x80 if n else 0))
+        if not n:
+            break
+    return b"\x30" + bytes(length) + body
+
+
+def stall_compare(setup: Setup, args: argparse.Namespace) -> None:
+    for name in ("tcp", "tls", "ws"):
+        port = free_port()
+        if name == "tls":
+            broker = setup.jetmq_tls(port, "stall-tls")
+        else:
+            broker = setup.jetmq_plain(port, f"stall-{name}", name == "ws")
+        try:
+            ctx = setup.client_ctx if name == "tls" else None
+            line = asyncio.run(stalled(port, ctx, name == "ws", args.flood, broker.proc.pid))
+        finally:
+            broker.stop()
+        print(f"stall over {name}: {line}", flush=True)
+
+
 def acl_rules(path: pathlib.Path, n: int) -> None:
     """n rules in the anonymous section (mqttbench connects without a username), the one
     that grants the benchmark's topics last (the worst place for a first match)."""
@@ -403,6 +468,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--rules", type=int, default=1000)
+    parser.add_argument("--flood", type=int, default=100_000)
     args = parser.parse_args()
     if shutil.which("mosquitto") is None and {"tls-storm", "tls-fanin"} & set(args.benchmarks):
         raise SystemExit("bench_security: mosquitto is not installed (apt-get install mosquitto)")
@@ -414,6 +480,8 @@ def main() -> None:
                 acl_compare(work, args.rounds, args.rules)
             elif what == "ws-fanin":
                 ws_compare(setup, args.rounds, args)
+            elif what == "stall":
+                stall_compare(setup, args)
             else:
                 tls_compare(setup, args.rounds, what, args)
 
