@@ -42,6 +42,9 @@ class WebSocketStream(trio.abc.Stream):
         self._open = False
         self._eof = False
         self._data: list[bytes | bytearray] = []  # payload pieces not yet read, in order
+        # The reader answers pings and closes while the writer may be sending frames: one
+        # sender at a time on the transport (trio refuses concurrent send_all).
+        self._send_lock = trio.Lock()
 
     async def _pump(self) -> None:
         """Read once from the transport and handle the events it completes."""
@@ -78,7 +81,8 @@ class WebSocketStream(trio.abc.Stream):
                     out += self._ws.send(RejectConnection(status_code=400))
             self._eof = True
         if out:
-            await self.transport_stream.send_all(bytes(out))
+            async with self._send_lock:
+                await self.transport_stream.send_all(bytes(out))
         if self._eof and not self._data:
             raise trio.BrokenResourceError("websocket closed")
 
@@ -121,7 +125,8 @@ class WebSocketStream(trio.abc.Stream):
             frame = self._ws.send(BytesMessage(data=bytes(data)))
         except LocalProtocolError as exc:
             raise trio.BrokenResourceError("websocket closed") from exc
-        await self.transport_stream.send_all(frame)
+        async with self._send_lock:
+            await self.transport_stream.send_all(frame)
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.transport_stream.wait_send_all_might_not_block()
@@ -136,6 +141,8 @@ class WebSocketStream(trio.abc.Stream):
                     ),
                     trio.move_on_after(1),
                 ):
-                    await self.transport_stream.send_all(self._ws.send(CloseConnection(1000)))
+                    frame = self._ws.send(CloseConnection(1000))
+                    async with self._send_lock:
+                        await self.transport_stream.send_all(frame)
         finally:
             await self.transport_stream.aclose()

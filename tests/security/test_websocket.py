@@ -178,3 +178,38 @@ def test_truncated_tls_record_on_wss(
         assert client.connect()[1] == 0
     finally:
         client.disconnect()
+
+
+def test_pings_while_the_broker_is_busy_sending(
+    start_broker: Callable[[str], BrokerThread],
+) -> None:
+    """WebSocket pings answered by the reader while the writer is blocked on a full socket:
+    one sender at a time, no internal error, the connection carries on."""
+    broker = start_broker(WS)
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=20) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        assert handshake(sock).startswith(b"HTTP/1.1 101")
+        sock.sendall(frame(b"\x10\x0d\x00\x04MQTT\x04\x02\x00\x00\x00\x01w"))
+        sock.sendall(frame(b"\x82\x0c\x00\x01\x00\x07flood/#\x00"))
+        got = b""
+        while b"\x90\x03\x00\x01\x00" not in got:  # SUBACK (after the CONNACK)
+            got += sock.recv(4096)
+        pub = Paho(broker.port, "flooder", transport="websockets")
+        try:
+            assert pub.connect()[1] == 0
+            for _ in range(3000):
+                pub.client.publish("flood/x", b"y" * 1000)
+            done = pub.client.publish("flood/end", b"end", qos=1)
+            done.wait_for_publish(20)
+        finally:
+            pub.disconnect()
+        for _ in range(50):  # pings while the broker cannot write to us
+            sock.sendall(frame(b"p", opcode=9))
+        sock.sendall(frame(b"\xc0\x00"))  # MQTT PINGREQ after them
+        data = b""
+        while not data.endswith(b"\xd0\x00"):  # ...until the PINGRESP's frame (last)
+            chunk = sock.recv(65536)
+            assert chunk, "the broker closed the connection"
+            data += chunk
+        assert b"\x8a\x01p" in data  # a pong
+        assert b"\xe0" not in data[:2]  # no DISCONNECT frame at the start
