@@ -218,7 +218,10 @@ class ClientConnection:
                 with (
                     trio.CancelScope(shield=True),
                     trio.move_on_after(FLUSH_TIMEOUT),
-                    contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+                    # Busy: the writer task is sending on a TLS/WebSocket stream right now.
+                    contextlib.suppress(
+                        trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError
+                    ),
                 ):
                     await self.transport.send_all(data)
         finally:
