@@ -7,6 +7,8 @@ from __future__ import annotations
 import pathlib
 import socket
 import ssl
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -180,3 +182,58 @@ def test_tls_and_plain_listeners_side_by_side(
     finally:
         pub.disconnect()
         sub.disconnect()
+
+
+def test_min_version_1_3_refuses_tls_1_2(
+    certs: Certs, start_broker: Callable[[str], BrokerThread]
+) -> None:
+    broker = start_broker(tls_toml(certs, min_version='"1.3"'))
+    old = ssl.create_default_context(cafile=str(certs.ca_file))
+    old.maximum_version = ssl.TLSVersion.TLSv1_2
+    with (
+        socket.create_connection(("127.0.0.1", broker.port), timeout=10) as raw,
+        pytest.raises(ssl.SSLError),
+    ):
+        old.wrap_socket(raw, server_hostname="127.0.0.1").close()
+    client = tls_client(broker.port, "modern", certs.ca_file)
+    try:
+        assert client.connect()[1] == 0
+    finally:
+        client.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("listener", "message"),
+    [
+        (
+            'tls = { cert = "c", key = "k", require_client_cert = true }',
+            "require_client_cert needs tls.ca",
+        ),
+        ("use_identity_as_username = true", "use_identity_as_username needs tls with a ca"),
+        ('transport = "mqtt"', "listeners.transport"),
+        ('tls = { cert = "c", key = "k", min_version = "1.1" }', "listeners.tls.min_version"),
+    ],
+)
+def test_listener_config_errors_name_the_key(
+    tmp_path: pathlib.Path, listener: str, message: str
+) -> None:
+    from broker.config import ConfigError, load_config
+
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(f'[[listeners]]\nbind = "127.0.0.1:0"\n{listener}\n')
+    with pytest.raises(ConfigError, match=message):
+        load_config(cfg)
+
+
+def test_unreadable_certificate_stops_the_start(tmp_path: pathlib.Path, certs: Certs) -> None:
+    cfg = tmp_path / "missing.toml"
+    cfg.write_text(
+        f'[[listeners]]\nbind = "127.0.0.1:0"\n'
+        f'tls = {{ cert = "{tmp_path / "nope.pem"}", key = "{certs.server_key}" }}\n'
+    )
+    cmd = [sys.executable, "-m", "broker", "serve", "--config", str(cfg)]
+    proc = subprocess.run(
+        [*cmd, "--data-dir", str(tmp_path / "d")], capture_output=True, text=True, timeout=50
+    )
+    assert proc.returncode == 1
+    assert "cannot start: tls: cannot load certificate, key or ca" in proc.stderr
