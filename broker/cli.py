@@ -22,6 +22,7 @@ from broker.config import (
     load_config_named,
 )
 from broker.preflight import check_system
+from broker.security.cli import check_security, passwd
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +54,14 @@ def _build_parser() -> argparse.ArgumentParser:
         sub.add_parser("check-config", help="validate a configuration and print the result")
     )
     sub.add_parser("pipeline", help="Spark jobs over stored streams (jetmq pipeline --help)")
+    pw = sub.add_parser(
+        "passwd", help="add or change a user in a password file (mosquitto's $7$ format)"
+    )
+    pw.add_argument("file", help="the password file (created if missing, mode 0600)")
+    pw.add_argument("user", help="the username")
+    pw.add_argument(
+        "--password-stdin", action="store_true", help="read the password from standard input"
+    )
     return parser
 
 
@@ -72,6 +81,7 @@ def _config_from_args(
             flags[section, key] = flag
     config, names = load_config_named(args.config, overrides, flags)
     check_system(config, names, create_data_dir=create_data_dir)
+    check_security(config)
     return config, names
 
 
@@ -119,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "passwd":
+        return passwd(args.file, args.user, password_stdin=args.password_stdin)
     assert args.command == "check-config"  # the parser allows nothing else
     return _check_config(args)
 

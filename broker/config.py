@@ -145,13 +145,93 @@ class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class TlsConfig(_Section):
+    """TLS on a listener (``tls = { cert = ..., key = ... }``): the server's certificate
+    chain and key (PEM), the CA that signs client certificates, whether one is required."""
+
+    cert: str
+    key: str
+    ca: str | None = None
+    require_client_cert: bool = False
+    min_version: Literal["1.2", "1.3"] = "1.2"
+
+    @field_validator("require_client_cert")
+    @classmethod
+    def _ca_for_clients(cls, value: bool, info: Any) -> bool:
+        if value and not info.data.get("ca"):
+            raise ValueError("require_client_cert needs tls.ca (the CA that signs client certs)")
+        return value
+
+
+class ListenerSpec(_Section):
+    """One ``[[listeners]]`` entry: where, over what, with which limits."""
+
+    bind: Annotated[str, AfterValidator(_valid_listen)] = DEFAULT_LISTEN
+    transport: Literal["tcp", "ws"] = "tcp"  # "ws": MQTT over WebSocket, path /mqtt
+    tls: TlsConfig | None = None
+    # The client certificate's CN becomes the username (mosquitto's option); needs tls.ca.
+    use_identity_as_username: bool = False
+    max_connections: Annotated[int, Field(ge=0)] = 0  # 0: only the broker-wide limit
+
+    @field_validator("use_identity_as_username")
+    @classmethod
+    def _identity_needs_tls(cls, value: bool, info: Any) -> bool:
+        tls = info.data.get("tls")
+        if value and (tls is None or not tls.ca):
+            raise ValueError("use_identity_as_username needs tls with a ca (client certificates)")
+        return value
+
+    def address(self) -> tuple[str, int]:
+        return parse_listen(self.bind)
+
+
+class AuthConfig(_Section):
+    """Who may connect and what they may do (``broker.security``)."""
+
+    # None (unset): true only when every listener is on a loopback address.
+    allow_anonymous: bool | None = None
+    password_file: str | None = None  # mosquitto's format ($7$ / $6$); ``jetmq passwd``
+    acl_file: str | None = None  # mosquitto's ACL syntax
+    # true: ACL refusals of SUBSCRIBE and PUBLISH are answered 0x80 Unspecified error, not
+    # 0x87 Not authorized (MQTT 5 §3.9.3 / §3.4.2.1: a server that does not wish to reveal
+    # the reason). Paho's interoperability suite expects 0x80 (docs/security.md).
+    hide_denials: bool = False
+
+
+class LimitsConfig(_Section):
+    """0 = unlimited."""
+
+    max_connections: Annotated[int, Field(ge=0)] = 0
+    max_publish_rate: Annotated[float, Field(ge=0)] = 0  # messages/s per client
+    max_subscriptions_per_client: Annotated[int, Field(ge=0)] = 0
+
+
 class BrokerConfig(_Section):
-    listener: ListenerConfig = Field(default_factory=ListenerConfig)
+    listener: ListenerConfig = Field(default_factory=ListenerConfig)  # deprecated: [[listeners]]
+    # The default equals etc/jetmq.toml's one table; the deprecated [listener] is used
+    # instead when it is given and [[listeners]] is not.
+    listeners: list[ListenerSpec] = Field(default_factory=lambda: [ListenerSpec()])
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     mqtt: MqttConfig = Field(default_factory=MqttConfig)
     sessions: SessionConfig = Field(default_factory=SessionConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     jetstream: JetStreamConfig = Field(default_factory=JetStreamConfig)
+
+    @field_validator("listeners")
+    @classmethod
+    def _some_listener(cls, value: list[ListenerSpec]) -> list[ListenerSpec]:
+        if not value:
+            raise ValueError("at least one [[listeners]] table is required")
+        return value
+
+    def listener_specs(self) -> list[ListenerSpec]:
+        """The listeners to open: ``[[listeners]]``, else the deprecated
+        ``[listener] listen`` addresses as plain TCP listeners."""
+        if "listeners" in self.model_fields_set or "listener" not in self.model_fields_set:
+            return list(self.listeners)
+        return [ListenerSpec(bind=text) for text in self.listener.listen]
 
 
 def _find_line(text: str, loc: Sequence[str | int]) -> int | None:
@@ -248,7 +328,16 @@ def load_config_named(
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
+    if "listener" in data and "listeners" in data:
+        raise ConfigError(
+            f"{source}: [listener] (deprecated) and [[listeners]] both given: keep only"
+            ' [[listeners]] (one table per address: bind = "HOST:PORT")'
+        )
     for section, values in (overrides or {}).items():
+        if section == "listener" and "listeners" in data:
+            # --listen replaces the file's [[listeners]] with plain TCP ones.
+            data["listeners"] = [{"bind": text} for text in values.get("listen", [])]
+            continue
         merged = dict(data.get(section, {}))
         merged.update(values)
         data[section] = merged

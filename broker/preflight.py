@@ -31,10 +31,12 @@ _DATA_DIR = ("storage", "data_dir")
 
 def check_system(config: BrokerConfig, names: KeyNames, *, create_data_dir: bool) -> None:
     """Raise ConfigError listing every problem found (nothing found: return)."""
+    old_form = "listener" in config.model_fields_set and "listeners" not in config.model_fields_set
+    key = _LISTEN if old_form else ("listeners", "bind")
     problems = [
-        f"{names(_LISTEN)}: {show_value(text)}: {problem}"
-        for text in config.listener.listen
-        if (problem := _listen_problem(text)) is not None
+        f"{names(key)}: {show_value(spec.bind)}: {problem}"
+        for spec in config.listener_specs()
+        if (problem := _listen_problem(spec.bind)) is not None
     ]
     data_dir = config.storage.data_dir
     problem = _data_dir_problem(pathlib.Path(data_dir), create=create_data_dir)

@@ -73,6 +73,8 @@ class Hub:
         self.systopics = SystemTopics()
         # Told after a client's subscriptions change (subscribe, unsubscribe, session end).
         self.watchers: list[SubscriptionWatcher] = []
+        # An ACL is in force: deliveries are checked against each session's ``access``.
+        self.acl_active = False
 
     def start(self) -> None:
         """The clock runs: sessions restored from the store start their expiry."""
@@ -118,6 +120,8 @@ class Hub:
                 continue
             target = self.sessions.by_num.get(d.client)
             if target is None:
+                continue
+            if target.access is not None and not target.access.may_read(og.message.topic):
                 continue
             qos = min(og.message.qos, d.qos)
             retain = og.message.retain and d.retain_as_published
@@ -262,11 +266,30 @@ class Hub:
         ``extra`` store operations (inbound QoS 2 state) join the same commit.
         """
         deliveries = self.router.route(msg.topic, msg.origin, self.sessions.is_connected)
+        if self.acl_active:
+            deliveries = self._readable(msg.topic, deliveries)
         plan = self.persist.plan(self, msg, deliveries, extra)
         if msg.retain and not plan.empty:
             msg.retain_state = RETAIN_PENDING
             self._retained_pending.append((msg, plan))
         return deliveries, plan
+
+    def _readable(self, topic: bytes, deliveries: list[Delivery]) -> list[Delivery]:
+        """The deliveries whose session may read ``topic`` (the ACL, cached per client and
+        topic: one dictionary lookup per recipient). The route list is shared, so a new
+        list is made only when someone is left out. Sessions not connected since start
+        (no ``access`` yet) are checked when their copies are sent."""
+        by_num = self.sessions.by_num
+        out: list[Delivery] | None = None
+        for i, d in enumerate(deliveries):
+            session = by_num.get(d.client)
+            access = session.access if session is not None else None
+            if access is None or access.may_read(topic):
+                if out is not None:
+                    out.append(d)
+            elif out is None:
+                out = list(deliveries[:i])
+        return deliveries if out is None else out
 
     def apply_publish(self, msg: AppMessage, deliveries: Sequence[Delivery], plan: Plan) -> None:
         """After the plan's commit (or at once when nothing was stored): retain and deliver."""
@@ -332,6 +355,9 @@ class Hub:
                 conn.wake()
 
     def _publish_will(self, session: Session, msg: AppMessage) -> None:
+        access = session.access
+        if access is not None and not access.may_write(msg.topic):
+            return  # the ACL was tightened since its CONNECT: the will is not published
         self.publish_now(msg)
 
     # -- retained ----------------------------------------------------------------------------

@@ -19,6 +19,16 @@ if TYPE_CHECKING:
 Clock = Callable[[], float]
 
 
+class Access(Protocol):
+    """One client's ACL decisions (``broker.security.acl.ClientAccess``), cached per topic."""
+
+    def may_read(self, topic: bytes) -> bool: ...
+
+    def may_write(self, topic: bytes) -> bool: ...
+
+    def may_subscribe(self, topic_filter: bytes) -> bool: ...
+
+
 class TimerHandle(Protocol):
     def cancel(self) -> None: ...
 

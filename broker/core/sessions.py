@@ -38,7 +38,7 @@ from broker.core.message import AppMessage, Outgoing
 from broker.mqtt.session import SessionState
 
 if TYPE_CHECKING:
-    from broker.core.ports import Peer, TimerHandle, Timers
+    from broker.core.ports import Access, Peer, TimerHandle, Timers
 
 NEVER_EXPIRES = 0xFFFF_FFFF
 
@@ -105,6 +105,7 @@ class Session:
     """State of one client id (see module docstring)."""
 
     __slots__ = (
+        "access",
         "backlog",
         "backlog_bytes",
         "client_id",
@@ -157,6 +158,9 @@ class Session:
         self.will: WillRecord | None = None
         self.will_timer: TimerHandle | None = None
         self.expiry_timer: TimerHandle | None = None
+        # The ACL's decisions for this client (None: no ACL, or not connected since the
+        # broker started; then its connection's copies are checked when sent).
+        self.access: Access | None = None
 
     @property
     def persistent(self) -> bool:

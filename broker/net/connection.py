@@ -66,6 +66,7 @@ from broker.net.output import FLUSH_TIMEOUT, Output
 from broker.net.transport import Transport
 
 if TYPE_CHECKING:
+    from broker.config import ListenerSpec
     from broker.net.link import Host
 
 log = logging.getLogger("jetmq.client")
@@ -123,20 +124,31 @@ class ClientConnection:
         "closing",
         "handshake",
         "inbound",
+        "listener",
         "out",
+        "over_limit",
         "peer_gone",
         "problem_info",
         "proto",
         "send_will",
         "session",
         "transport",
+        "username",
         "version",
     )
 
-    def __init__(self, broker: Host, transport: socket.socket | trio.abc.Stream) -> None:
+    def __init__(
+        self,
+        broker: Host,
+        transport: socket.socket | trio.abc.Stream,
+        listener: ListenerSpec | None = None,
+    ) -> None:
         """``transport``: an accepted socket (see :func:`transport.prepare_socket`), or any
-        trio stream (tests drive a connection through in-memory streams)."""
+        trio stream (TLS, WebSocket; tests drive a connection through in-memory streams)."""
         self.broker = broker
+        self.listener = listener  # the listener that accepted it (None: tests)
+        self.username: str | None = None  # the identity the ACL knows it by
+        self.over_limit = False  # accepted past max_connections: its CONNECT is refused
         self.transport = Transport(transport)
         cfg = broker.config.mqtt
         self.proto = Connection(Role.SERVER, max_packet_size=cfg.max_packet_size)
@@ -170,7 +182,11 @@ class ClientConnection:
                     connect = await hs.read_connect()
                     if connect is None:
                         return
-                    refusal = hs.refusal(connect) or await hs.authenticate(connect)
+                    refusal = (
+                        hs.too_many(connect)
+                        if self.over_limit
+                        else hs.refusal(connect) or await hs.authenticate(connect)
+                    )
                     if refusal is not None:
                         self.version = connect.protocol_version
                         await hs.refuse(refusal[0], refusal[1], connect.protocol_version)
@@ -202,7 +218,10 @@ class ClientConnection:
                 with (
                     trio.CancelScope(shield=True),
                     trio.move_on_after(FLUSH_TIMEOUT),
-                    contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+                    # Busy: the writer task is sending on a TLS/WebSocket stream right now.
+                    contextlib.suppress(
+                        trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError
+                    ),
                 ):
                     await self.transport.send_all(data)
         finally:

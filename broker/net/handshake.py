@@ -26,6 +26,8 @@ from broker.mqtt.packets import Connack, Connect, Publish
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode, connack_return_code
 from broker.net.output import FLUSH_TIMEOUT
+from broker.net.tls import peer_of
+from broker.security.auth import PeerInfo
 
 if TYPE_CHECKING:
     from broker.net.link import Link
@@ -157,11 +159,32 @@ class Handshake:
                 return packet
 
     async def authenticate(self, connect: Connect) -> tuple[ReasonCode, str] | None:
-        """The broker's authenticator on ``connect`` (None: accepted, or nobody asks)."""
+        """The broker's authenticator on ``connect`` (None: accepted, or nobody asks),
+        then the ACL on the will's topic (a will the client may not publish is refused
+        0x87 / return code 5, as mosquitto does)."""
         authenticator = self.conn.broker.authenticator
         if authenticator is None:
             return None
-        return await authenticator.authenticate(connect)
+        conn = self.conn
+        address, cn = peer_of(conn.transport.stream, conn.transport.raw)
+        listener = conn.listener
+        peer = PeerInfo(address, cn, listener is not None and listener.use_identity_as_username)
+        refusal = await authenticator.authenticate(connect, peer)
+        if refusal is not None:
+            return refusal
+        conn.username = peer.username
+        will = connect.will
+        if will is not None:
+            access = authenticator.access_for(connect.client_id or "", peer.username)
+            if access is not None and not access.may_write(will.topic):
+                log.warning(
+                    "refused CONNECT from %s client %r: the ACL denies its will topic %r",
+                    address,
+                    connect.client_id,
+                    will.topic.decode("utf-8", "replace"),
+                )
+                return ReasonCode.NOT_AUTHORIZED, "the will topic is not authorised"
+        return None
 
     async def refuse(
         self,
@@ -252,6 +275,9 @@ class Handshake:
                 base = Properties(**self._connack_properties(client_id, None, props))
                 broker.connack_properties = base
             connack_properties = base
+        authenticator = broker.authenticator
+        if authenticator is not None:
+            session.access = authenticator.access_for(client_id, self.conn.username)
         self.conn.proto.session = session.state
         connack = Connack(session_present, ReasonCode.SUCCESS, connack_properties)
         self.out.out.append(self.conn.proto.send(connack))
@@ -263,6 +289,14 @@ class Handshake:
             broker.persist.save_session(session)
         elif was_persistent:
             broker.persist.session_ended(session, ())
+
+    def too_many(self, connect: Connect) -> tuple[ReasonCode, str]:
+        """A CONNECT accepted past ``max_connections``: Quota exceeded (0x97; 3.1.1:
+        return code 3, server unavailable), logged."""
+        log.warning(
+            "refused CONNECT from client %r: max_connections reached (0x97)", connect.client_id
+        )
+        return ReasonCode.QUOTA_EXCEEDED, "too many connections (max_connections)"
 
     def refusal(self, connect: Connect) -> tuple[ReasonCode, str] | None:
         cfg = self.conn.broker.config.mqtt

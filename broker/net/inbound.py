@@ -56,12 +56,31 @@ _GRANTED = (ReasonCode.GRANTED_QOS_0, ReasonCode.GRANTED_QOS_1, ReasonCode.GRANT
 class Inbound:
     """Packet handling of one connected client (see module docstring)."""
 
-    __slots__ = ("conn", "out", "told_reserved")
+    __slots__ = ("conn", "out", "tokens", "tokens_at", "told_reserved")
 
     def __init__(self, conn: Link, out: Output) -> None:
         self.conn = conn
         self.out = out
         self.told_reserved = False  # a 3.1.x publish to a reserved topic was logged
+        # [limits] max_publish_rate: a token bucket holding one second's worth.
+        self.tokens = -1.0  # not started
+        self.tokens_at = 0.0
+
+    def _over_rate(self, rate: float) -> bool:
+        """Take a token; True when the client publishes faster than ``rate`` per second
+        (bursts up to one second's worth pass)."""
+        now = trio.current_time()
+        tokens = self.tokens
+        if tokens < 0:
+            tokens = rate
+        else:
+            tokens = min(rate, tokens + (now - self.tokens_at) * rate)
+        self.tokens_at = now
+        if tokens < 1:
+            self.tokens = tokens
+            return True
+        self.tokens = tokens - 1
+        return False
 
     # == PUBLISH ==========================================================================
 
@@ -87,6 +106,14 @@ class Inbound:
     async def on_publish(self, p: Publish) -> None:
         session = self.conn.session
         assert session is not None
+        access = session.access
+        if access is not None and not access.may_write(p.topic):
+            await self._not_authorised(p)
+            return
+        rate = self.conn.broker.config.limits.max_publish_rate
+        if rate and self._over_rate(rate):
+            await self._over_publish_rate(p)
+            return
         if p.topic[:1] == b"$":
             handler = self.conn.broker.hub.systopics.handler_for(p.topic)
             if handler is not None:  # a system topic: its handler, not the router
@@ -165,6 +192,44 @@ class Inbound:
                 self.out.send(self._ack(p, ReasonCode.UNSPECIFIED_ERROR, NOT_STORED))
 
         await self.out.step(wait, then, failed)
+
+    async def _over_publish_rate(self, p: Publish) -> None:
+        """Past ``max_publish_rate``: PUBACK/PUBREC 0x97 Quota exceeded for QoS 1/2 (v5);
+        QoS 0 (which has no acknowledgement) and 3.1.x: DISCONNECT 0x96 Message rate too
+        high (3.1.x: a close)."""
+        if p.qos and self.conn.version is _V5:
+            reason = "max_publish_rate exceeded"
+            ack = self._ack(p, ReasonCode.QUOTA_EXCEEDED, reason)
+            await self.out.step(None, lambda: self.out.send(ack))
+            return
+        session = self.conn.session
+        log.warning(
+            "client %r published faster than max_publish_rate: disconnected (0x96)",
+            session.client_id if session is not None else "-",
+        )
+        self.conn.disconnect(ReasonCode.MESSAGE_RATE_TOO_HIGH, "max_publish_rate exceeded")
+
+    async def _not_authorised(self, p: Publish) -> None:
+        """A PUBLISH the ACL denies: PUBACK/PUBREC 0x87 (v5); 3.1.x cannot be told, so it
+        is acknowledged and dropped, as mosquitto does. Logged once per connection."""
+        if not self.told_reserved:
+            self.told_reserved = True
+            session = self.conn.session
+            log.warning(
+                "client %r may not publish to %r (ACL): dropped",
+                session.client_id if session is not None else "-",
+                p.topic.decode("utf-8", "replace"),
+            )
+        if not p.qos:
+            return
+        if self.conn.version is not _V5:
+            code = ReasonCode.SUCCESS
+        elif self.conn.broker.config.auth.hide_denials:
+            code = ReasonCode.UNSPECIFIED_ERROR
+        else:
+            code = ReasonCode.NOT_AUTHORIZED
+        reason = None if code is ReasonCode.UNSPECIFIED_ERROR else "not authorised (ACL)"
+        await self.out.step(None, lambda: self.out.send(self._ack(p, code, reason)))
 
     async def duplicate_publish(self, event: DuplicatePublish) -> None:
         pid = event.publish.packet_id
@@ -285,6 +350,22 @@ class Inbound:
                     ReasonCode.TOPIC_FILTER_INVALID if v5 else ReasonCode.UNSPECIFIED_ERROR
                 )
                 continue
+            access = session.access
+            if access is not None and not access.may_subscribe(flt):
+                codes.append(
+                    ReasonCode.NOT_AUTHORIZED
+                    if v5 and not broker.config.auth.hide_denials
+                    else ReasonCode.UNSPECIFIED_ERROR
+                )
+                continue
+            most = broker.config.limits.max_subscriptions_per_client
+            if (
+                most
+                and len(session.subscriptions) >= most
+                and sub.filter not in session.subscriptions
+            ):
+                codes.append(ReasonCode.QUOTA_EXCEEDED if v5 else ReasonCode.UNSPECIFIED_ERROR)
+                continue
             if share is not None and not cfg.shared_subscriptions_available:
                 codes.append(ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED)
                 continue
@@ -349,7 +430,10 @@ class Inbound:
                 broker.hub.pace_retained(session, messages, record.qos, sub_ids)
                 self.out.output_ready()
                 continue
+            access = session.access
             for msg in messages:
+                if access is not None and not access.may_read(msg.topic):
+                    continue
                 qos = min(msg.qos, record.qos)
                 if qos == 0:
                     self.out.send_qos0(msg, True, sub_ids, now)

@@ -13,8 +13,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from broker.config import BrokerConfig
+    from broker.config import BrokerConfig, ListenerSpec
     from broker.core.hub import Hub
+    from broker.core.ports import Access
     from broker.core.sessions import Session
     from broker.jetstream.service import JetStream
     from broker.mqtt.connection import Connection
@@ -26,14 +27,21 @@ if TYPE_CHECKING:
     from broker.net.transport import Transport
     from broker.persist.client import StoreClient
     from broker.persist.state import Persistence
+    from broker.security.auth import PeerInfo
 
 
 class Authenticator(Protocol):
-    """Decides on a CONNECT (username, password, client certificate...): None accepts,
-    else the refusal's reason code and reason. It runs in the connection's own task,
-    never in the accept loop, so it may take its time (a password hash in a thread)."""
+    """Decides on a CONNECT (username, password, client certificate...): None accepts
+    (and sets ``peer.username`` to the identity the ACL uses), else the refusal's reason
+    code and reason. It runs in the connection's own task, never in the accept loop, so
+    it may take its time (a password hash in a thread, a back-off wait).
+    ``broker.security.auth.Security`` is the broker's."""
 
-    async def authenticate(self, connect: Connect) -> tuple[ReasonCode, str] | None: ...
+    async def authenticate(
+        self, connect: Connect, peer: PeerInfo
+    ) -> tuple[ReasonCode, str] | None: ...
+
+    def access_for(self, client_id: str, username: str | None) -> Access | None: ...
 
 
 class Host(Protocol):
@@ -63,6 +71,8 @@ class Link(Protocol):
 
     broker: Host
     transport: Transport
+    listener: ListenerSpec | None
+    username: str | None
     proto: Connection
     session: Session | None
     version: ProtocolVersion

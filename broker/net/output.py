@@ -227,6 +227,10 @@ class Output:
                 break
             queue.popleft()
             session.queued_bytes -= len(og.message.payload)
+            access = session.access
+            if access is not None and not access.may_read(og.message.topic):
+                persist.copy_done(session, og)  # queued before the ACL denied it
+                continue
             enc = og.message.encoded_for(self.conn.version, now)
             if enc is None:  # expired while waiting [MQTT-3.3.2-5]
                 persist.copy_done(session, og)

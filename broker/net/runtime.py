@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, ListenerSpec
 from broker.core.hub import Hub
 from broker.jetstream.service import JetStream
 from broker.mqtt.properties import Properties
@@ -33,10 +33,13 @@ from broker.persist import recovery
 from broker.persist.client import StoreClient
 from broker.persist.records import STREAMS
 from broker.persist.state import Persistence
+from broker.security import auth as security
+from broker.security.acl import AclFileError, ClientAccess
+from broker.security.passwords import PasswordFileError
 
 log = logging.getLogger("jetmq.broker")
 
-RESTART_ONLY = ("listener", "storage")  # configuration sections a reload cannot change
+RESTART_ONLY = ("listener", "listeners", "storage")  # configuration sections a reload cannot change
 
 
 class _Timer:
@@ -91,6 +94,7 @@ class Broker:
         self._timers = timers
         self._nursery: trio.Nursery | None = None
         self.connections: set[ClientConnection] = set()
+        self._per_listener: dict[ListenerSpec, int] = {}  # open connections per listener
         self._all_closed = trio.Event()
         # Connections that got output while a reader handles one input chunk; the reader
         # sends it at the end of the chunk (see Output.output_ready).
@@ -103,6 +107,19 @@ class Broker:
         self.authenticator: Authenticator | None = None
         # The $JS API, stream capture and delivery (None: [jetstream] enabled = false).
         self.jetstream = jetstream
+        # [auth]: users and ACL (None: nothing to check, the fast path stays).
+        self.security: security.Security | None = None
+        self.set_security(hub.config)
+
+    def set_security(self, config: BrokerConfig) -> None:
+        """Build the security state from ``[auth]`` (raises on a file that does not load:
+        at start the broker refuses to run)."""
+        if security.needed(config):
+            self.security = security.Security(config)
+        else:
+            self.security = None
+        self.authenticator = self.security
+        self.hub.acl_active = self.security is not None and self.security.acl is not None
 
     @classmethod
     async def open(cls, config: BrokerConfig) -> Broker:
@@ -135,14 +152,31 @@ class Broker:
         assert self._nursery is not None
         self._nursery.start_soon(fn, *args)
 
-    def spawn_connection(self, transport: socket.socket | trio.abc.Stream) -> None:
+    def spawn_connection(
+        self, transport: socket.socket | trio.abc.Stream, listener: ListenerSpec | None = None
+    ) -> None:
         """Serve one accepted connection (a socket from ``transport.prepare_socket``, or
-        a trio stream in tests)."""
+        a trio stream: TLS, WebSocket, tests), accepted by ``listener``."""
         assert self._nursery is not None
-        conn = ClientConnection(self, transport)
+        conn = ClientConnection(self, transport, listener)
+        over = self._over_limit(listener)
         self.connections.add(conn)
-        if not conn.connect_now():  # True: connected and parked, no task until needed
+        if listener is not None:
+            self._per_listener[listener] = self._per_listener.get(listener, 0) + 1
+        if over:
+            conn.over_limit = True  # its task reads the CONNECT and refuses it (0x97)
             self._nursery.start_soon(conn.run)
+        elif not conn.connect_now():  # True: connected and parked, no task until needed
+            self._nursery.start_soon(conn.run)
+
+    def _over_limit(self, listener: ListenerSpec | None) -> bool:
+        """``[limits] max_connections`` (the broker) or the listener's own, reached."""
+        most = self.config.limits.max_connections
+        if most and len(self.connections) >= most:
+            return True
+        if listener is not None and listener.max_connections:
+            return self._per_listener.get(listener, 0) >= listener.max_connections
+        return False
 
     def _start_parked(self, conn: Parkable) -> None:
         assert self._nursery is not None
@@ -158,6 +192,8 @@ class Broker:
             flush()
 
     def connection_ended(self, conn: ClientConnection) -> None:
+        if conn in self.connections and conn.listener is not None:
+            self._per_listener[conn.listener] -= 1
         self.connections.discard(conn)
         if not self.connections:
             self._all_closed.set()
@@ -180,10 +216,41 @@ class Broker:
         kept = [name for name in RESTART_ONLY if getattr(new, name) != getattr(self.config, name)]
         if kept:
             new = new.model_copy(update={name: getattr(self.config, name) for name in kept})
+        new = self._reload_security(new)
         self.config = new
         self.hub.config = new
         self.connack_properties = None  # built from the configuration: built again
         return kept
+
+    def _reload_security(self, new: BrokerConfig) -> BrokerConfig:
+        """The ``[auth]`` part of a reload, atomic: the password and ACL files are read
+        again (even when the paths did not change); if either does not load, the previous
+        users, ACL and ``[auth]`` stay (logged). Every session then gets its access from
+        the new ACL: connected clients lose what it no longer grants from their next
+        operation (deliveries, publishes, subscribes)."""
+        try:
+            if self.security is not None and security.needed(new):
+                problem = self.security.reload(new)
+                if problem is not None:
+                    return new.model_copy(update={"auth": self.config.auth})
+            else:
+                self.set_security(new)
+        except (PasswordFileError, AclFileError) as exc:
+            log.error("reload: kept the previous [auth]: %s", exc)
+            return new.model_copy(update={"auth": self.config.auth})
+        sec = self.security
+        self.hub.acl_active = sec is not None and sec.acl is not None
+        for session in self.hub.sessions:
+            old = session.access
+            if sec is None or sec.acl is None or not isinstance(old, ClientAccess):
+                session.access = None
+            else:
+                session.access = sec.access_for(*old.who)
+        if sec is not None and sec.acl is not None:
+            for conn in self.connections:
+                if conn.session is not None:
+                    conn.session.access = sec.access_for(conn.session.client_id, conn.username)
+        return new
 
     async def close(self) -> None:
         if self.jetstream is not None:

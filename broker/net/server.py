@@ -32,18 +32,23 @@ from __future__ import annotations
 import errno
 import functools
 import gc
+import logging
 import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import trio
 
 import store
-from broker.config import BrokerConfig, KeyNames, show_value
+from broker.config import BrokerConfig, KeyNames, ListenerSpec, show_value
 from broker.net.runtime import Broker
+from broker.net.tls import server_context
 from broker.net.transport import prepare_socket
+from broker.net.websocket import WebSocketStream
+from broker.security.cli import old_listener_warning
 
 SHUTDOWN_GRACE = 5.0
 ACCEPT_BURST = 64
@@ -63,7 +68,35 @@ class ListenError(OSError):
         return f"{show_value(self.address)}: {self.strerror}"
 
 
-async def _accept_loop(broker: Broker, listener: trio.SocketListener) -> None:
+Wrap = Callable[[socket.socket], trio.abc.Stream]
+
+
+def _wrapper(spec: ListenerSpec) -> Wrap | None:
+    """How an accepted socket becomes the connection's transport: None for plain TCP
+    (the raw-socket fast path), else TLS and/or WebSocket streams over it."""
+    ctx = None
+    if spec.tls is not None:
+        ctx = server_context(spec.tls, "http/1.1" if spec.transport == "ws" else "mqtt")
+    if ctx is None and spec.transport == "tcp":
+        return None
+
+    def wrap(sock: socket.socket) -> trio.abc.Stream:
+        stream: trio.abc.Stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        if ctx is not None:
+            stream = trio.SSLStream(stream, ctx, server_side=True)
+        if spec.transport == "ws":
+            stream = WebSocketStream(stream)
+        return stream
+
+    return wrap
+
+
+async def _accept_loop(
+    broker: Broker,
+    listener: trio.SocketListener,
+    spec: ListenerSpec | None = None,
+    wrap: Wrap | None = None,
+) -> None:
     """Accept connections in bursts: a non-blocking ``accept`` until the backlog is empty,
     then one wait for readability (trio's ``listener.accept`` is a scheduler round trip per
     connection, which a connection storm pays thousands of times a second)."""
@@ -87,7 +120,8 @@ async def _accept_loop(broker: Broker, listener: trio.SocketListener) -> None:
                         await trio.sleep(0.1)
                         break
                     try:
-                        broker.spawn_connection(prepare_socket(conn))
+                        ready = prepare_socket(conn)
+                        broker.spawn_connection(ready if wrap is None else wrap(ready), spec)
                     except Exception:
                         # A bug in one connection's set-up must not stop the accepting.
                         broker.log_exception("internal error while accepting a connection")
@@ -112,16 +146,17 @@ async def serve(
     """Run the broker until cancelled; report the bound addresses once listening."""
     broker = await Broker.open(config)
     try:
-        listeners: list[trio.SocketListener] = []
-        for text, (host, port) in zip(
-            config.listener.listen, config.listener.addresses(), strict=True
-        ):
+        listeners: list[tuple[trio.SocketListener, ListenerSpec, Wrap | None]] = []
+        for spec in config.listener_specs():
+            host, port = spec.address()
+            wrap = _wrapper(spec)
             try:
-                listeners.extend(await trio.open_tcp_listeners(port, host=host))
+                opened = await trio.open_tcp_listeners(port, host=host)
             except OSError as exc:
-                raise ListenError(text, exc) from exc
+                raise ListenError(spec.bind, exc) from exc
+            listeners.extend((listener, spec, wrap) for listener in opened)
         addresses: list[tuple[str, int]] = []
-        for listener in listeners:
+        for listener, _spec, _wrap in listeners:
             sockname: Any = listener.socket.getsockname()
             addresses.append((str(sockname[0]), int(sockname[1])))
         async with trio.open_nursery() as outer:
@@ -129,8 +164,8 @@ async def serve(
             broker.attach(handlers)
             try:
                 async with trio.open_nursery() as acceptors:
-                    for listener in listeners:
-                        acceptors.start_soon(_accept_loop, broker, listener)
+                    for listener, spec, wrap in listeners:
+                        acceptors.start_soon(_accept_loop, broker, listener, spec, wrap)
                     task_status.started(addresses)
             finally:
                 # Cancelled (SIGTERM, or the caller): stop accepting (done: the acceptors
@@ -144,7 +179,7 @@ async def serve(
             await broker.close()
 
 
-async def _main(config: BrokerConfig, listening: list[bool]) -> None:
+async def _main(config: BrokerConfig, listening: list[bool], deprecated: str | None = None) -> None:
     # SIGHUP is received (its default action would end the process) but reloads nothing yet.
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
@@ -153,6 +188,8 @@ async def _main(config: BrokerConfig, listening: list[bool]) -> None:
             _tune_gc()
             for host, port in addresses:
                 print(f"jetmq: listening on {host}:{port}", flush=True)
+            if deprecated is not None:
+                logging.getLogger("jetmq.broker").warning("%s", deprecated)
             async for signum in signals:
                 if signum == signal.SIGHUP:
                     print("jetmq: SIGHUP: reload not supported yet, going on", flush=True)
@@ -191,12 +228,14 @@ def run_broker(config: BrokerConfig, names: KeyNames | None = None) -> int:
     listening: list[bool] = []
     failed: list[Exception] = []
     try:
-        trio.run(_main, config, listening)
+        trio.run(_main, config, listening, old_listener_warning(names))
     except* (OSError, store.StoreOpenError, store.StorageFailure) as group:
         failed.extend(_leaves(group))
     for exc in failed:
         what = "stopped" if listening else "cannot start"
-        where = f"{names(('listener', 'listen'))}: " if isinstance(exc, ListenError) else ""
+        old_form = "listeners" not in config.model_fields_set
+        key = ("listener", "listen") if old_form else ("listeners", "bind")
+        where = f"{names(key)}: " if isinstance(exc, ListenError) else ""
         print(f"jetmq: {what}: {where}{exc}", file=sys.stderr)
     return 1 if failed else 0
 

@@ -42,6 +42,7 @@ class BrokerThread:
     _token: trio.lowlevel.TrioToken | None = None
     _scope: trio.CancelScope | None = None
     _error: list[BaseException] = field(default_factory=list)
+    addresses: list[tuple[str, int]] = field(default_factory=list)  # every listener's
 
     def start(self) -> None:
         ready: queue.Queue[tuple[str, int] | BaseException] = queue.Queue()
@@ -52,6 +53,7 @@ class BrokerThread:
                 self._scope = scope
                 async with trio.open_nursery() as nursery:
                     addresses = await nursery.start(_serve_partial(self.config))
+                    self.addresses = addresses
                     ready.put(addresses[0])
 
         def run() -> None:

@@ -30,13 +30,25 @@ class Paho:
     """One paho client; received messages land in ``messages``."""
 
     def __init__(
-        self, port: int, client_id: str = "", *, protocol: Protocol = V5, clean_session: bool = True
+        self,
+        port: int,
+        client_id: str = "",
+        *,
+        protocol: Protocol = V5,
+        clean_session: bool = True,
+        transport: str = "tcp",  # "websockets": MQTT over WebSocket (path /mqtt)
+        host: str = "127.0.0.1",
     ) -> None:
         self.port = port
+        self.host = host
         self.protocol = protocol
         kwargs: dict[str, Any] = {} if protocol == V5 else {"clean_session": clean_session}
         self.client = mqtt.Client(
-            CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol, **kwargs
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=protocol,
+            transport=transport,  # type: ignore[arg-type]  # a Literal in paho
+            **kwargs,
         )
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         self._connack: queue.Queue[tuple[Any, Any, Any]] = queue.Queue()
@@ -65,7 +77,7 @@ class Paho:
         if self.protocol == V5:
             kwargs["clean_start"] = clean_start
             kwargs["properties"] = properties
-        self.client.connect("127.0.0.1", self.port, **kwargs)
+        self.client.connect(self.host, self.port, **kwargs)
         if not self._started:
             self.client.loop_start()
             self._started = True

@@ -17,6 +17,7 @@ from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Connack, Connect, Disconnect, Puback, Publish, Will
 from broker.mqtt.reason_codes import ReasonCode
 from broker.net.runtime import Broker
+from broker.security.auth import PeerInfo
 from tests.broker.harness import make_config, run_with_broker
 from tests.broker.memclient import MemClient, SockClient
 
@@ -152,12 +153,15 @@ class SlowAuth:
         self.release = trio.Event()
         self.asked: list[str | None] = []
 
-    async def authenticate(self, connect: Connect) -> tuple[ReasonCode, str] | None:
+    async def authenticate(self, connect: Connect, peer: PeerInfo) -> tuple[ReasonCode, str] | None:
         self.asked.append(connect.username)
         if connect.username == "ok":
             return None
         await self.release.wait()
         return ReasonCode.BAD_USER_NAME_OR_PASSWORD, "no such user"
+
+    def access_for(self, client_id: str, username: str | None) -> None:
+        return None  # no ACL
 
 
 def test_authentication_runs_off_the_accept_loop(tmp_path: pathlib.Path) -> None:
