@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import secrets
 from collections.abc import Callable
 from types import TracebackType
@@ -165,7 +166,8 @@ class Client:
         except TimeoutError:
             raise ConnectError(f"cannot connect to {where}: timed out") from None
         except OSError as exc:
-            reason = exc.strerror or str(exc)
+            cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+            reason = os.strerror(cause.errno) if cause.errno else str(cause)
             raise ConnectError(f"cannot connect to {where}: {reason}") from None
         self._stream = stream
         props = Properties(session_expiry_interval=self._session_expiry or None)
