@@ -564,6 +564,7 @@ async def _consumer_rm(args: argparse.Namespace) -> int:
 async def _consumer_next(args: argparse.Namespace) -> int:
     async with _connect(args) as c:
         js = _js(c, args)
+        await js.consumer_info(args.stream, args.name)  # never created by `next`
         sub = await js.pull_subscribe(stream=args.stream, durable=args.name)
         msgs = await sub.fetch(args.count, args.timeout)
         for msg in msgs:

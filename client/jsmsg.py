@@ -62,16 +62,13 @@ def parse_ack_topic(topic: str) -> MsgMetadata:
     )
 
 
-def nats_subject(value: str) -> str:
-    """The NATS subject of a ``Nats-Subject`` property: the contract sends the stream
-    subject in MQTT topic form (``orders/eu/1``); a value already in NATS form (no ``/``)
-    is kept."""
-    if "/" not in value:
-        return value
+def nats_subject(topic: str) -> str:
+    """The NATS subject of a ``Nats-Subject`` property, which carries the stream subject
+    in MQTT topic form (issue 21: ``orders.eu.1`` is sent as ``orders/eu/1``)."""
     try:
-        return topic_to_subject(value)
+        return topic_to_subject(topic)
     except SubjectConversionError:
-        return value
+        return topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +102,8 @@ class JsMsg:
         self.message = message
         self.reply = message.response_topic or ""
         self.headers = message.user_properties
-        named = first(self.headers, "Nats-Subject")
-        self.subject = nats_subject(named) if named is not None else topic_to_subject(message.topic)
-        try:
-            self.topic = subject_to_topic(self.subject)
-        except SubjectConversionError:
-            self.topic = message.topic
+        self.topic = first(self.headers, "Nats-Subject") or message.topic
+        self.subject = nats_subject(self.topic)
         self.metadata = parse_ack_topic(self.reply) if self.reply else None
         self._acked = False
 

@@ -26,3 +26,16 @@ def broker(tmp_path: pathlib.Path) -> Iterator[BrokerThread]:
 @pytest.fixture
 def server(broker: BrokerThread) -> str:
     return f"mqtt://127.0.0.1:{broker.port}"
+
+
+def jetstream_in_broker() -> bool:
+    """Whether this checkout's broker serves the JetStream API (issue 21's server side,
+    package ``broker.jetstream``); the JetStream tests need it."""
+    import importlib.util
+
+    return importlib.util.find_spec("broker.jetstream") is not None
+
+
+needs_jetstream = pytest.mark.skipif(
+    not jetstream_in_broker(), reason="broker.jetstream (the js-server branch) is not merged"
+)
