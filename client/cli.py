@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
-from client import cli_js
+from client import cli_consumer, cli_js
 from client.cli_js import connect
 from client.errors import ClientError, JetStreamError
 from client.message import Message
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jetmq")
     verbs = parser.add_subparsers(dest="verb", metavar="COMMAND", required=True)
     cli_js.add_stream_parser(verbs.add_parser("stream", help=HELP["stream"]), _common)
-    cli_js.add_consumer_parser(verbs.add_parser("consumer", help=HELP["consumer"]), _common)
+    cli_consumer.add_consumer_parser(verbs.add_parser("consumer", help=HELP["consumer"]), _common)
 
     p = verbs.add_parser("pub", help=HELP["pub"])
     _common(p)

