@@ -9,20 +9,18 @@ every waiter and subscription is ended with :class:`ConnectionClosedError`.
 
 Error handling
 --------------
-Background tasks never raise into the task group: a broken connection, a protocol error
-or a DISCONNECT from the broker closes the client and is re-raised (as
-ConnectionClosedError with the cause in its text) by every pending and later call.
-Writes to the socket are shielded from cancellation so a cancelled caller never leaves
-half a packet on the wire.
+Background tasks never raise into the task group. A broken connection, a protocol error
+or a DISCONNECT from the broker closes the client: every pending and later call raises
+ConnectionClosedError with the cause in its text. With ``reconnect=True`` the reader
+reconnects instead (pending calls fail, later calls wait, subscriptions go on). Writes
+are shielded from cancellation: a cancelled caller never leaves half a packet.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import secrets
-from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 from typing import Self
@@ -56,6 +54,7 @@ from broker.mqtt.packets import (
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode
 from client.errors import (
+    ClientError,
     ConnectError,
     ConnectionClosedError,
     MQTTReasonError,
@@ -63,15 +62,15 @@ from client.errors import (
     PublishError,
     SubscribeError,
 )
+from client.handshake import READ_SIZE, open_connection
+from client.inbox import Inbox
 from client.jetstream import JetStreamContext
 from client.message import Message, PublishResult, publish_properties
-from client.subscription import DEFAULT_MAX_PENDING, Subscription
+from client.subscription import DEFAULT_MAX_PENDING, Orphans, Subscription
 from client.url import DEFAULT_SERVER, parse_server
 from client.waiter import Waiter
 
 _V5 = ProtocolVersion.MQTT_5
-_READ_SIZE = 65536
-ORPHANS_KEPT = 1000  # messages that matched no subscription (yet), oldest dropped first
 
 
 class Client:
@@ -94,6 +93,9 @@ class Client:
         connect_timeout: float = 10.0,
         inbox_qos: int = 1,
         max_pending: int = DEFAULT_MAX_PENDING,
+        reconnect: bool = False,
+        reconnect_wait: float = 0.5,
+        max_reconnect_attempts: int = 60,
     ) -> None:
         self.server = server
         self.host, self.port = parse_server(server)
@@ -104,7 +106,6 @@ class Client:
         self._clean_start = clean_start
         self._session_expiry = session_expiry
         self._connect_timeout = connect_timeout
-        self._inbox_qos = inbox_qos
         self.max_pending = max_pending
         self.connack: Connack | None = None
         self._conn = Connection(Role.CLIENT)
@@ -115,20 +116,23 @@ class Client:
         self._window = anyio.Semaphore(0xFFFF)
         self._waiters: dict[tuple[PacketType, int], Waiter] = {}
         self._subs: dict[int, Subscription] = {}
-        self._orphans: deque[Message] = deque()
+        self._orphans = Orphans()
         self._sids = itertools.count(1)
         self._use_sub_ids = True
-        # The inbox: one wildcard subscription, routed by exact topic.
-        self.inbox_prefix = "_INBOX/" + secrets.token_urlsafe(12).replace("-", "x")
-        self._inbox_routes: dict[str, Subscription] = {}
-        self._inbox_ready = False
-        self._inbox_lock = anyio.Lock()
-        self._inbox_ids = itertools.count(1)
+        self._inbox = Inbox(self._subscribe_packet, inbox_qos, max_pending)
+        self.inbox_prefix = self._inbox.prefix
         self._closed = False
         self._close_error: ConnectionClosedError | None = None
         self._closed_event = anyio.Event()
         self._last_send = 0.0
         self._last_recv = 0.0
+        self._reconnect = reconnect
+        self._reconnect_wait = reconnect_wait
+        self._max_reconnect_attempts = max_reconnect_attempts
+        self._online = anyio.Event()  # set while connected (and once closed for good)
+        self._sub_packets: dict[int, tuple[tuple[SubscriptionOption, ...], Properties]] = {}
+        self.reconnects = 0
+        self._lost: ConnectionClosedError | None = None  # why we end the connection ourselves
 
     # ---- lifecycle ---------------------------------------------------------------------
     async def __aenter__(self) -> Self:
@@ -159,67 +163,31 @@ class Client:
 
     @property
     def is_connected(self) -> bool:
-        return not self._closed and self._stream is not None
+        return not self._closed and self._online.is_set()
 
-    async def _connect(self, tg: anyio.abc.TaskGroup) -> None:
-        where = f"mqtt://{self.host}:{self.port}"
-        try:
-            with anyio.fail_after(self._connect_timeout):
-                stream = await anyio.connect_tcp(self.host, self.port)
-        except TimeoutError:
-            raise ConnectError(f"cannot connect to {where}: timed out") from None
-        except OSError as exc:
-            cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
-            reason = os.strerror(cause.errno) if cause.errno else str(cause)
-            raise ConnectError(f"cannot connect to {where}: {reason}") from None
-        self._stream = stream
-        props = Properties(session_expiry_interval=self._session_expiry or None)
+    async def _open(self, clean_start: bool) -> list[Packet | DuplicatePublish]:
         connect = Connect(
             _V5,
             self.client_id,
-            clean_start=self._clean_start,
+            clean_start=clean_start,
             keep_alive=self._keep_alive,
             username=self._username,
             password=self._password,
-            properties=props,
+            properties=Properties(session_expiry_interval=self._session_expiry or None),
         )
-        leftover: list[Packet | DuplicatePublish] = []
-        try:
-            with anyio.fail_after(self._connect_timeout):
-                await stream.send(self._conn.send(connect))
-                while self.connack is None:
-                    try:
-                        data = await stream.receive(_READ_SIZE)
-                    except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-                        raise ConnectError(
-                            f"cannot connect to {where}: closed before CONNACK"
-                        ) from None
-                    for event in self._conn.receive_data(data):
-                        if self.connack is None and isinstance(event, Connack):
-                            self.connack = event
-                        else:
-                            leftover.append(event)
-        except TimeoutError:
-            await stream.aclose()
-            raise ConnectError(f"cannot connect to {where}: no CONNACK in time") from None
-        except MQTTProtocolError as exc:
-            await stream.aclose()
-            raise ConnectError(f"cannot connect to {where}: {exc}") from None
-        except BaseException:
-            await stream.aclose()
-            raise
-        code = self.connack.reason_code
-        cprops = self.connack.properties
-        if code.is_error:
-            await stream.aclose()
-            text = cprops.reason_string or code.name.replace("_", " ").lower()
-            raise ConnectError(f"connection refused by {where}: 0x{int(code):02X} {text}", code)
+        opened = await open_connection(self.host, self.port, connect, self._connect_timeout)
+        self._stream, self._conn, self.connack = opened.stream, opened.conn, opened.connack
+        cprops = opened.connack.properties
         if cprops.assigned_client_identifier:
             self.client_id = cprops.assigned_client_identifier
         self._use_sub_ids = cprops.subscription_identifier_available != 0
         self._window = anyio.Semaphore(max(1, self._conn.peer_receive_maximum))
         self._last_send = self._last_recv = anyio.current_time()
-        for event in leftover:
+        self._online.set()
+        return opened.leftover
+
+    async def _connect(self, tg: anyio.abc.TaskGroup) -> None:
+        for event in await self._open(self._clean_start):
             await self._dispatch(event)
         tg.start_soon(self._reader)
         if self._conn.keep_alive:
@@ -230,11 +198,12 @@ class Client:
         stream = self._stream
         if stream is None:
             return
-        if not self._closed:
+        online = not self._closed and self._online.is_set()
+        self._shutdown(ConnectionClosedError("the client closed the connection"))
+        if online:
             with contextlib.suppress(Exception), anyio.move_on_after(2):
                 async with self._send_lock:
                     await stream.send(self._conn.send(Disconnect()))
-        self._shutdown(ConnectionClosedError("the client closed the connection"))
         with contextlib.suppress(Exception):
             await stream.aclose()
 
@@ -251,23 +220,39 @@ class Client:
         waiters, self._waiters = self._waiters, {}
         for waiter in waiters.values():
             waiter.set(error)
-        for sub in [*self._subs.values(), *self._inbox_routes.values()]:
+        for sub in self._subs.values():
             sub.end(error)
+        self._inbox.end_all(error)
+        self._online.set()  # wakes calls waiting for a reconnect: they raise now
         self._closed_event.set()
 
-    def _check_open(self) -> SocketStream:
+    async def _ready(self) -> SocketStream:
+        """The stream to write to; waits while a reconnect is under way."""
+        while not self._online.is_set():
+            await self._online.wait()
         if self._closed or self._stream is None:
             raise self._close_error or ConnectionClosedError("not connected")
         return self._stream
 
     # ---- background tasks --------------------------------------------------------------
     async def _reader(self) -> None:
-        stream = self._stream
+        while True:
+            error = await self._read(self._stream)
+            if self._closed:
+                return
+            if not self._reconnect:
+                self._shutdown(error)
+                return
+            if not await self._reconnect_after(error):
+                return
+
+    async def _read(self, stream: SocketStream | None) -> ConnectionClosedError:
+        """Read and dispatch until the connection ends; why it ended."""
         assert stream is not None
         error = ConnectionClosedError("connection closed by the broker")
         try:
             while True:
-                data = await stream.receive(_READ_SIZE)
+                data = await stream.receive(READ_SIZE)
                 self._last_recv = anyio.current_time()
                 try:
                     events = self._conn.receive_data(data)
@@ -279,18 +264,58 @@ class Client:
                 for event in events:
                     await self._dispatch(event)
                 if self._conn.closed:
-                    error = self._close_error or error
+                    error = self._lost or error
                     break
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass
+            error = self._lost or error
         except OSError as exc:
             error = ConnectionClosedError(f"connection lost: {exc}")
         except ConnectionClosedError as exc:
             error = exc
         finally:
-            self._shutdown(self._close_error or error)
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await stream.aclose()
+        self._lost = None
+        return error
+
+    async def _reconnect_after(self, error: ConnectionClosedError) -> bool:
+        """Reconnect (resuming the session when it has an expiry); False when given up.
+        Calls in flight fail (their outcome is unknown); subscriptions stay and are made
+        again when the broker has no session; new calls wait for the connection."""
+        self._online = anyio.Event()
+        lost = ConnectionClosedError(f"{error}; reconnecting")
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters.values():
+            waiter.set(lost)
+        wait = self._reconnect_wait
+        attempt = 0
+        while not self._closed:
+            attempt += 1
+            if 0 <= self._max_reconnect_attempts < attempt:
+                self._shutdown(ConnectionClosedError(f"{error}; gave up reconnecting"))
+                return False
+            await anyio.sleep(wait)
+            wait = min(wait * 2, 10.0)
+            try:
+                leftover = await self._open(clean_start=self._session_expiry == 0)
+            except ConnectError:
+                continue
+            self.reconnects += 1
+            if self._tg is not None and not (self.connack and self.connack.session_present):
+                self._tg.start_soon(self._subscribe_again)
+            for event in leftover:
+                await self._dispatch(event)
+            return True
+        return False
+
+    async def _subscribe_again(self) -> None:
+        with contextlib.suppress(ClientError):
+            if self._inbox.ready:
+                self._inbox.ready = False
+                await self._inbox.ensure()
+            for sid, (options, props) in list(self._sub_packets.items()):
+                if sid in self._subs:
+                    await self._subscribe_packet(options, props)
 
     async def _pinger(self, keep_alive: int) -> None:
         with contextlib.suppress(ConnectionClosedError):
@@ -302,10 +327,9 @@ class Client:
                     continue
                 await self._send(Pingreq())
                 await anyio.sleep(keep_alive)
-                if self._last_recv < now and not self._closed:
-                    self._shutdown(ConnectionClosedError("keep alive: no PINGRESP from the broker"))
-                    if self._stream is not None:
-                        await self._stream.aclose()
+                if self._last_recv < now and self._stream is not None:
+                    self._lost = ConnectionClosedError("keep alive: no PINGRESP from the broker")
+                    await self._stream.aclose()
 
     async def _dispatch(self, event: Packet | DuplicatePublish) -> None:
         if isinstance(event, Publish):
@@ -326,17 +350,14 @@ class Client:
         elif isinstance(event, Disconnect):
             code = event.reason_code
             text = event.properties.reason_string or code.name.replace("_", " ").lower()
-            self._shutdown(
-                ConnectionClosedError(f"disconnected by the broker: 0x{int(code):02X} {text}")
+            self._lost = ConnectionClosedError(
+                f"disconnected by the broker: 0x{int(code):02X} {text}"
             )
 
     def _route(self, packet: Publish) -> None:
         topic = packet.topic.decode()
         msg = Message(topic, packet.payload, packet.qos, packet.retain, packet.properties)
-        if topic.startswith(self.inbox_prefix):
-            sub = self._inbox_routes.get(topic)
-            if sub is not None:
-                sub.deliver(msg)
+        if self._inbox.route(msg):
             return
         delivered = False
         for sid in packet.properties.subscription_identifiers:
@@ -352,26 +373,11 @@ class Client:
                 target.deliver(msg)
                 delivered = True
         if not delivered:
-            # A resumed session's queued messages can arrive before the application has
-            # subscribed again: kept (bounded) for the first subscription that matches.
-            if len(self._orphans) >= ORPHANS_KEPT:
-                self._orphans.popleft()
-            self._orphans.append(msg)
-
-    def _claim_orphans(self, sub: Subscription) -> None:
-        if not self._orphans:
-            return
-        kept: deque[Message] = deque()
-        for msg in self._orphans:
-            if sub.matches(msg.topic):
-                sub.deliver(msg)
-            else:
-                kept.append(msg)
-        self._orphans = kept
+            self._orphans.keep(msg)
 
     # ---- sending -----------------------------------------------------------------------
     async def _send(self, packet: Packet) -> None:
-        stream = self._check_open()
+        stream = await self._ready()
         async with self._send_lock:
             data = self._conn.send(packet)
             with anyio.CancelScope(shield=True):
@@ -391,7 +397,7 @@ class Client:
     ) -> tuple[int, Waiter]:
         """Send the packet ``make(packet_id)`` and register the waiter for its answer
         before the bytes leave (the answer may arrive before this task runs again)."""
-        stream = self._check_open()
+        stream = await self._ready()
         async with self._send_lock:
             pid = self._conn.next_packet_id()
             packet = make(pid)
@@ -482,14 +488,18 @@ class Client:
             SubscriptionOption(f.encode(), qos, no_local, retain_as_published, retain_handling)
             for f in filters
         )
-        props = Properties(subscription_identifiers=(sid,)) if self._use_sub_ids else None
+        props = (
+            Properties(subscription_identifiers=(sid,)) if self._use_sub_ids else EMPTY_PROPERTIES
+        )
+        self._sub_packets[sid] = (options, props)
         try:
-            await self._subscribe_packet(options, props or EMPTY_PROPERTIES)
+            await self._subscribe_packet(options, props)
         except BaseException:
             self._subs.pop(sid, None)
+            self._sub_packets.pop(sid, None)
             sub.end()
             raise
-        self._claim_orphans(sub)
+        self._orphans.claim(sub)
         return sub
 
     async def _subscribe_packet(
@@ -507,6 +517,7 @@ class Client:
                 )
 
     async def _unsubscribe(self, sub: Subscription) -> None:
+        self._sub_packets.pop(sub.sid, None)
         if self._subs.pop(sub.sid, None) is None:
             return
         filters = tuple(f.encode() for f in sub.filters)
@@ -522,33 +533,14 @@ class Client:
     # ---- inbox and request/response ----------------------------------------------------
     def new_inbox(self) -> str:
         """A fresh topic under this client's inbox prefix (``_INBOX/<random>/<n>``)."""
-        return f"{self.inbox_prefix}/{next(self._inbox_ids)}"
+        return self._inbox.new_topic()
 
     async def open_inbox(
         self, topic: str | None = None, max_pending: int | None = None
     ) -> Subscription:
         """A subscription receiving what is published to one inbox topic (a new one by
-        default). The inbox's wildcard SUBSCRIBE is sent once per connection."""
-        await self._ensure_inbox()
-        inbox = topic or self.new_inbox()
-        sub = Subscription(
-            (inbox,), self._close_inbox, self.max_pending if max_pending is None else max_pending
-        )
-        self._inbox_routes[inbox] = sub
-        return sub
-
-    async def _close_inbox(self, sub: Subscription) -> None:
-        if self._inbox_routes.get(sub.topic) is sub:
-            del self._inbox_routes[sub.topic]
-
-    async def _ensure_inbox(self) -> None:
-        if self._inbox_ready:
-            return
-        async with self._inbox_lock:
-            if not self._inbox_ready:  # (another task may have made it meanwhile)
-                option = SubscriptionOption(f"{self.inbox_prefix}/#".encode(), self._inbox_qos)
-                await self._subscribe_packet((option,), EMPTY_PROPERTIES)
-                self._inbox_ready = True
+        default)."""
+        return await self._inbox.open(topic, max_pending)
 
     async def request(
         self,
@@ -584,11 +576,10 @@ class Client:
 
     async def respond(self, request: Message, payload: bytes | str, qos: int = 0) -> None:
         """Answer ``request`` on its Response Topic, echoing its Correlation Data."""
-        if not request.response_topic:
+        topic, corr = request.response_topic, request.correlation_data
+        if not topic:
             raise ValueError("the message has no Response Topic")
-        await self.publish(
-            request.response_topic, payload, qos, correlation_data=request.correlation_data
-        )
+        await self.publish(topic, payload, qos, correlation_data=corr)
 
     def jetstream(self, timeout: float = 5.0) -> JetStreamContext:
         """The JetStream context on this connection (nats-py's ``nc.jetstream()``)."""

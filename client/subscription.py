@@ -145,3 +145,25 @@ class Subscription:
     ) -> None:
         with contextlib.suppress(ConnectionClosedError):
             await self.unsubscribe()
+
+
+class Orphans:
+    """Messages that matched no subscription (yet): a resumed session's queued messages
+    can arrive before the application has subscribed again. The newest ``limit`` are kept
+    for the first subscription that matches them."""
+
+    def __init__(self, limit: int = 1000) -> None:
+        self._kept: deque[Message] = deque(maxlen=limit)
+
+    def keep(self, msg: Message) -> None:
+        self._kept.append(msg)
+
+    def claim(self, sub: Subscription) -> None:
+        if not self._kept:
+            return
+        rest = [m for m in self._kept if not sub.matches(m.topic)]
+        for msg in self._kept:
+            if sub.matches(msg.topic):
+                sub.deliver(msg)
+        self._kept.clear()
+        self._kept.extend(rest)
