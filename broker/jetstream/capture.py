@@ -38,15 +38,27 @@ _NOT_CAPTURED: Final = (None, False)
 class Capture:
     """The user streams' subjects and the per-topic answer (trio thread)."""
 
-    __slots__ = ("_cache", "subjects")
+    __slots__ = ("_cache", "_streams", "subjects")
 
     def __init__(self) -> None:
         self.subjects: tuple[str, ...] = ()  # every subject (pattern) of every user stream
+        self._streams: tuple[str, ...] = ()  # the stream of each pattern
         self._cache: dict[bytes, tuple[str | None, bool]] = {}
 
-    def set_subjects(self, subjects: tuple[str, ...]) -> None:
-        self.subjects = subjects
+    def set_subjects(self, subjects: tuple[tuple[str, str], ...]) -> None:
+        """The user streams' subjects now: (pattern, stream name) pairs."""
+        self.subjects = tuple(pattern for pattern, _ in subjects)
+        self._streams = tuple(stream for _, stream in subjects)
         self._cache = {}
+
+    def stream_for(self, topic: bytes) -> str:
+        """The name of the stream capturing ``topic`` ("" if none)."""
+        subject = self._find(topic)[0]
+        if subject is not None:
+            for pattern, stream in zip(self.subjects, self._streams, strict=True):
+                if subject_matches(pattern, subject):
+                    return stream
+        return ""
 
     def _find(self, topic: bytes) -> tuple[str | None, bool]:
         try:
@@ -100,12 +112,13 @@ def outcome(result: OpResult | HeaderError) -> Outcome:
     return Outcome(ReasonCode.SUCCESS)  # no stream took it after all (deleted meanwhile)
 
 
-def pub_ack_json(result: OpResult | HeaderError) -> bytes | None:
-    """The JSON PubAck for a Response Topic (nats-server's), None when nothing was stored."""
+def pub_ack_json(result: OpResult | HeaderError, stream: str) -> bytes | None:
+    """The JSON PubAck for a Response Topic (nats-server's), None when nothing was stored;
+    ``stream``: the capturing stream's name (an error names it)."""
     if isinstance(result, PubAck):
         doc: dict[str, object] = result.to_wire()
     elif isinstance(result, JetStreamError):
-        doc = {"error": result.to_wire(), "stream": "", "seq": 0}
+        doc = {"error": result.to_wire(), "stream": stream, "seq": 0}
     elif isinstance(result, HeaderError):
         doc = {"error": {"code": 400, "err_code": 10003, "description": f"bad request: {result}"}}
     else:

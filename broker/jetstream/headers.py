@@ -12,8 +12,9 @@ MQTT carries besides, in the ``Mqtt-*`` namespace of spec §3.4:
 | ``Mqtt-Content-Type`` | property present | as is |
 | ``Mqtt-Payload-Format`` | property present | ``0`` / ``1`` |
 | ``Mqtt-Message-Expiry`` | property present | seconds |
-| ``Mqtt-Response-Topic`` | property present | as is |
-| ``Mqtt-Correlation-Data`` | property present | base64 |
+
+A Response Topic and its Correlation Data are not stored: they are where the JSON
+PubAck goes, as a NATS publish's reply subject is (nats-server does not store it either).
 
 Delivery (stream -> MQTT, pull or push): the headers become user properties again,
 except ``Mqtt-Content-Type`` and ``Mqtt-Payload-Format``, which restore their property;
@@ -23,7 +24,6 @@ then ``Nats-Subject``: the stored subject in MQTT topic form (``orders.eu.1`` ->
 
 from __future__ import annotations
 
-import base64
 from typing import Final
 
 from broker.mqtt.packets import Publish
@@ -59,8 +59,6 @@ def capture_headers(p: Publish, exact: bool) -> Headers:
         and props.content_type is None
         and props.payload_format_indicator is None
         and props.message_expiry_interval is None
-        and props.response_topic is None
-        and props.correlation_data is None
     ):
         return head  # the common case: nothing to build
     out: list[tuple[str, str]] = []
@@ -79,11 +77,6 @@ def capture_headers(p: Publish, exact: bool) -> Headers:
         out.append(("Mqtt-Payload-Format", str(props.payload_format_indicator)))
     if props.message_expiry_interval is not None:
         out.append(("Mqtt-Message-Expiry", str(props.message_expiry_interval)))
-    if props.response_topic is not None:
-        _check("Mqtt-Response-Topic", props.response_topic)
-        out.append(("Mqtt-Response-Topic", props.response_topic))
-    if props.correlation_data is not None:
-        out.append(("Mqtt-Correlation-Data", base64.b64encode(props.correlation_data).decode()))
     return tuple(out)
 
 

@@ -13,6 +13,7 @@ into the open write batch without waiting.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 import radix
@@ -21,6 +22,15 @@ from broker.persist.client import StoreClient
 from store import SetPushInterest, WithdrawPulls
 
 MAX_PULLS_PER_CLIENT: Final = 1024  # inboxes remembered per client (oldest forgotten)
+
+Op = WithdrawPulls | SetPushInterest
+
+
+@dataclass(slots=True)
+class _Push:
+    topic: str  # the deliver topic (MQTT form)
+    subscribed: bool  # a subscription matches it
+    bound: bool  # what the store was told (subscribed and not stalled)
 
 
 class Interest:
@@ -31,8 +41,9 @@ class Interest:
         self.client = client
         # client number -> {(stream, consumer, inbox): None} (insertion ordered)
         self.pulls: dict[int, dict[tuple[str, str, str], None]] = {}
-        # (stream, consumer) -> [deliver topic, bound]
-        self.push: dict[tuple[str, str], list[object]] = {}
+        # (stream, consumer) -> its deliver topic and interest
+        self.push: dict[tuple[str, str], _Push] = {}
+        self.stalled: set[tuple[str, str]] = set()  # flow control: waiting for an answer
 
     # -- checks ---------------------------------------------------------------------------------
 
@@ -58,7 +69,7 @@ class Interest:
         if len(entries) > MAX_PULLS_PER_CLIENT:
             del entries[next(iter(entries))]
 
-    # -- push -----------------------------------------------------------------------------------
+    # -- push ---------------------------------------------------------------------------------
 
     def set_push(self, consumers: dict[tuple[str, str], str]) -> None:
         """The push consumers now known ((stream, consumer) -> deliver topic): each one's
@@ -67,32 +78,54 @@ class Interest:
         self.push = {}
         ops: list[SetPushInterest] = []
         for key, topic in consumers.items():
-            bound = self.anybody_has(topic)
+            subscribed = self.anybody_has(topic)
+            bound = subscribed and key not in self.stalled
             before = old.get(key)
-            if before is None or before[0] != topic or before[1] != bound:
+            if before is None or before.topic != topic or before.bound != bound:
                 ops.append(SetPushInterest(key[0], key[1], bound))
-            self.push[key] = [topic, bound]
+            self.push[key] = _Push(topic, subscribed, bound)
+        self.stalled &= set(consumers)
         if ops:
             self.client.fire(ops)
+
+    def push_subscribed(self, key: tuple[str, str]) -> bool:
+        state = self.push.get(key)
+        return state is not None and state.subscribed
+
+    def set_stalled(self, key: tuple[str, str], stalled: bool) -> None:
+        """Flow control: a stalled push consumer is reported without interest (the store
+        stops delivering) until its flow control request is answered."""
+        if stalled:
+            self.stalled.add(key)
+        else:
+            self.stalled.discard(key)
+        state = self.push.get(key)
+        if state is not None:
+            ops: list[Op] = []
+            self._report(key, state, ops)
+            self.client.fire(ops)
+
+    def _report(self, key: tuple[str, str], state: _Push, ops: list[Op]) -> None:
+        """Add the ``SetPushInterest`` to ``ops`` if the consumer's interest changed."""
+        bound = state.subscribed and key not in self.stalled
+        if bound != state.bound:
+            state.bound = bound
+            ops.append(SetPushInterest(key[0], key[1], bound))
 
     # -- the watcher ----------------------------------------------------------------------------
 
     def subscriptions_changed(self, client: int) -> None:
-        ops: list[WithdrawPulls | SetPushInterest] = []
+        ops: list[Op] = []
         entries = self.pulls.get(client)
         if entries:
-            gone = [key for key in entries if not self.client_has(client, key[2])]
-            for key in gone:
-                del entries[key]
-                ops.append(WithdrawPulls(*key))
+            gone = [pull for pull in entries if not self.client_has(client, pull[2])]
+            for pull in gone:
+                del entries[pull]
+                ops.append(WithdrawPulls(*pull))
             if not entries:
                 del self.pulls[client]
-        for (stream, consumer), state in self.push.items():
-            topic = state[0]
-            assert isinstance(topic, str)
-            bound = self.anybody_has(topic)
-            if bound != state[1]:
-                state[1] = bound
-                ops.append(SetPushInterest(stream, consumer, bound))
+        for key, state in self.push.items():
+            state.subscribed = self.anybody_has(state.topic)
+            self._report(key, state, ops)
         if ops:
             self.client.fire(ops)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import radix
@@ -66,6 +66,8 @@ class Outbox:
         self.hub = hub
         # Push consumers: (stream, consumer) -> deliver topic (MQTT form).
         self.push_topics: dict[tuple[str, str], str] = {}
+        # Told of each push delivery (heartbeats, flow control: broker.jetstream.flow).
+        self.on_push: Callable[[Delivery], None] | None = None
 
     def send(
         self,
@@ -103,7 +105,11 @@ class Outbox:
                 self._advisory(ev)
 
     def _deliver(self, d: Delivery) -> None:
-        topic = self.push_topics.get((d.stream, d.consumer)) or d.reply
+        topic = self.push_topics.get((d.stream, d.consumer))
+        if topic is None:
+            topic = d.reply
+        elif self.on_push is not None:
+            self.on_push(d)
         m = d.msg
         self.send(topic, m.payload, delivery_properties(m.subject, m.headers, ack_topic(d)))
 

@@ -33,6 +33,11 @@ API_LEVEL: Final = 5
 NAMES_LIMIT: Final = 1024
 LIST_LIMIT: Final = 256
 MAX_REQUEST_BYTES: Final = 1024 * 1024  # nats-server's max_payload
+# What nats-server's error answers carry besides the error (measured).
+_ERROR_EXTRAS: Final[dict[str, Json]] = {
+    "stream_info_response": {"total": 0, "offset": 0, "limit": 0},
+    "stream_purge_response": {"purged": 0},
+}
 _CHANGES: Final = frozenset(
     (
         "stream_create_response",
@@ -174,12 +179,11 @@ class Requests:
         """The JSON answer to a request on ``subject`` (NATS form, ``$JS.API.``...), and
         whether streams or consumers changed (capture and push interest must learn it
         before the answer goes out)."""
-        self.total += 1
         tokens = subject[len(API_PREFIX) :].split(".") if subject.startswith(API_PREFIX) else []
         try:
             kind, fn, n = self.route(tokens)
         except KeyError:
-            self.errors += 1
+            self._count(error=True)
             doc = {"type": _type("system_response"), **_error(js_error("bad_request"))}
             return _dumps(doc), False
         try:
@@ -187,12 +191,16 @@ class Requests:
                 raise js_error("bad_request")
             doc = fn(tokens[n:], body)
         except JetStreamError as exc:
-            self.errors += 1
-            doc = _error(exc)
-            if kind == "stream_info_response":
-                doc |= {"total": 0, "offset": 0, "limit": 0}
+            self._count(error=True)
+            doc = _error(exc) | _ERROR_EXTRAS.get(kind, {})
             return _dumps({"type": _type(kind), **doc}), False
+        self._count(error=False)
         return _dumps({"type": _type(kind), **doc}), kind in _CHANGES
+
+    def _count(self, *, error: bool) -> None:
+        """After the answer is made (an INFO counts the requests before it, as there)."""
+        self.total += 1
+        self.errors += error
 
     # -- account -------------------------------------------------------------------------------
 

@@ -27,13 +27,14 @@ from broker.core.systopics import Outcome
 from broker.jetstream import acks, api
 from broker.jetstream.capture import Capture, outcome, pub_ack_json
 from broker.jetstream.commit import commit
+from broker.jetstream.flow import FC_PREFIX, PushFlow, PushSettings
 from broker.jetstream.headers import HeaderError
 from broker.jetstream.interest import Interest
 from broker.jetstream.outbox import Outbox
 from broker.jetstream.requests import INTERNAL_PREFIX, Requests
 from broker.mqtt.packets import Publish
 from broker.persist.client import StorageError, StoreClient
-from store import Event, JetStreamError, Store, Tick
+from store import Event, JetStreamError, PubAck, Store, Tick
 from store.ops import OpResult
 from store.topics import subject_to_topic
 
@@ -41,23 +42,28 @@ log = logging.getLogger("jetmq.jetstream")
 
 MAX_TICK_SLEEP_S: Final = 1.0  # the timer task looks again at least this often
 
-Snapshot = tuple[tuple[str, ...], dict[tuple[str, str], str]]
+Snapshot = tuple[tuple[tuple[str, str], ...], dict[tuple[str, str], PushSettings]]
 
 
 def read_snapshot(st: Store) -> Snapshot:
-    """(every user stream subject, push consumers -> deliver topic); worker thread."""
-    subjects: list[str] = []
-    push: dict[tuple[str, str], str] = {}
+    """((user stream subject, its stream)..., push consumers -> deliver topic); worker
+    thread."""
+    subjects: list[tuple[str, str]] = []
+    push: dict[tuple[str, str], PushSettings] = {}
     for name in st.stream_names():
         if name.startswith(INTERNAL_PREFIX):
             continue
         try:
             info = st.stream_info(name)
-            subjects.extend(info.config.subjects or ())
+            subjects.extend((subject, name) for subject in info.config.subjects or ())
             for consumer in st.consumer_names(name):
                 cfg = st.consumer_info(name, consumer).config
                 if cfg.deliver_subject:
-                    push[(name, consumer)] = subject_to_topic(cfg.deliver_subject)
+                    push[(name, consumer)] = PushSettings(
+                        subject_to_topic(cfg.deliver_subject),
+                        cfg.idle_heartbeat or 0,
+                        bool(cfg.flow_control),
+                    )
         except JetStreamError:
             continue  # deleted meanwhile
     return tuple(subjects), push
@@ -78,9 +84,13 @@ class JetStream:
             client, self.requests, self.outbox, self.interest, self.refresh, self.wake
         )
         self.acks = acks.AckHandler(client, self.outbox, self.interest, self.wake)
+        self.flow = PushFlow(self.outbox, self.interest, client.spawn)
+        self.outbox.on_push = self.flow.delivered
         self._wakeup = trio.Event()
         self._refreshing = trio.Lock()
         self._token: trio.lowlevel.TrioToken | None = None
+        self._push: dict[tuple[str, str], PushSettings] = {}
+        self._started = False  # the nursery is there (heartbeat tasks can start)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -91,17 +101,22 @@ class JetStream:
     def start(self, nursery: trio.Nursery) -> None:
         """Take the store's events, claim the ``$JS`` topics, run the timers."""
         self._token = trio.lowlevel.current_trio_token()
+        self._started = True
         self.store.set_event_hook(self._on_events)
         self.hub.systopics.register(api.TOPIC_PREFIX, self.api)
         self.hub.systopics.register(acks.TOPIC_PREFIX, self.acks)
+        self.hub.systopics.register(FC_PREFIX, self.flow)
         self.hub.watchers.append(self.interest)
         self.interest.set_push(self.outbox.push_topics)
+        self.flow.set_consumers(self._push)
         nursery.start_soon(self._timers)
 
     def stop(self) -> None:
         self.store.set_event_hook(None)
         self.hub.systopics.unregister(api.TOPIC_PREFIX)
         self.hub.systopics.unregister(acks.TOPIC_PREFIX)
+        self.hub.systopics.unregister(FC_PREFIX)
+        self.flow.set_consumers({})
         if self.interest in self.hub.watchers:
             self.hub.watchers.remove(self.interest)
 
@@ -111,8 +126,11 @@ class JetStream:
             self.client.submit_open()
             subjects, push = await trio.to_thread.run_sync(read_snapshot, self.store)
             self.capture.set_subjects(subjects)
-            self.outbox.push_topics = push
-            self.interest.set_push(push)
+            self._push = push
+            self.outbox.push_topics = {key: p.topic for key, p in push.items()}
+            self.interest.set_push(self.outbox.push_topics)
+            if self._started:
+                self.flow.set_consumers(push)
 
     # -- capture -------------------------------------------------------------------------------
 
@@ -121,7 +139,8 @@ class JetStream:
         has one, and what its PUBACK/PUBREC says."""
         reply = p.properties.response_topic
         if reply is not None and api.valid_reply(reply) is None:
-            doc = pub_ack_json(result)
+            stream = "" if isinstance(result, PubAck) else self.capture.stream_for(p.topic)
+            doc = pub_ack_json(result, stream)
             if doc is not None:
                 self.outbox.answer(reply, doc, p.properties.correlation_data)
         self.wake()

@@ -128,6 +128,8 @@ class Inbound:
                     plan.result(len(extra) - 1) if isinstance(captured, store.Publish) else captured
                 )
                 o = js.captured(p, res)
+                if p.qos == 2 and pid and o.code.is_error:  # the exchange ends here
+                    broker.persist.qos2_released(session, pid)
                 if p.qos:
                     self.out.send(self._ack(p, o.code, o.reason, o.user_properties))
             elif p.qos == 1 and code is ReasonCode.SUCCESS and pid:

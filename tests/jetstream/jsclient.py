@@ -124,6 +124,29 @@ class JsClient:
             with self._lock:
                 self._waiting.pop(cd, None)
 
+    def request_with(
+        self,
+        topic: str,
+        body: bytes,
+        cd: bytes,
+        timeout: float = TIMEOUT,
+        qos: int = 1,
+        **properties: Any,
+    ) -> mqtt.MQTTMessage:
+        """Publish ``body`` to ``topic`` with our Response Topic, Correlation Data ``cd``
+        and ``properties``; the answer."""
+        q: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
+        with self._lock:
+            self._waiting[cd] = q
+        try:
+            self.publish(
+                topic, body, qos, ResponseTopic=self.reply_topic, CorrelationData=cd, **properties
+            )
+            return q.get(timeout=timeout)
+        finally:
+            with self._lock:
+                self._waiting.pop(cd, None)
+
     def request(self, subject: str, body: Json | bytes | str = b"") -> Json:
         """``$JS.API.<x>`` as ``$JS/API/<x>``: the JSON answer."""
         data = json.dumps(body) if isinstance(body, dict) else body
