@@ -69,6 +69,8 @@ class PushSubscription:
         self._last_fc = ""
         self._held: JsMsg | None = None
         self.resets = 0  # ordered consumer re-creations
+        self.heartbeats = 0  # idle heartbeats seen
+        self.flow_controls = 0  # flow control requests answered (stalled ones included)
 
     @property
     def delivered(self) -> tuple[int, int]:
@@ -146,13 +148,16 @@ class PushSubscription:
         if reply:  # a flow control request
             await client.publish(reply, b"", 0)
             self._last_fc = reply
+            self.flow_controls += 1
             return
+        self.heartbeats += 1
         stalled = got.header("Nats-Consumer-Stalled")
         if stalled:
             topic = subject_to_topic(stalled) if "/" not in stalled else stalled
             if topic != self._last_fc:
                 await client.publish(topic, b"", 0)
                 self._last_fc = topic
+                self.flow_controls += 1
         last = got.header("Nats-Last-Consumer")
         if last and last.isdigit() and not self.queue and int(last) > self._cseq:
             if self.ordered:

@@ -8,6 +8,7 @@ import pytest
 
 from client import Client, JetStreamError, NoStreamResponseError, StreamNotFoundError
 from client.errors import ConsumerNotFoundError, NoMessageFoundError, StreamNameAlreadyInUseError
+from client.push import PushSubscription
 from store.models import ConsumerConfig, StreamConfig
 from tests.client.conftest import needs_jetstream
 
@@ -179,9 +180,6 @@ async def test_push_subscription_delivers_in_order_with_acks(server: str) -> Non
             assert await js.consumer_names("PU") == []
 
 
-@pytest.mark.xfail(
-    reason="js-server 4665c96 sends no push idle heartbeats / flow control yet", strict=True
-)
 async def test_push_heartbeats_and_flow_control_keep_the_subscription_alive(server: str) -> None:
     with anyio.fail_after(45):
         async with Client(server) as c:
@@ -192,9 +190,11 @@ async def test_push_heartbeats_and_flow_control_keep_the_subscription_alive(serv
                 await js.publish(f"hb/{i}", b"x" * 10_000)
             for _ in range(200):
                 await (await sub.next_msg(5)).ack()
+            assert sub.flow_controls > 0  # 2 MB through: the window was asked to grow
             # Idle: heartbeats keep it alive (no ConsumerStalledError), then a timeout.
             with pytest.raises(TimeoutError):
                 await sub.next_msg(1.0)
+            assert sub.heartbeats >= 2
             await sub.unsubscribe()
 
 
@@ -234,3 +234,32 @@ async def test_ordered_consumer_recreates_itself(server: str) -> None:
             assert sub.resets >= 1
             assert sub.consumer != first
             await sub.unsubscribe()
+
+
+async def test_push_deliver_group_shares_messages_between_members(server: str) -> None:
+    with anyio.fail_after(45):
+        async with Client(server) as a, Client(server) as b:
+            js_a, js_b = a.jetstream(), b.jetstream()
+            await js_a.add_stream(name="G", subjects=["g.>"])
+            m1 = await js_a.subscribe("g.>", queue="workers")
+            m2 = await js_b.subscribe("g.>", queue="workers")
+            assert m1.consumer == m2.consumer == "workers"
+            for i in range(20):
+                await js_a.publish(f"g/{i}", str(i))
+            got: list[int] = []
+
+            async def drain(sub: PushSubscription) -> None:
+                while True:
+                    try:
+                        msg = await sub.next_msg(1.0)
+                    except TimeoutError:
+                        return
+                    got.append(int(msg.data))
+                    await msg.ack()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain, m1)
+                tg.start_soon(drain, m2)
+            assert sorted(got) == list(range(20))
+            with pytest.raises(JetStreamError, match="deliver group"):
+                await js_a.subscribe("g.>", durable="workers")
