@@ -2,7 +2,7 @@
 
 Resource handling
 -----------------
-``async with Client(...) as client`` connects and owns a task group with two tasks: the
+``async with Client(...) as client`` connects and owns a task group: the writer, the
 reader (bytes -> ``Connection.receive_data`` -> acks, waiters, subscriptions) and, when
 keep alive is on, the pinger. Leaving the block sends DISCONNECT and closes the socket;
 every waiter and subscription is ended with :class:`ConnectionClosedError`.
@@ -12,8 +12,8 @@ Error handling
 Background tasks never raise into the task group. A broken connection, a protocol error
 or a DISCONNECT from the broker closes the client: every pending and later call raises
 ConnectionClosedError with the cause in its text. With ``reconnect=True`` the reader
-reconnects instead (pending calls fail, later calls wait, subscriptions go on). Writes
-are shielded from cancellation: a cancelled caller never leaves half a packet.
+reconnects instead (pending calls fail, later calls wait, subscriptions go on). Packets
+are queued whole for the writer task (``client.writer``), never half-written.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ from client.message import Message, PublishResult, publish_properties
 from client.subscription import DEFAULT_MAX_PENDING, Orphans, Subscription
 from client.url import DEFAULT_SERVER, parse_server
 from client.waiter import Waiter
+from client.writer import HIGH_WATER, Writer
 
 _V5 = ProtocolVersion.MQTT_5
 
@@ -112,7 +113,7 @@ class Client:
         self._stream: SocketStream | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
-        self._send_lock = anyio.Lock()
+        self._writer = Writer()
         self._window = anyio.Semaphore(0xFFFF)
         self._waiters: dict[tuple[PacketType, int], Waiter] = {}
         self._subs: dict[int, Subscription] = {}
@@ -124,7 +125,6 @@ class Client:
         self._closed = False
         self._close_error: ConnectionClosedError | None = None
         self._closed_event = anyio.Event()
-        self._last_send = 0.0
         self._last_recv = 0.0
         self._reconnect = reconnect
         self._reconnect_wait = reconnect_wait
@@ -182,7 +182,7 @@ class Client:
             self.client_id = cprops.assigned_client_identifier
         self._use_sub_ids = cprops.subscription_identifier_available != 0
         self._window = anyio.Semaphore(max(1, self._conn.peer_receive_maximum))
-        self._last_send = self._last_recv = anyio.current_time()
+        self._writer.last_write = self._last_recv = anyio.current_time()
         self._online.set()
         return opened.leftover
 
@@ -190,6 +190,7 @@ class Client:
         for event in await self._open(self._clean_start):
             await self._dispatch(event)
         tg.start_soon(self._reader)
+        tg.start_soon(self._writer.run, lambda: self._stream, self._write_failed)
         if self._conn.keep_alive:
             tg.start_soon(self._pinger, self._conn.keep_alive)
 
@@ -202,8 +203,8 @@ class Client:
         self._shutdown(ConnectionClosedError("the client closed the connection"))
         if online:
             with contextlib.suppress(Exception), anyio.move_on_after(2):
-                async with self._send_lock:
-                    await stream.send(self._conn.send(Disconnect()))
+                self._writer.write(self._conn.send(Disconnect()))
+                await self._writer.wait_drained()
         with contextlib.suppress(Exception):
             await stream.aclose()
 
@@ -283,6 +284,7 @@ class Client:
         Calls in flight fail (their outcome is unknown); subscriptions stay and are made
         again when the broker has no session; new calls wait for the connection."""
         self._online = anyio.Event()
+        self._writer.clear()
         lost = ConnectionClosedError(f"{error}; reconnecting")
         waiters, self._waiters = self._waiters, {}
         for waiter in waiters.values():
@@ -320,7 +322,7 @@ class Client:
     async def _pinger(self, keep_alive: int) -> None:
         with contextlib.suppress(ConnectionClosedError):
             while not self._closed:
-                due = self._last_send + keep_alive * 0.75
+                due = self._writer.last_write + keep_alive * 0.75
                 now = anyio.current_time()
                 if now < due:
                     await anyio.sleep(due - now)
@@ -334,15 +336,15 @@ class Client:
     async def _dispatch(self, event: Packet | DuplicatePublish) -> None:
         if isinstance(event, Publish):
             if event.qos == 1:
-                await self._send(Puback(event.packet_id))  # type: ignore[arg-type]
+                await self._send(Puback(event.packet_id), False)  # type: ignore[arg-type]
             elif event.qos == 2:
-                await self._send(Pubrec(event.packet_id))  # type: ignore[arg-type]
+                await self._send(Pubrec(event.packet_id), False)  # type: ignore[arg-type]
             self._route(event)
         elif isinstance(event, DuplicatePublish):
-            await self._send(Pubrec(event.publish.packet_id))  # type: ignore[arg-type]
+            await self._send(Pubrec(event.publish.packet_id), False)  # type: ignore[arg-type]
         elif isinstance(event, Pubrel):
             known = event.packet_id in self._conn.session.inbound_qos2
-            await self._send(Connection.pubcomp_for(event, known))
+            await self._send(Connection.pubcomp_for(event, known), False)
         elif isinstance(event, Puback | Pubrec | Pubcomp | Suback | Unsuback):
             waiter = self._waiters.pop((event.TYPE, event.packet_id), None)
             if waiter is not None:
@@ -376,36 +378,32 @@ class Client:
             self._orphans.keep(msg)
 
     # ---- sending -----------------------------------------------------------------------
-    async def _send(self, packet: Packet) -> None:
-        stream = await self._ready()
-        async with self._send_lock:
-            data = self._conn.send(packet)
-            with anyio.CancelScope(shield=True):
-                await self._write(stream, data)
+    async def _send(self, packet: Packet, wait: bool = True) -> None:
+        """Queue ``packet`` for the writer; with ``wait``, wait while the buffer is over
+        its high-water mark (the reader's acks never wait: that could deadlock)."""
+        await self._ready()
+        self._writer.write(self._conn.send(packet))
+        if wait and self._writer.full:
+            await self._writer.wait_drained(HIGH_WATER)
 
-    async def _write(self, stream: SocketStream, data: bytes) -> None:
-        try:
-            await stream.send(data)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            error = ConnectionClosedError(f"connection lost: {exc or type(exc).__name__}")
-            self._shutdown(error)
-            raise (self._close_error or error) from None
-        self._last_send = anyio.current_time()
+    async def _write_failed(self, exc: BaseException) -> None:
+        self._lost = ConnectionClosedError(f"connection lost: {exc or type(exc).__name__}")
+        if self._stream is not None:
+            await self._stream.aclose()  # the reader sees it and ends or reconnects
 
     async def _send_awaiting(
         self, make: Callable[[int], Packet], answer: PacketType
     ) -> tuple[int, Waiter]:
         """Send the packet ``make(packet_id)`` and register the waiter for its answer
         before the bytes leave (the answer may arrive before this task runs again)."""
-        stream = await self._ready()
-        async with self._send_lock:
-            pid = self._conn.next_packet_id()
-            packet = make(pid)
-            data = self._conn.send(packet)
-            waiter = Waiter()
-            self._waiters[answer, pid] = waiter
-            with anyio.CancelScope(shield=True):
-                await self._write(stream, data)
+        await self._ready()
+        pid = self._conn.next_packet_id()
+        data = self._conn.send(make(pid))
+        waiter = Waiter()
+        self._waiters[answer, pid] = waiter
+        self._writer.write(data)
+        if self._writer.full:
+            await self._writer.wait_drained(HIGH_WATER)
         return pid, waiter
 
     async def publish(
