@@ -324,11 +324,13 @@ class JetStreamContext:
         flow_control: bool = False,
         deliver_policy: str | None = None,
         error_cb: ErrorCallback | None = None,
+        pending_msgs_limit: int | None = None,
     ) -> PushSubscription:
         """A push subscription (ADR-15): binds to ``durable`` when it exists (checking it
         is push based and its deliver group), else creates the consumer after subscribing
         to its deliver topic. ``queue`` = a deliver group (an MQTT shared subscription);
-        it is also the durable name when none is given."""
+        it is also the durable name when none is given. ``pending_msgs_limit``: messages
+        buffered before the client drops (and the gap detection notices)."""
         if queue and (ordered_consumer or idle_heartbeat or flow_control):
             raise ValueError("heartbeats, flow control and ordered consumers need no queue")
         if queue and durable is None:
@@ -366,7 +368,7 @@ class JetStreamContext:
             topic = topic or f"_DELIVER/{self.client.new_inbox().rsplit('/', 2)[1]}/{queue}"
             sub = await self.client.subscribe(f"$share/{queue}/{topic}", qos=1)
         else:
-            sub = await self.client.open_inbox()
+            sub = await self.client.open_inbox(max_pending=pending_msgs_limit)
             topic = sub.topic
         cfg = cfg.model_copy(update={"deliver_subject": topic_to_subject(topic)})
         try:

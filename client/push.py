@@ -61,6 +61,7 @@ class PushSubscription:
         self.ordered = ordered
         self.queue = queue
         self._error_cb = error_cb
+        self._limit = sub.limit
         hb = info.config.idle_heartbeat
         self._heartbeat = hb / _NS if hb else None
         self._last_activity = anyio.current_time()
@@ -184,7 +185,7 @@ class PushSubscription:
             await old_sub.unsubscribe()
         with contextlib.suppress(JetStreamError, TimeoutError):
             await self._api.delete_consumer(self.stream, old_name)
-        self._sub = await client.open_inbox()
+        self._sub = await client.open_inbox(max_pending=self._limit)
         update: dict[str, object] = {
             "deliver_subject": topic_to_subject(self._sub.topic),
             "name": None,

@@ -59,6 +59,7 @@ class Subscription:
         self.sid = sid
         self.dropped = 0
         self._on_close = on_close
+        self.limit = max_pending
         self._max = max_pending if max_pending > 0 else math.inf
         self._buf: deque[Message] = deque()
         self._event = anyio.Event()  # set when a message arrives or the subscription ends

@@ -7,7 +7,12 @@ import anyio
 import pytest
 
 from client import Client, JetStreamError, NoStreamResponseError, StreamNotFoundError
-from client.errors import ConsumerNotFoundError, NoMessageFoundError, StreamNameAlreadyInUseError
+from client.errors import (
+    ConsumerNotFoundError,
+    NoMessageFoundError,
+    SequenceGapError,
+    StreamNameAlreadyInUseError,
+)
 from client.push import PushSubscription
 from store.models import ConsumerConfig, StreamConfig
 from tests.client.conftest import needs_jetstream
@@ -263,3 +268,44 @@ async def test_push_deliver_group_shares_messages_between_members(server: str) -
             assert sorted(got) == list(range(20))
             with pytest.raises(JetStreamError, match="deliver group"):
                 await js_a.subscribe("g.>", durable="workers")
+
+
+async def test_push_gap_is_detected_when_the_client_drops(server: str) -> None:
+    with anyio.fail_after(30):
+        async with Client(server) as c:
+            js = c.jetstream()
+            await js.add_stream(name="GAP", subjects=["gap.>"])
+            seen: list[Exception] = []
+
+            async def on_error(exc: Exception) -> None:
+                seen.append(exc)
+
+            sub = await js.subscribe(
+                "gap.>", pending_msgs_limit=5, error_cb=on_error, deliver_policy="new"
+            )
+            for i in range(40):
+                await js.publish(f"gap/{i}", str(i))
+            # The broker has sent all 40 (each check a round trip behind its deliveries).
+            while (await sub.consumer_info()).delivered.consumer_seq < 40:
+                pass
+            first = [int((await sub.next_msg(5)).data) for _ in range(5)]
+            assert first == [0, 1, 2, 3, 4]
+            await js.publish("gap/late", b"late")
+            assert (await sub.next_msg(5)).data == b"late"
+            assert isinstance(seen[0], SequenceGapError)
+            assert (seen[0].expected, seen[0].got) == (6, 41)
+
+
+async def test_ordered_consumer_recovers_from_its_own_drops_in_order(server: str) -> None:
+    with anyio.fail_after(45):
+        async with Client(server) as c:
+            js = c.jetstream()
+            await js.add_stream(name="ORD", subjects=["ord.>"])
+            for i in range(100):
+                await js.publish(f"ord/{i}", str(i))
+            sub = await js.subscribe(
+                "ord.>", ordered_consumer=True, idle_heartbeat=0.3, pending_msgs_limit=10
+            )
+            got = [int((await sub.next_msg(10)).data) for _ in range(100)]
+            assert got == list(range(100))
+            assert sub.resets >= 1  # 100 messages into a 10-message buffer: it had to
