@@ -4,7 +4,8 @@ A delivered message's Response Topic is its ack topic
 ``$JS/ACK/<stream>/<consumer>/<delivered>/<sseq>/<cseq>/<ts>/<pending>``; the client
 publishes ``+ACK`` (or empty, ``+OK``), ``-NAK [delay]``, ``+WPI``, ``+TERM [reason]`` or
 ``+NXT [batch]`` there (``store.acks`` parses both). The ack joins the open write batch;
-the PUBACK comes after its commit, and a Response Topic gets an empty message then
+at QoS 0 without a Response Topic nothing waits for it (no task: the fast path of a
+consumer acking a batch); otherwise the PUBACK comes after its commit, and a Response Topic gets an empty message then
 (nats-server's double ack), except for ``+NXT``, whose Response Topic is the inbox of
 the pull request it makes.
 
@@ -89,8 +90,14 @@ class AckHandler:
             job = Job()
             job.finish(Outcome(REFUSED, ack))
             return job
-        job = Job()
         num = session.num if session is not None else 0
+        if not p.qos and (reply is None or ack.kind is AckKind.NEXT):
+            # Nobody to tell (QoS 0, no double ack): into the open batch, no task, no wait.
+            self.client.fire([ack])
+            if ack.kind is AckKind.NEXT and reply is not None and num:
+                self.interest.add_pull(num, ack.stream, ack.consumer, reply)
+            return ReasonCode.SUCCESS
+        job = Job()
         self.client.spawn(self._run, job, ack, num, reply, p.properties)
         return job
 

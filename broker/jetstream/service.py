@@ -41,6 +41,7 @@ from store.topics import subject_to_topic
 log = logging.getLogger("jetmq.jetstream")
 
 MAX_TICK_SLEEP_S: Final = 1.0  # the timer task looks again at least this often
+TICK_AGAIN_S: Final = 0.01  # a deadline a Tick left where it was is tried again after this
 
 Snapshot = tuple[tuple[tuple[str, str], ...], dict[tuple[str, str], PushSettings]]
 
@@ -174,6 +175,8 @@ class JetStream:
                     await commit(self.client, [Tick(None)])
                 except StorageError:
                     await trio.sleep(MAX_TICK_SLEEP_S)  # (logged by the client)
+                if self.store.next_deadline() == deadline:
+                    await trio.sleep(TICK_AGAIN_S)  # nothing moved: no busy loop
                 continue
             if deadline is None:  # nothing due until a request or a commit wakes us
                 await self._wakeup.wait()

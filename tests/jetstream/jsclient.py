@@ -48,7 +48,16 @@ class Acked:
 class JsClient:
     """One MQTT 5 connection: requests with Response Topic + Correlation Data, inboxes."""
 
-    def __init__(self, port: int, client_id: str = "", *, clean_start: bool = True) -> None:
+    def __init__(
+        self,
+        port: int,
+        client_id: str = "",
+        *,
+        clean_start: bool = True,
+        timeout: float = TIMEOUT,
+        session_expiry: int = 0,
+    ) -> None:
+        self.timeout = timeout
         self.client = mqtt.Client(
             CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5
         )
@@ -65,7 +74,10 @@ class JsClient:
         self.client.on_unsubscribe = lambda _c, _u, _m, rcs, _p: self._suback.put(rcs)
         connected: queue.Queue[Any] = queue.Queue()
         self.client.on_connect = lambda _c, _u, _f, rc, _p: connected.put(rc)
-        self.client.connect("127.0.0.1", port, clean_start=clean_start)
+        connect_props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        if session_expiry:
+            connect_props.SessionExpiryInterval = session_expiry
+        self.client.connect("127.0.0.1", port, clean_start=clean_start, properties=connect_props)
         self.client.loop_start()
         rc = connected.get(timeout=TIMEOUT)
         assert not rc.is_failure, rc
@@ -106,7 +118,7 @@ class JsClient:
             q = self.acks.setdefault(info.mid, queue.Queue())
         if not qos:
             return None
-        return q.get(timeout=TIMEOUT)
+        return q.get(timeout=self.timeout)
 
     def request_raw(
         self, topic: str, body: bytes | str = b"", qos: int = 1, timeout: float = TIMEOUT
@@ -155,10 +167,10 @@ class JsClient:
         out: Json = json.loads(msg.payload)
         return out
 
-    def next_msg(self, topic: str, timeout: float = TIMEOUT) -> mqtt.MQTTMessage:
+    def next_msg(self, topic: str, timeout: float | None = None) -> mqtt.MQTTMessage:
         with self._lock:
             q = self.inbox.setdefault(topic, queue.Queue())
-        return q.get(timeout=timeout)
+        return q.get(timeout=self.timeout if timeout is None else timeout)
 
     def nothing_on(self, topic: str, seconds: float) -> bool:
         with self._lock:

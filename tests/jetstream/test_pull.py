@@ -150,3 +150,22 @@ def test_ack_wait_redelivers_and_workqueue_acks_remove(js: JsClient) -> None:
     ok(js.publish(ack, b"", 1))  # an empty payload acks
     info = js.request("$JS.API.STREAM.INFO.S")
     assert info["state"]["messages"] == 0
+
+
+def test_an_offline_persistent_session_keeps_its_pull_and_gets_its_messages(
+    js: JsClient,
+) -> None:
+    _setup(js, 0)
+    away = JsClient(js.port, "away", clean_start=False, session_expiry=3600)
+    away.subscribe("away/in", 1)
+    ok(away.publish(NEXT, b'{"batch": 3}', 1, ResponseTopic="away/in"))
+    away.close()  # offline: its subscription, so its request, stays
+    assert js.request("$JS.API.CONSUMER.INFO.S.C")["num_waiting"] == 1
+    for i in range(3):
+        ok(js.publish(f"s/{i}", f"m{i}".encode(), 1))
+    back = JsClient(js.port, "away", clean_start=False, session_expiry=3600)
+    try:
+        got = [back.next_msg("away/in").payload for _ in range(3)]
+        assert got == [b"m0", b"m1", b"m2"]
+    finally:
+        back.close()
