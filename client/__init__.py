@@ -9,6 +9,7 @@ with a JetStream context shaped like nats-py's and a blocking facade in ``client
 
 from __future__ import annotations
 
+from broker.mqtt.packets import Will
 from client.core import Client
 from client.errors import (
     ClientError,
@@ -49,4 +50,5 @@ __all__ = [
     "StreamNotFoundError",
     "SubscribeError",
     "Subscription",
+    "Will",
 ]

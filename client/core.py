@@ -47,6 +47,7 @@ from broker.mqtt.packets import (
     Subscribe,
     Unsuback,
     Unsubscribe,
+    Will,
 )
 from broker.mqtt.packets import (
     Subscription as SubscriptionOption,
@@ -94,6 +95,7 @@ class Client:
         connect_timeout: float = 10.0,
         inbox_qos: int = 1,
         max_pending: int = DEFAULT_MAX_PENDING,
+        will: Will | None = None,
         reconnect: bool = False,
         reconnect_wait: float = 0.5,
         max_reconnect_attempts: int = 60,
@@ -126,6 +128,7 @@ class Client:
         self._close_error: ConnectionClosedError | None = None
         self._closed_event = anyio.Event()
         self._last_recv = 0.0
+        self._will = will
         self._reconnect = reconnect
         self._reconnect_wait = reconnect_wait
         self._max_reconnect_attempts = max_reconnect_attempts
@@ -173,6 +176,7 @@ class Client:
             keep_alive=self._keep_alive,
             username=self._username,
             password=self._password,
+            will=self._will,
             properties=Properties(session_expiry_interval=self._session_expiry or None),
         )
         opened = await open_connection(self.host, self.port, connect, self._connect_timeout)

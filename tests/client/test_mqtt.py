@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from broker.mqtt.packets import Will
 from broker.mqtt.reason_codes import ReasonCode
 from client import Client, ConnectError, NoRespondersError
 from client.errors import ConnectionClosedError
@@ -157,3 +158,16 @@ def test_parse_server(text: str, expected: tuple[str, int]) -> None:
 def test_parse_server_refuses(bad: str) -> None:
     with pytest.raises(ValueError, match="server"):
         parse_server(bad)
+
+
+async def test_will_is_published_when_the_connection_breaks(server: str) -> None:
+    with anyio.fail_after(10):
+        async with Client(server) as watcher:
+            sub = await watcher.subscribe("wills/#", qos=1)
+            will = Will(b"wills/c1", b"gone", qos=1)
+            async with Client(server, client_id="c1", will=will) as c:
+                assert c._stream is not None
+                await c._stream.aclose()  # no DISCONNECT: the broker must send the will
+                await c.wait_closed()
+            msg = await sub.next(5)
+            assert (msg.topic, msg.payload) == ("wills/c1", b"gone")
