@@ -13,7 +13,7 @@ import json
 
 import anyio
 
-from client.errors import StatusError
+from client.errors import JetStreamError, PublishError, StatusError
 from client.jsapi import Api
 from client.jsmsg import JsMsg, status_of
 from client.subscription import Subscription
@@ -63,12 +63,17 @@ class PullSubscription:
             req["max_bytes"] = max_bytes
         client = self._api.client
         topic = f"{self._api.prefix}/CONSUMER/MSG/NEXT/{self.stream}/{self.consumer}"
-        await client.publish(
-            topic,
-            json.dumps(req, separators=(",", ":")),
-            1,
-            response_topic=self._inbox.topic,
-        )
+        try:
+            await client.publish(
+                topic,
+                json.dumps(req, separators=(",", ":")),
+                1,
+                response_topic=self._inbox.topic,
+            )
+        except PublishError as exc:  # e.g. the consumer is gone (0x83 and a 503 status)
+            raise JetStreamError(
+                503, 0, f"pull from {self.stream}/{self.consumer} refused: {exc.reason or exc}"
+            ) from None
         out: list[JsMsg] = []
         with anyio.move_on_after(wait):
             while len(out) < batch:

@@ -132,3 +132,15 @@ def test_blocking_jetstream(server: str) -> None:
         assert js.get_msg("SY", 2).data == b"m1"
         assert js.purge_stream("SY") == 3
         assert js.delete_stream("SY")
+
+
+@pytest.mark.anyio
+async def test_pull_from_a_deleted_consumer_is_a_jetstream_error(server: str) -> None:
+    with anyio.fail_after(10):
+        async with Client(server) as c:
+            js = c.jetstream()
+            await js.add_stream(name="GONE", subjects=["gone"])
+            psub = await js.pull_subscribe("gone", durable="d")
+            await js.delete_consumer("GONE", "d")
+            with pytest.raises(JetStreamError, match="pull from GONE/d refused"):
+                await psub.fetch(1, timeout=2)
