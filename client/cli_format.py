@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from store.models import go_duration
+
 _NS = 1_000_000_000
 _UNITS = {
     "ns": 1,
@@ -80,21 +82,9 @@ def human_count(n: int) -> str:
 
 
 def human_duration(ns: int | None) -> str:
-    """Go's ``time.Duration`` text of ``ns`` (``2m0s``), ``unlimited`` for 0/None."""
-    if not ns:
-        return "unlimited"
-    out = []
-    rest = ns
-    for unit, size in (("d", 86400 * _NS), ("h", 3600 * _NS), ("m", 60 * _NS)):
-        if rest >= size:
-            out.append(f"{rest // size}{unit}")
-            rest %= size
-    if rest or not out:
-        secs = rest / _NS
-        out.append(f"{secs:g}s" if secs >= 1 or not rest else f"{rest / 1_000_000:g}ms")
-    elif out:
-        out.append("0s")
-    return "".join(out)
+    """Go's ``time.Duration`` text of ``ns`` (``2m0s``, ``168h0m0s``); ``unlimited`` for
+    0/None."""
+    return go_duration(ns) if ns else "unlimited"
 
 
 def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
