@@ -21,6 +21,7 @@ properties forward unchanged.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, fields
 from enum import IntEnum
 from typing import Any
@@ -256,6 +257,7 @@ EMPTY_PROPERTIES = Properties()
 
 _FIELD_NAMES = tuple(f.name for f in fields(Properties))
 assert set(_FIELD_NAMES) == {row.name for row in PROPERTY_TABLE}
+_ALL_VALUES = operator.attrgetter(*(row.name for row in PROPERTY_TABLE))
 
 
 def decode_properties(reader: Reader, context: Context) -> Properties:
@@ -337,11 +339,10 @@ def encode_property_items(
     is not allowed in ``context`` (a local bug, never peer input). Callers skip
     ``EMPTY_PROPERTIES`` themselves (the hot path never gets here with it)."""
     parts: list[bytes] = []
-    for row in PROPERTY_TABLE:
-        if row.name in skip:
-            continue
-        value = getattr(props, row.name)
-        if value is None or value == ():
+    # One C call reads every field (a getattr per row was most of the cost: JetStream's
+    # PUBACKs and deliveries carry properties on every message).
+    for row, value in zip(PROPERTY_TABLE, _ALL_VALUES(props), strict=True):
+        if value is None or value == () or row.name in skip:
             continue
         if context not in row.contexts:
             raise LocalProtocolError(f"property {row.id.name} is not allowed in {context.name}")
