@@ -53,7 +53,7 @@ def _build_parser() -> argparse.ArgumentParser:
         sub.add_parser("check-config", help="validate a configuration and print the result")
     )
     sub.add_parser("pipeline", help="Spark jobs over stored streams (jetmq pipeline --help)")
-    from client.cli import HELP as CLIENT_HELP  # the client verbs (client/cli.py)
+    from client.verbs import HELP as CLIENT_HELP  # the client verbs (client/cli.py)
 
     for verb, text in CLIENT_HELP.items():
         sub.add_parser(verb, help=text, add_help=False)
@@ -120,7 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return pipeline_main(list(sys.argv[2:] if argv is None else argv[1:]))
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] and args_list[0] in ("stream", "consumer", "pub", "sub", "req"):
+    from client.verbs import VERBS as CLIENT_VERBS
+
+    if args_list[:1] and args_list[0] in CLIENT_VERBS:
         from client.cli import main as client_main  # the client verbs, against a running broker
 
         return client_main(args_list)

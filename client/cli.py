@@ -21,15 +21,7 @@ from client.cli_js import connect
 from client.errors import ClientError, JetStreamError
 from client.message import Message
 from client.url import DEFAULT_SERVER, parse_server
-
-VERBS = ("stream", "consumer", "pub", "sub", "req")
-HELP = {
-    "stream": "administer JetStream streams of a running broker (ls|add|info|edit|rm|purge|get|rmm)",
-    "consumer": "administer JetStream consumers (ls|add|info|edit|rm|next)",
-    "pub": "publish a message",
-    "sub": "subscribe and print messages",
-    "req": "send a request and print the answer",
-}
+from client.verbs import HELP
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -254,3 +254,17 @@ def test_client_imports_only_broker_mqtt_and_the_light_store_modules() -> None:
         "annotated_types",
         "exceptiongroup",
     }
+
+
+def test_the_jetmq_command_loads_the_client_only_for_its_verbs() -> None:
+    """``jetmq serve`` lists the client verbs (client.verbs) without loading the client."""
+    code = (
+        "import sys, json; from broker.cli import _build_parser; _build_parser();"
+        " print(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
+    )
+    loaded = set(json.loads(out.stdout))
+    assert {m for m in loaded if _top(m) == "client"} == {"client", "client.verbs"}
+    assert "anyio" not in {_top(m) for m in loaded}
