@@ -309,3 +309,29 @@ async def test_ordered_consumer_recovers_from_its_own_drops_in_order(server: str
             got = [int((await sub.next_msg(10)).data) for _ in range(100)]
             assert got == list(range(100))
             assert sub.resets >= 1  # 100 messages into a 10-message buffer: it had to
+
+
+async def test_nak_with_delay_and_in_progress(server: str) -> None:
+    with anyio.fail_after(30):
+        async with Client(server) as c:
+            js = c.jetstream()
+            await js.add_stream(name="NK", subjects=["nk"])
+            await js.publish("nk", b"x")
+            cfg = ConsumerConfig(durable_name="w", ack_policy="explicit", ack_wait=1_000_000_000)
+            await js.add_consumer("NK", cfg)
+            psub = await js.pull_subscribe(stream="NK", durable="w")
+            (msg,) = await psub.fetch(1, timeout=5)
+            t0 = anyio.current_time()
+            await msg.nak(delay=0.6)
+            await msg.ack()  # ignored: the NAK was terminal
+            (again,) = await psub.fetch(1, timeout=5)
+            assert anyio.current_time() - t0 >= 0.5
+            assert again.metadata is not None
+            assert again.metadata.num_delivered == 2
+            # +WPI keeps it from being redelivered past ack_wait (1 s) while "working".
+            for _ in range(3):
+                await again.in_progress()
+                with pytest.raises(TimeoutError):
+                    await psub.fetch(1, timeout=0.5)
+            await again.ack_sync()
+            assert (await psub.consumer_info()).num_ack_pending == 0
