@@ -27,6 +27,7 @@ import radix
 from broker.core.message import AppMessage
 from broker.core.sessions import Session
 from broker.core.systopics import Outcome, reserved_prefix
+from broker.jetstream import direct
 from broker.jetstream.commit import commit
 from broker.jetstream.interest import Interest
 from broker.jetstream.outbox import Outbox
@@ -165,6 +166,13 @@ class ApiHandler:
                 await prev.done.wait()
             if subject.startswith(NEXT_PREFIX):
                 result = await self._pull(num, subject, body, reply)
+            elif subject.startswith(direct.PREFIX):
+                self.client.submit_open()
+                payload, headers = await trio.to_thread.run_sync(
+                    direct.direct_get, self.client.store, subject, body
+                )
+                props = Properties(correlation_data=props.correlation_data, user_properties=headers)
+                self.outbox.send(reply, payload, props)
             else:
                 self.client.submit_open()  # what this client wrote before goes first
                 answer, changed = await trio.to_thread.run_sync(self.requests.handle, subject, body)

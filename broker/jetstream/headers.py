@@ -88,9 +88,19 @@ def round_trips(subject: str, topic: bytes) -> bool:
         return False
 
 
+_TOPICS: dict[str, str] = {}  # subject -> topic form, for deliveries (bounded)
+_TOPICS_MAX: Final = 65_536
+
+
 def topic_of(subject: str) -> str:
-    """A stored subject in MQTT topic form."""
-    return subject_to_topic(subject)
+    """A stored subject in MQTT topic form (remembered: a stream's subjects repeat)."""
+    topic = _TOPICS.get(subject)
+    if topic is None:
+        topic = subject_to_topic(subject)
+        if len(_TOPICS) >= _TOPICS_MAX:
+            _TOPICS.clear()
+        _TOPICS[subject] = topic
+    return topic
 
 
 def delivery_properties(

@@ -249,16 +249,25 @@ class Requests:
         return args[0]
 
     def _stream_config(self, args: list[str], body: bytes) -> StreamConfig:
+        """The body's config; its name must be the subject's (10056), checked once the
+        body decodes (its shape errors, 10025, come first, as there)."""
         name = self._one(args)
-        if not body.strip():
-            raise js_error("invalid_json", err="unexpected end of JSON input")
-        cfg = StreamConfig.from_wire(body)
-        if cfg.name and cfg.name != name:
+        try:
+            data = gojson.loads(body) if body.strip() else {}
+        except ValueError as exc:
+            raise js_error("invalid_json", err=str(exc)) from None
+        if not isinstance(data, dict):
+            raise js_error("invalid_json", err="json: cannot unmarshal into Go value")
+        try:
+            cfg = StreamConfig.from_wire(data)
+        except JetStreamError as exc:
+            if exc.err_code != 10025 and data.get("name") != name:
+                raise js_error("stream_mismatch") from None
+            raise
+        if cfg.name != name:
             raise js_error("stream_mismatch")
         if name.startswith(INTERNAL_PREFIX):
             raise RESERVED_NAME
-        if not cfg.name:
-            cfg = cfg.model_copy(update={"name": name})
         return cfg
 
     def _check_bytes(self, cfg: StreamConfig) -> None:
@@ -329,12 +338,18 @@ class Requests:
         req = _body(body, _LIST_FIELDS, where)
         return max(req.get("offset", 0), 0), req.get("subject") or None
 
+    @staticmethod
+    def _page(names: list[str], offset: int, limit: int) -> tuple[int, list[str]]:
+        """The offset as answered (at most the total, as there) and the page."""
+        offset = min(offset, len(names))
+        return offset, names[offset : offset + limit]
+
     def _stream_names(self, args: list[str], body: bytes) -> Json:
         if args:
             raise js_error("bad_request")
         offset, subject = self._paged(body, "JSApiStreamNamesRequest")
         names = [n for n in self.store.stream_names(subject) if not n.startswith(INTERNAL_PREFIX)]
-        page = names[offset : offset + NAMES_LIMIT]
+        offset, page = self._page(names, offset, NAMES_LIMIT)
         return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "streams": page}
 
     def _stream_list(self, args: list[str], body: bytes) -> Json:
@@ -343,7 +358,8 @@ class Requests:
         offset, subject = self._paged(body, "JSApiStreamListRequest")
         names = [n for n in self.store.stream_names(subject) if not n.startswith(INTERNAL_PREFIX)]
         infos: list[Json] = []
-        for name in names[offset : offset + LIST_LIMIT]:
+        offset, page = self._page(names, offset, LIST_LIMIT)
+        for name in page:
             try:
                 infos.append(self.store.stream_info(name).to_wire())
             except JetStreamError:
@@ -391,10 +407,8 @@ class Requests:
     # -- consumers -----------------------------------------------------------------------------
 
     def _consumer_request(self, stream: str, body: bytes) -> tuple[Json, str]:
-        if not body.strip():
-            raise js_error("invalid_json", err="unexpected end of JSON input")
         req = _body(body, _CONSUMER_REQUEST, "CreateConsumerRequest")
-        if req.get("stream_name", stream) != stream:
+        if req.get("stream_name") != stream:
             raise js_error("stream_mismatch")
         action = req.get("action", "")
         if action not in ("", "create", "update"):
@@ -436,11 +450,7 @@ class Requests:
             durable = cfg.get("durable_name")
             if durable and durable != name:
                 raise js_error("durable_name_mismatch")
-            given = cfg.get("name")
-            if given and given != name:
-                raise JetStreamError(
-                    10017, 400, "consumer name in subject does not match durable name in request"
-                )
+            # A different config.name is overridden by the subject's (measured).
             if len(args) > 2:
                 if cfg.get("filter_subjects"):
                     raise JetStreamError(
@@ -467,7 +477,7 @@ class Requests:
         durable = cfg.get("durable_name")
         if not durable:
             raise JetStreamError(
-                10016, 400, "consumer expected to be durable but no durable name set in subject"
+                10018, 400, "consumer expected to be durable but a durable name was not set"
             )
         if durable != args[1]:
             raise js_error("durable_name_mismatch")
@@ -481,10 +491,12 @@ class Requests:
 
     def _consumer_info(self, args: list[str], body: bytes) -> Json:
         stream, name = self._two(args)
+        _empty(body)
         return self.store.consumer_info(stream, name).to_wire()
 
     def _consumer_delete(self, args: list[str], body: bytes) -> Json:
         stream, name = self._two(args)
+        _empty(body)
         self.store.delete_consumer(stream, name)
         return {"success": True}
 
@@ -492,7 +504,7 @@ class Requests:
         stream = _user(self._one(args))
         offset, _ = self._paged(body, "JSApiConsumersRequest")
         names = self.store.consumer_names(stream)
-        page = names[offset : offset + NAMES_LIMIT]
+        offset, page = self._page(names, offset, NAMES_LIMIT)
         return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "consumers": page}
 
     def _consumer_list(self, args: list[str], body: bytes) -> Json:
@@ -500,7 +512,8 @@ class Requests:
         offset, _ = self._paged(body, "JSApiConsumersRequest")
         names = self.store.consumer_names(stream)
         infos: list[Json] = []
-        for name in names[offset : offset + LIST_LIMIT]:
+        offset, page = self._page(names, offset, LIST_LIMIT)
+        for name in page:
             try:
                 infos.append(self.store.consumer_info(stream, name).to_wire())
             except JetStreamError:

@@ -54,7 +54,7 @@ def test_malformed_requests_get_jetstream_errors(js: JsClient) -> None:
         ("$JS.API.STREAM.MSG.GET.S", b"", 10003),
         ("$JS.API.STREAM.MSG.GET.S", b'{"seq": -1}', 10025),
         ("$JS.API.STREAM.MSG.GET.S", b'{"seq": 18446744073709551616}', 10025),
-        ("$JS.API.CONSUMER.CREATE.S.D", b"", 10025),
+        ("$JS.API.CONSUMER.CREATE.S.D", b"", 10056),  # (as nats-server: no stream_name)
         ("$JS.API.CONSUMER.CREATE.S.D", b'{"config": 7}', 10025),
         ("$JS.API.CONSUMER.INFO.S", b"", 10003),
         ("$JS.API.NOT.A.THING", b"", 10003),

@@ -111,3 +111,21 @@ def test_a_stream_deleted_stops_capturing(js: JsClient) -> None:
     acked = js.publish("s/1", b"x", 1)
     assert acked is not None
     assert acked.user == {}
+
+
+def test_direct_get_answers_with_the_message(js: JsClient) -> None:
+    _stream(js, allow_direct=True)
+    ok(js.publish("s/a", b"first", 1, UserProperty=[("k", "v")]))
+    ok(js.publish("s/a", b"second", 1))
+    got = js.request_with("$JS/API/DIRECT/GET/S", b'{"seq": 1}', b"d1")
+    assert got.payload == b"first"
+    up = dict(getattr(got.properties, "UserProperty", []))
+    assert up["k"] == "v"
+    assert (up["Nats-Stream"], up["Nats-Subject"], up["Nats-Sequence"]) == ("S", "s.a", "1")
+    got = js.request_with("$JS/API/DIRECT/GET/S/s/a", b"", b"d2")
+    assert got.payload == b"second"
+    got = js.request_with("$JS/API/DIRECT/GET/S", b'{"seq": 9}', b"d3")
+    up = dict(getattr(got.properties, "UserProperty", []))
+    assert (up["Status"], up["Description"]) == ("404", "Message Not Found")
+    got = js.request_with("$JS/API/DIRECT/GET/NOPE", b'{"seq": 1}', b"d4")
+    assert dict(getattr(got.properties, "UserProperty", []))["Status"] == "503"

@@ -128,6 +128,40 @@ SCENARIO: list[tuple[str, Json | bytes | str, dict[str, str] | None]] = [
     ("$JS.API.STREAM.DELETE.KV", b"not empty", None),
     ("$JS.API.STREAM.DELETE.KV", b"", None),
     ("$JS.API.STREAM.DELETE.KV", b"", None),
+    ("$JS.API.STREAM.CREATE.E", {"subjects": ["e"]}, None),
+    ("$JS.API.STREAM.CREATE.F", b"", None),
+    (
+        "$JS.API.CONSUMER.CREATE.ORDERS.N1",
+        {"stream_name": "ORDERS", "config": {"name": "N2", **CONSUMER}},
+        None,
+    ),
+    (
+        "$JS.API.CONSUMER.CREATE.ORDERS.N3",
+        {"stream_name": "ORDERS", "config": {"durable_name": "N4", **CONSUMER}},
+        None,
+    ),
+    (
+        "$JS.API.CONSUMER.CREATE.ORDERS.N5.orders.x",
+        {"stream_name": "ORDERS", "config": {"filter_subjects": ["orders.x"], **CONSUMER}},
+        None,
+    ),
+    (
+        "$JS.API.CONSUMER.CREATE.ORDERS",
+        {"stream_name": "ORDERS", "config": {"durable_name": "N6", **CONSUMER}},
+        None,
+    ),
+    (
+        "$JS.API.CONSUMER.DURABLE.CREATE.ORDERS.N7",
+        {"stream_name": "ORDERS", "config": CONSUMER},
+        None,
+    ),
+    ("$JS.API.CONSUMER.CREATE.ORDERS.N8", b"", None),
+    ("$JS.API.CONSUMER.DELETE.ORDERS.C1", b"x", None),
+    ("$JS.API.CONSUMER.INFO.ORDERS.C1", b"x", None),
+    ("$JS.API.STREAM.MSG.GET.ORDERS", b"", None),
+    ("$JS.API.STREAM.MSG.DELETE.ORDERS", b"", None),
+    ("$JS.API.STREAM.NAMES", {"offset": 5}, None),
+    ("$JS.API.CONSUMER.NAMES.ORDERS", {"offset": 1}, None),
     ("$JS.API.STREAM.FROB.ORDERS", b"", None),
     ("$JS.API.INFO", b"", None),
 ]
@@ -151,6 +185,9 @@ def strip(doc: Any) -> Any:
             return {**doc, "description": "invalid JSON: (syntax error)"}
         if "api" in doc:  # request counters: which requests a server counts is its own
             doc = {**doc, "api": {"level": doc["api"]["level"]}}
+        for key in ("streams", "consumers"):  # Go's nil slice: null; we send [] (spec 1.2)
+            if key in doc and doc[key] is None:
+                doc = {**doc, key: []}
         return {k: strip(v) for k, v in doc.items() if k not in IGNORED}
     if isinstance(doc, list):
         return [strip(v) for v in doc]

@@ -169,3 +169,35 @@ def test_an_offline_persistent_session_keeps_its_pull_and_gets_its_messages(
         assert got == [b"m0", b"m1", b"m2"]
     finally:
         back.close()
+
+
+def test_max_bytes_and_max_waiting_statuses(js: JsClient) -> None:
+    _setup(js, 2, max_waiting=1)
+    js.subscribe("in/#", 1)
+    _pull(js, {"batch": 5, "max_bytes": 10, "expires": 2_000_000_000})
+    st = user_props(js.next_msg("in/1"))
+    assert (st["Status"], st["Description"]) == ("409", "Message Size Exceeds MaxBytes")
+    assert js.request("$JS.API.CONSUMER.INFO.S.C")["num_pending"] == 2
+
+
+def test_max_deliver_advisory_reaches_subscribers_of_js_event(js: JsClient) -> None:
+    _setup(js, 1, ack_wait=200_000_000, max_deliver=1)
+    js.subscribe("$JS/EVENT/ADVISORY/#", 0)
+    js.subscribe("in/#", 1)
+    _pull(js, {"batch": 1})
+    js.next_msg("in/1")  # never acked
+    adv = js.next_msg("$JS/EVENT/ADVISORY/CONSUMER/MAX_DELIVERIES/S/C", timeout=10)
+    body = json.loads(adv.payload)
+    assert body["type"] == "io.nats.jetstream.advisory.v1.max_deliver"
+    assert (body["stream_seq"], body["deliveries"]) == (1, 1)
+
+
+def test_interest_retention_removes_what_every_consumer_acked(js: JsClient) -> None:
+    _setup(js, 0, retention="interest")
+    js.subscribe("in/#", 1)
+    ok(js.publish("s/1", b"x", 1))
+    assert js.request("$JS.API.STREAM.INFO.S")["state"]["messages"] == 1
+    _pull(js, {"batch": 1})
+    msg = js.next_msg("in/1")
+    ok(js.publish(str(getattr(msg.properties, "ResponseTopic", "")), b"+ACK", 1))
+    assert js.request("$JS.API.STREAM.INFO.S")["state"]["messages"] == 0
