@@ -20,6 +20,7 @@ from broker.mqtt.reason_codes import ReasonCode
 from client.errors import (
     ConsumerNotFoundError,
     JetStreamError,
+    NoMessageFoundError,
     NoStreamResponseError,
     PublishError,
     api_error,
@@ -146,9 +147,11 @@ class JetStreamContext:
         seq: int | None = None,
         subject: str | None = None,
         next: bool = False,
+        direct: bool = False,
     ) -> RawStreamMsg:
         """By sequence; the last message of ``subject``; or with ``next`` the first message
-        at or after ``seq`` matching ``subject``."""
+        at or after ``seq`` matching ``subject``. ``direct`` uses DIRECT.GET (streams with
+        ``allow_direct``): the message itself comes back, not JSON."""
         body: dict[str, Any]
         if next and subject:
             body = {"next_by_subj": subject, **({"seq": seq} if seq else {})}
@@ -158,6 +161,8 @@ class JetStreamContext:
             body = {"seq": seq}
         else:
             raise ValueError("get_msg needs seq or subject")
+        if direct:
+            return await self._direct_get(name, body)
         data = await self.api.call(f"STREAM/MSG/GET/{name}", body)
         msg = data.get("message") or {}
         hdrs = base64.b64decode(msg["hdrs"]) if msg.get("hdrs") else b""
@@ -167,6 +172,31 @@ class JetStreamContext:
             data=base64.b64decode(msg.get("data") or ""),
             headers=decode_headers(hdrs) if hdrs else (),
             time=str(msg.get("time", "")),
+        )
+
+    async def _direct_get(self, name: str, body: dict[str, Any]) -> RawStreamMsg:
+        topic = f"{self.api.prefix}/DIRECT/GET/{name}"
+        payload = json.dumps(body, separators=(",", ":"))
+        try:
+            answer = await self.client.request(
+                topic, payload, self.api.timeout, no_responders=False
+            )
+        except PublishError as exc:
+            raise JetStreamError(503, 0, f"{topic}: {exc.reason or 'refused'}") from None
+        status = first(answer.user_properties, "Status")
+        if status is not None:
+            text = first(answer.user_properties, "Description") or ""
+            if status == "404":
+                raise NoMessageFoundError(404, 10037, text.lower() or "no message found")
+            raise JetStreamError(int(status) if status.isdigit() else 500, 0, f"{status} {text}")
+        own = {"Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp"}
+        props = answer.user_properties
+        return RawStreamMsg(
+            subject=first(props, "Nats-Subject") or "",
+            seq=int(first(props, "Nats-Sequence") or 0),
+            data=answer.payload,
+            headers=tuple(h for h in props if h[0] not in own),
+            time=first(props, "Nats-Time-Stamp") or "",
         )
 
     async def get_last_msg(self, name: str, subject: str) -> RawStreamMsg:

@@ -12,7 +12,12 @@ import pytest
 from broker.config import load_config
 from broker.mqtt.reason_codes import ReasonCode
 from client import Client, JetStreamError, PublishError
-from client.errors import BadRequestError, ServiceUnavailableError, StatusError
+from client.errors import (
+    BadRequestError,
+    NoMessageFoundError,
+    ServiceUnavailableError,
+    StatusError,
+)
 from client.sync import Client as SyncClient
 from store.models import ConsumerConfig
 from tests.broker.harness import BrokerThread
@@ -144,3 +149,29 @@ async def test_pull_from_a_deleted_consumer_is_a_jetstream_error(server: str) ->
             await js.delete_consumer("GONE", "d")
             with pytest.raises(JetStreamError, match="pull from GONE/d refused"):
                 await psub.fetch(1, timeout=2)
+
+
+@pytest.mark.anyio
+async def test_direct_get(server: str) -> None:
+    with anyio.fail_after(10):
+        async with Client(server) as c:
+            js = c.jetstream()
+            await js.add_stream(name="DG", subjects=["dg.>"], allow_direct=True)
+            await js.add_stream(name="NODG", subjects=["nodg"])
+            await js.publish("dg/a", b"one", headers={"h": "1"})
+            await js.publish("dg/a", b"two")
+            msg = await js.get_msg("DG", 1, direct=True)
+            assert (msg.subject, msg.seq, msg.data, msg.headers) == (
+                "dg.a",
+                1,
+                b"one",
+                (("h", "1"), ("Mqtt-Qos", "1")),
+            )
+            assert msg.time.endswith("Z")
+            last = await js.get_msg("DG", subject="dg.a", direct=True)
+            assert (last.seq, last.data) == (2, b"two")
+            with pytest.raises(NoMessageFoundError):
+                await js.get_msg("DG", 99, direct=True)
+            with pytest.raises(JetStreamError) as exc:
+                await js.get_msg("NODG", 1, direct=True)
+            assert exc.value.code == 503
