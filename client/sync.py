@@ -173,9 +173,14 @@ class JetStream:
         return self._run(self._js.purge_stream, name, subject, seq, keep)
 
     def get_msg(
-        self, name: str, seq: int | None = None, subject: str | None = None, next: bool = False
+        self,
+        name: str,
+        seq: int | None = None,
+        subject: str | None = None,
+        next: bool = False,
+        direct: bool = False,
     ) -> RawStreamMsg:
-        return self._run(self._js.get_msg, name, seq, subject, next)
+        return self._run(self._js.get_msg, name, seq, subject, next, direct)
 
     def delete_msg(self, name: str, seq: int, erase: bool = False) -> bool:
         return self._run(self._js.delete_msg, name, seq, erase)
