@@ -296,6 +296,7 @@ async def test_push_gap_is_detected_when_the_client_drops(server: str) -> None:
             assert (seen[0].expected, seen[0].got) == (6, 41)
 
 
+@pytest.mark.slow
 async def test_ordered_consumer_recovers_from_its_own_drops_in_order(server: str) -> None:
     with anyio.fail_after(45):
         async with Client(server) as c:
