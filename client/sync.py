@@ -84,6 +84,9 @@ class JsMsg:
     def header(self, name: str) -> str | None:
         return self._msg.header(name)
 
+    def __repr__(self) -> str:
+        return repr(self._msg)
+
     def ack(self) -> None:
         self._run(self._msg.ack)
 
