@@ -10,7 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from broker.mqtt.packet_types import ProtocolVersion
-from broker.mqtt.packets import Puback, Publish, Pubrec
+from broker.mqtt.packets import Puback, Pubcomp, Publish, Pubrec, Pubrel
+from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
 from tests.broker.harness import BrokerThread
 from tests.broker.rawclient import RawClient
@@ -179,3 +180,41 @@ def test_disabled_jetstream_closes_the_topics(make_broker: Callable[..., BrokerT
         ack = c.expect(Puback)
         assert ack.reason_code is ReasonCode.TOPIC_NAME_INVALID
         assert "reserved" in str(ack.properties.reason_string)
+
+
+def test_qos2_resent_before_pubrel_is_stored_once_and_a_refusal_ends_at_pubrec(
+    broker: BrokerThread,
+) -> None:
+    js = JsClient(broker.port)
+    try:
+        cfg = {"name": "Q", "subjects": ["q.>"], "max_msgs": 2, "discard": "new"}
+        assert "error" not in js.request("$JS.API.STREAM.CREATE.Q", cfg)
+        with RawClient(broker.port) as c:
+            c.connect(
+                "qos2-twice", clean_start=False, properties=Properties(session_expiry_interval=60)
+            )
+            c.send(Publish(b"q/1", b"once", 2, False, False, 7))
+            rec = c.expect(Pubrec)
+            assert rec.reason_code is ReasonCode.SUCCESS
+            assert dict(rec.properties.user_properties)["Nats-Sequence"] == "1"
+            c.send_raw(c.encode(Publish(b"q/1", b"once", 2, False, True, 7)))  # DUP, no PUBREL yet
+            assert c.expect(Pubrec).reason_code is ReasonCode.SUCCESS
+            c.send(Pubrel(7))
+            c.expect(Pubcomp)
+            c.send(Publish(b"q/2", b"two", 2, False, False, 8))
+            c.expect(Pubrec)
+            c.send(Pubrel(8))
+            c.expect(Pubcomp)
+            c.send(Publish(b"q/3", b"three", 2, False, False, 9))  # the stream is full
+            rec = c.expect(Pubrec)
+            assert rec.reason_code is ReasonCode.QUOTA_EXCEEDED
+            assert rec.properties.reason_string == "maximum messages exceeded"
+            # The exchange ended at the PUBREC: packet id 9 is free again.
+            assert "error" not in js.request("$JS.API.STREAM.PURGE.Q")
+            c.send(Publish(b"q/4", b"four", 2, False, False, 9))
+            rec = c.expect(Pubrec)
+            assert rec.reason_code is ReasonCode.SUCCESS, rec
+        state = js.request("$JS.API.STREAM.INFO.Q")["state"]
+        assert (state["last_seq"], state["messages"]) == (3, 1)
+    finally:
+        js.close()

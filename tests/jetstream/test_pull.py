@@ -201,3 +201,17 @@ def test_interest_retention_removes_what_every_consumer_acked(js: JsClient) -> N
     msg = js.next_msg("in/1")
     ok(js.publish(str(getattr(msg.properties, "ResponseTopic", "")), b"+ACK", 1))
     assert js.request("$JS.API.STREAM.INFO.S")["state"]["messages"] == 0
+
+
+def test_backoff_redelivers_until_max_deliver(js: JsClient) -> None:
+    _setup(js, 1, backoff=[100_000_000, 200_000_000], max_deliver=3)
+    js.subscribe("in/#", 1)
+    _pull(js, {"batch": 10, "expires": 5_000_000_000})
+    counts = []
+    for _ in range(3):
+        msg = js.next_msg("in/1")
+        counts.append(str(getattr(msg.properties, "ResponseTopic", "")).split("/")[4])
+    assert counts == ["1", "2", "3"]
+    info = js.request("$JS.API.CONSUMER.INFO.S.C")
+    assert info["delivered"]["consumer_seq"] == 3
+    assert js.nothing_on("in/1", 0.6)  # max_deliver reached: no fourth
