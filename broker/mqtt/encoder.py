@@ -53,6 +53,7 @@ from broker.mqtt.wire import encode_binary, encode_string, encode_string_bytes, 
 __all__ = ["EncodedPublish", "encode"]
 
 _V5 = ProtocolVersion.MQTT_5
+_USER_ID = encode_varint(int(PropertyId.USER_PROPERTY))
 _BYTE: tuple[bytes, ...] = tuple(bytes((i,)) for i in range(256))
 
 
@@ -331,8 +332,10 @@ class EncodedPublish:
         if version is _V5 and props is not EMPTY_PROPERTIES:
             self._head = encode_property_items(props, Context.PUBLISH, skip=_NOT_HEAD)
             self._tail = encode_property_items(props, Context.PUBLISH, skip=_NOT_TAIL)
-            self._user = encode_property_items(
-                Properties(user_properties=props.user_properties), Context.PUBLISH
+            # (What encode_property_items gives for the user properties alone, without a
+            # walk of the whole table.)
+            self._user = b"".join(
+                [_USER_ID + encode_string(k) + encode_string(v) for k, v in props.user_properties]
             )
             expiry = props.message_expiry_interval
             self._low = self._head + (b"" if expiry is None else _expiry(expiry)) + self._tail
