@@ -150,6 +150,7 @@ def add_stream_parser(parser: argparse.ArgumentParser, common: Common) -> None:
     p.add_argument("name")
     p.add_argument("seq", nargs="?", type=int)
     p.add_argument("--last-for", help="the last message of this subject")
+    p.add_argument("--direct", action="store_true", help="use DIRECT.GET (allow_direct)")
     p.set_defaults(run=_stream_get)
     p = verbs.add_parser("rmm", help="delete one message")
     common(p)
@@ -307,7 +308,7 @@ async def _stream_get(args: argparse.Namespace) -> int:
     if args.seq is None and not args.last_for:
         raise ValueError("give a sequence or --last-for SUBJECT")
     async with _connect(args) as c:
-        msg = await _js(c, args).get_msg(args.name, args.seq, args.last_for)
+        msg = await _js(c, args).get_msg(args.name, args.seq, args.last_for, direct=args.direct)
     if args.json:
         out: dict[str, Any] = {"subject": msg.subject, "seq": msg.seq, "time": msg.time}
         out["headers"] = [list(h) for h in msg.headers]

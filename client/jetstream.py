@@ -188,7 +188,10 @@ class JetStreamContext:
             text = first(answer.user_properties, "Description") or ""
             if status == "404":
                 raise NoMessageFoundError(404, 10037, text.lower() or "no message found")
-            raise JetStreamError(int(status) if status.isdigit() else 500, 0, f"{status} {text}")
+            if status == "503":
+                why = "no such stream, or allow_direct is off"
+                raise JetStreamError(503, 0, f"direct get from {name}: no responders ({why})")
+            raise JetStreamError(int(status) if status.isdigit() else 500, 0, text or status)
         own = {"Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp"}
         props = answer.user_properties
         return RawStreamMsg(

@@ -54,6 +54,11 @@ def test_stream_and_consumer_verbs(
     code, out, _ = run(capsys, "stream", "get", "S", "2", *s)
     assert out.startswith("Item: S#2 received ")
     assert out.rstrip().endswith("m1")
+    code, out, err = run(capsys, "stream", "get", "S", "2", "--direct", *s)
+    assert code == 1
+    assert err == (
+        "jetmq: direct get from S: no responders (no such stream, or allow_direct is off) (503/0)\n"
+    )
     cfg = tmp_path / "c.json"
     cfg.write_text(
         json.dumps(
