@@ -62,6 +62,10 @@ def _build_parser() -> argparse.ArgumentParser:
     pw.add_argument(
         "--password-stdin", action="store_true", help="read the password from standard input"
     )
+    from client.verbs import HELP as CLIENT_HELP  # the client verbs (client/cli.py)
+
+    for verb, text in CLIENT_HELP.items():
+        sub.add_parser(verb, help=text, add_help=False)
     return parser
 
 
@@ -125,6 +129,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pipeline.cli import main as pipeline_main  # lazy: pyspark only when asked
 
         return pipeline_main(list(sys.argv[2:] if argv is None else argv[1:]))
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    from client.verbs import VERBS as CLIENT_VERBS
+
+    if args_list[:1] and args_list[0] in CLIENT_VERBS:
+        from client.cli import main as client_main  # the client verbs, against a running broker
+
+        return client_main(args_list)
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve":

@@ -220,3 +220,51 @@ def test_the_store_read_side_loads_no_pydantic_and_no_engine(module: str) -> Non
     assert {m for m in loaded if _top(m) == "pydantic"} == set()
     assert {m for m in loaded if _top(m) == "store"} <= _READ_SIDE
     assert {_top(m) for m in _third_party(loaded)} <= {"store", "lmdb"}
+
+
+# The client (issue 21) speaks MQTT through broker.mqtt and reads the store's wire models;
+# it never loads the broker's hub, network, persistence, the store's engine or LMDB.
+_CLIENT_STORE = {
+    "store",
+    "store.errors",
+    "store.failures",
+    "store.gojson",
+    "store.headerblock",
+    "store.models",
+    "store.topics",
+}
+
+
+def test_client_imports_only_broker_mqtt_and_the_light_store_modules() -> None:
+    loaded = _loaded_by("client")
+    broker_mods = {m for m in loaded if _top(m) == "broker"}
+    assert all(m == "broker" or m.startswith("broker.mqtt") for m in broker_mods), broker_mods
+    assert {m for m in loaded if _top(m) == "store"} <= _CLIENT_STORE
+    assert {_top(m) for m in _third_party(loaded)} <= {
+        "anyio",
+        "broker",
+        "client",
+        "idna",
+        "pydantic",
+        "pydantic_core",
+        "sniffio",
+        "store",
+        "typing_extensions",
+        "typing_inspection",
+        "annotated_types",
+        "exceptiongroup",
+    }
+
+
+def test_the_jetmq_command_loads_the_client_only_for_its_verbs() -> None:
+    """``jetmq serve`` lists the client verbs (client.verbs) without loading the client."""
+    code = (
+        "import sys, json; from broker.cli import _build_parser; _build_parser();"
+        " print(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
+    )
+    loaded = set(json.loads(out.stdout))
+    assert {m for m in loaded if _top(m) == "client"} == {"client", "client.verbs"}
+    assert "anyio" not in {_top(m) for m in loaded}
