@@ -28,6 +28,8 @@ from pydantic import (
     field_validator,
 )
 
+from broker.bridgeconfig import BridgeConfig
+
 DEFAULT_PORT = 1883
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_DATA_DIR = "./jetmq-data"
@@ -139,6 +141,7 @@ class BrokerConfig(_Section):
     mqtt: MqttConfig = Field(default_factory=MqttConfig)
     sessions: SessionConfig = Field(default_factory=SessionConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    bridge: BridgeConfig | None = None  # the NATS bridge (broker/bridge), off by default
 
 
 def _find_line(text: str, loc: Sequence[str | int]) -> int | None:

@@ -94,6 +94,8 @@ class Broker:
         self.connack_properties: Properties | None = None
         # The CONNECT seam: None answers CONNECTs in the accept loop when they are there.
         self.authenticator: Authenticator | None = None
+        # The NATS bridge (broker.bridge.service.Bridge) when [bridge] is configured.
+        self.bridge: Any = None
 
     @classmethod
     async def open(cls, config: BrokerConfig) -> Broker:
@@ -103,11 +105,18 @@ class Broker:
         hub = Hub(config, persistence, clock=trio.current_time, timers=timers)
         try:
             await recovery.load_into(persistence, hub)
+            bridge = None
+            if config.bridge is not None:
+                from broker.bridge.service import Bridge  # imports nats-py: only when asked
+
+                bridge = await Bridge.open(config.bridge, hub, client)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await client.close()
             raise
-        return cls(hub, persistence, timers)
+        broker = cls(hub, persistence, timers)
+        broker.bridge = bridge
+        return broker
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -115,6 +124,8 @@ class Broker:
         self.store_client.attach(nursery)
         nursery.start_soon(self.parking.run)
         self.hub.start()
+        if self.bridge is not None:
+            self.bridge.start(nursery)
 
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run a task owned by the broker (outlives the connection that started it)."""
@@ -157,6 +168,8 @@ class Broker:
         self.hub.fire_all_wills()
         if self.connections:
             await self._all_closed.wait()
+        if self.bridge is not None:
+            await self.bridge.stop()
         await self.store_client.flush()
 
     def apply_config(self, new: BrokerConfig) -> list[str]:
@@ -173,6 +186,9 @@ class Broker:
 
     async def close(self) -> None:
         self.parking.close()
+        if self.bridge is not None:
+            with trio.move_on_after(10):
+                await self.bridge.stop()
         await self.store_client.close()
         self.hub.close()
 

@@ -36,6 +36,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -108,9 +109,13 @@ async def serve(
     config: BrokerConfig,
     *,
     task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED,
+    opened: Callable[[Broker], None] | None = None,
 ) -> None:
-    """Run the broker until cancelled; report the bound addresses once listening."""
+    """Run the broker until cancelled; report the bound addresses once listening.
+    ``opened`` is shown the broker once it is open (tests read its state)."""
     broker = await Broker.open(config)
+    if opened is not None:
+        opened(broker)
     try:
         listeners: list[trio.SocketListener] = []
         for text, (host, port) in zip(

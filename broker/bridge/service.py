@@ -1,0 +1,288 @@
+"""The bridge on the trio side: an internal recipient of the hub for the forward rules,
+an internal publisher for the imports, and the owner of the NATS link and the outbox.
+
+Resource handling
+    :meth:`Bridge.open` creates the outbox stream when a ``jetstream`` forward rule needs
+    it; :meth:`start` registers the recipient and its subscriptions (one per forward rule,
+    the rule's number as subscription identifier) and starts the link's thread and the
+    forwarding tasks in the broker's nursery; :meth:`stop` stops the tasks, then drains and
+    stops the link.
+
+Loop prevention (spec §3.6): the link connects with ``no_echo``; an imported message
+carrying our own ``Mqtt-Origin`` is dropped (``import_own``); a message the bridge
+published into the broker has the bridge's number as origin and is never forwarded.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from broker.bridge.headers import BadSubject, NotOurHeaders, forward_headers, imported, subject_for
+from broker.bridge.link import Inbound, NatsLink
+from broker.bridge.outbox import OUTBOX, OUTBOX_STREAM, Outbox, capture_op
+from broker.bridge.state import BridgeState
+from broker.bridgeconfig import BridgeConfig
+from broker.core.hub import Hub
+from broker.core.message import AppMessage, message_from
+from broker.core.router import Delivery
+from broker.mqtt.packets import Publish
+from broker.persist.client import StoreClient
+
+log = logging.getLogger("jetmq.bridge")
+
+FORWARD_QUEUE = 8192  # core messages waiting for the NATS thread; more are dropped (counted)
+FORWARD_BATCH = 256  # core messages handed to the NATS thread at once
+IMPORT_WINDOW = 1024  # imported messages the broker is working on at once
+
+CORE, JETSTREAM = 1, 2
+
+
+class Bridge:
+    """One bridge to one NATS cluster (see module docstring)."""
+
+    def __init__(self, config: BridgeConfig, hub: Hub, client: StoreClient) -> None:
+        self.config = config
+        self.hub = hub
+        self.client = client
+        self.state = BridgeState(config.name)
+        self.num = 0
+        # Per forward rule (subscription identifier - 1): (mode bit, min_qos).
+        self._rules = [
+            (JETSTREAM if r.mode == "jetstream" else CORE, r.min_qos) for r in config.forward
+        ]
+        self._send, self._recv = trio.open_memory_channel[tuple[str, bytes, dict[str, str]]](
+            FORWARD_QUEUE
+        )
+        self._link: NatsLink | None = None
+        self.outbox: Outbox | None = None
+        if any(mode == JETSTREAM for mode, _ in self._rules):
+            self.outbox = Outbox(config.name, client, self.state, self.link)
+        self._scope = trio.CancelScope()
+        self._stopped = trio.Event()
+
+    @classmethod
+    async def open(cls, config: BridgeConfig, hub: Hub, client: StoreClient) -> Bridge:
+        bridge = cls(config, hub, client)
+        if bridge.outbox is not None and OUTBOX not in client.store.stream_names():
+            await trio.to_thread.run_sync(client.store.create_stream, dict(OUTBOX_STREAM))
+        return bridge
+
+    def link(self) -> NatsLink:
+        assert self._link is not None, "the bridge is not started"
+        return self._link
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, nursery: trio.Nursery) -> None:
+        hub = self.hub
+        self.num = hub.add_recipient(self)
+        for index, rule in enumerate(self.config.forward):
+            hub.subscribe_internal(self.num, rule.filter.encode(), 2, sub_id=index + 1)
+        if self.outbox is not None:
+            hub.capture = self._capture
+        self._link = NatsLink(
+            self.config,
+            window=IMPORT_WINDOW,
+            on_state=self.state.set_connected,
+            on_error=self._link_error,
+            on_message=self._import,
+        )
+        self._link.start()
+        nursery.start_soon(self._run)
+
+    async def _run(self) -> None:
+        try:
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._forward_core)
+                    if self.outbox is not None:
+                        nursery.start_soon(self.outbox.run)
+        finally:
+            self._stopped.set()
+
+    async def stop(self) -> None:
+        """Stop forwarding, then drain and close the NATS connection."""
+        if self._link is None:
+            return
+        self.hub.remove_recipient(self.num)
+        if self.hub.capture == self._capture:
+            self.hub.capture = None
+        self._scope.cancel()
+        await self._stopped.wait()
+        link, self._link = self._link, None
+        await link.stop()
+        self.state.set_connected(False)
+
+    def status(self) -> BridgeState:
+        """The state, with the queue lengths brought up to date."""
+        self.state.forward_queue = self._send.statistics().current_buffer_used
+        if self.outbox is not None:
+            self.state.pending = self.outbox.pending()
+        return self.state
+
+    # -- forward ------------------------------------------------------------------------------
+
+    def _modes(self, qos: int, sub_ids: tuple[int, ...]) -> int:
+        rules = self._rules
+        modes = 0
+        for sid in sub_ids:
+            mode, min_qos = rules[sid - 1]
+            if qos >= min_qos:
+                modes |= mode
+        return modes
+
+    def _capture(self, msg: AppMessage, deliveries: list[Delivery] | Any) -> list[Any]:
+        """(Hub.capture) A message for a ``jetstream`` rule joins its PUBLISH's commit."""
+        if msg.origin == self.num:
+            return []
+        num = self.num
+        for d in deliveries:
+            if d.client == num:
+                break
+        else:
+            return []
+        if not self._modes(msg.qos, d.sub_ids) & JETSTREAM:
+            return []
+        out = self._convert(msg)
+        if out is None:
+            return []
+        self.state.counters["captured"] += 1
+        return [capture_op(*out)]
+
+    def _convert(self, msg: AppMessage) -> tuple[str, bytes, dict[str, str]] | None:
+        try:
+            topic = msg.topic.decode()
+            subject = subject_for(topic, self.config.subject_prefix)
+        except (BadSubject, UnicodeDecodeError) as exc:
+            self.state.bad_input("forward_bad_topic", f"not forwarded: {exc}")
+            return None
+        headers = forward_headers(
+            self.config.name,
+            topic,
+            msg.qos,
+            msg.retain,
+            msg.publish.properties,
+            msg.expires_at,
+            self.hub.now(),
+        )
+        return subject, msg.payload, headers
+
+    def deliver(self, msg: AppMessage, qos: int, retain: bool, sub_ids: tuple[int, ...]) -> None:
+        """(Recipient, after the message's commit.)"""
+        if msg.origin == self.num:
+            return  # we published it (an import): never forwarded
+        modes = self._modes(msg.qos, sub_ids)
+        if modes & JETSTREAM:
+            if self.outbox is not None:
+                self.outbox.wake()  # captured in the commit
+            return
+        if not modes:
+            return
+        out = self._convert(msg)
+        if out is None:
+            return
+        try:
+            self._send.send_nowait(out)
+        except trio.WouldBlock:
+            self.state.bad_input("forward_dropped", "core forward queue full: message dropped")
+
+    async def _forward_core(self) -> None:
+        recv = self._recv
+        counters = self.state.counters
+        async for first in recv:
+            batch = [first]
+            while len(batch) < FORWARD_BATCH:
+                try:
+                    batch.append(recv.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            done = trio.Event()
+            result: list[object] = []
+
+            def finished(
+                value: object, result: list[object] = result, done: trio.Event = done
+            ) -> None:
+                result.append(value)
+                done.set()
+
+            self.link().submit(self.link().publish_core, (batch,), finished)
+            await done.wait()
+            value = result[0]
+            refused = len(batch) if isinstance(value, BaseException) else int(value)  # type: ignore[call-overload]
+            counters["forwarded"] += len(batch) - refused
+            if refused:
+                counters["forward_dropped"] += refused - 1
+                self.state.bad_input(
+                    "forward_dropped", "NATS is not reachable: core messages dropped"
+                )
+
+    # -- import -------------------------------------------------------------------------------
+
+    def _link_error(self, counter: str, text: str) -> None:
+        if counter:
+            if text:
+                self.state.bad_input(counter, text)
+            else:
+                self.state.counters[counter] += 1
+        elif text:
+            self.state.error(text)
+
+    def _import(self, item: Inbound) -> None:
+        """(trio thread) A NATS message for an import rule: publish it into the broker."""
+        index, subject, headers, payload, ack = item
+        rule = self.config.imports[index]
+        state = self.state
+        try:
+            imp = imported(
+                subject,
+                headers,
+                origin=self.config.name,
+                prefix=self.config.subject_prefix,
+                rule_qos=rule.qos,
+                rule_retain=rule.retain,
+            )
+            if imp.properties.payload_format_indicator == 1:
+                payload.decode()
+        except BadSubject as exc:
+            state.bad_input("import_bad_subject", f"not imported: {exc}")
+            self._finished(ack, True)
+            return
+        except (NotOurHeaders, UnicodeDecodeError) as exc:
+            state.bad_input("import_bad_headers", f"not imported: subject {subject!r}: {exc}")
+            self._finished(ack, True)
+            return
+        if imp.ours:
+            state.counters["import_own"] += 1
+            self._finished(ack, True)
+            return
+        pub = Publish(imp.topic.encode(), payload, imp.qos, imp.retain, properties=imp.properties)
+        msg = message_from(pub, self.num, self.hub.now)
+        hub = self.hub
+        deliveries, plan = hub.plan_publish(msg)
+        if plan.empty:
+            hub.apply_publish(msg, deliveries, plan)
+            state.counters["imported"] += 1
+            self._finished(ack, True)
+            return
+
+        def committed(ok: bool) -> None:
+            if ok:
+                hub.persist.after_commit(msg, plan)
+                hub.apply_publish(msg, deliveries, plan)
+                state.counters["imported"] += 1
+            else:
+                state.counters["import_failed"] += 1
+            self._finished(ack, ok)
+
+        plan.when_committed(committed)
+
+    def _finished(self, ack: Any, ok: bool) -> None:
+        link = self._link
+        if link is None:
+            return
+        link.release()
+        if ack is not None:
+            link.finish(ack, ok)
