@@ -98,8 +98,8 @@ class BridgedBroker:
             raise value
         return value  # type: ignore[no-any-return]
 
-    def state(self) -> dict[str, object]:
-        def snap() -> dict[str, object]:
+    def state(self) -> dict[str, Any]:
+        def snap() -> dict[str, Any]:
             assert self.broker is not None
             return self.broker.bridge.status().snapshot()  # type: ignore[no-any-return]
 

@@ -199,3 +199,82 @@ def test_a_rule_pair_that_would_loop_does_not(
     assert b.state()["forwarded"] == 20
     pub.disconnect()
     sub.disconnect()
+
+
+def test_import_jetstream_acks_after_commit(
+    nats_server: NatsServer,
+    nc: NatsClient,
+    start_broker: Callable[..., BridgedBroker],
+    tmp_path: pathlib.Path,
+) -> None:
+    """A durable pull consumer on a NATS stream: everything arrives (stored for a persistent
+    session first), and the consumer ends with nothing pending."""
+    nc.run(nc.js.add_stream(name="CMD", subjects=["cmd.>"]))
+    for i in range(100):
+        nc.run(nc.js.publish(f"cmd.{i % 5}", str(i).encode()))
+    # A persistent session subscribed before the bridge starts: every import is stored.
+    b = start_broker({"servers": [nats_server.url], "name": "edge-1"}, data="d1")
+    sub = Paho(b.port, "js-sub")
+    sub.connect(properties=props(PacketTypes.CONNECT, SessionExpiryInterval=3600))
+    sub.subscribe("cmd/#", qos=1)
+    sub.disconnect()
+    b.stop()
+    b = BridgedBroker(
+        bridge_config(
+            tmp_path / "d1",
+            {
+                "servers": [nats_server.url],
+                "name": "edge-1",
+                "import": [
+                    {"subject": "cmd.>", "qos": 1, "stream": "CMD", "durable": "edge-1-cmd"}
+                ],
+            },
+        )
+    ).start()
+    try:
+        wait_for(lambda: b.state()["imported"] == 100)
+        info = nc.run(nc.js.consumer_info("CMD", "edge-1-cmd"))
+        wait_for(lambda: nc.run(nc.js.consumer_info("CMD", "edge-1-cmd")).num_ack_pending == 0)
+        assert info.config.ack_policy == "explicit"
+        sub = Paho(b.port, "js-sub")
+        sub.connect(
+            clean_start=False, properties=props(PacketTypes.CONNECT, SessionExpiryInterval=3600)
+        )
+        got = sorted(int(sub.get().payload) for _ in range(100))
+        assert got == list(range(100))
+        sub.disconnect()
+    finally:
+        b.stop()
+
+
+def test_forward_jetstream_at_least_once_with_msg_ids(
+    nats_server: NatsServer, nc: NatsClient, start_broker: Callable[..., BridgedBroker]
+) -> None:
+    nc.run(nc.js.add_stream(name="SENS", subjects=["sensors.>"]))
+    b = start_broker(
+        {
+            "servers": [nats_server.url],
+            "name": "edge-1",
+            "forward": [{"filter": "sensors/#", "mode": "jetstream", "min_qos": 1}],
+        }
+    )
+    pub = Paho(b.port, "js-pub")
+    pub.connect()
+    for i in range(200):
+        pub.publish(f"sensors/{i % 7}", str(i), qos=1)
+    pub.publish("sensors/q0", "below min_qos", qos=0)
+    wait_for(lambda: nc.run(nc.js.stream_info("SENS")).state.messages == 200)
+    wait_for(lambda: b.state()["pending"] == 0)
+    st = b.state()
+    assert st["js_published"] == 200
+    assert st["captured"] == 200
+    assert st["in_flight"] == 0
+    ids = set()
+    for seq in range(1, 201):
+        m = nc.run(nc.js.get_msg("SENS", seq))
+        assert m.headers is not None
+        ids.add(m.headers["Nats-Msg-Id"])
+        assert m.headers["Mqtt-Origin"] == "edge-1"
+    assert len(ids) == 200
+    assert all(i.startswith("edge-1:$MQTT_bridge:") for i in ids)
+    pub.disconnect()
