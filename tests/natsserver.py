@@ -64,7 +64,8 @@ class NatsServer:
             args += ["-n", self.name]
         else:
             conf = self.store_dir.parent / f"{self.name}.conf"
-            conf.write_text(self.config.format(port=self.port, store=self.store_dir))
+            text = self.config.replace("{port}", str(self.port))
+            conf.write_text(text.replace("{store}", str(self.store_dir)))
             args = ["-c", str(conf)]
         log = (self.store_dir.parent / f"{self.name}.log").open("ab")
         self.proc = subprocess.Popen([str(binary()), *args], stdout=log, stderr=log)
