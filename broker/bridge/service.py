@@ -222,12 +222,11 @@ class Bridge:
     # -- import -------------------------------------------------------------------------------
 
     def _link_error(self, counter: str, text: str) -> None:
+        """(trio thread) News from the link: a counter to bump, a new last error (logged
+        when it differs from the previous one: one line per state change)."""
         if counter:
-            if text:
-                self.state.bad_input(counter, text)
-            else:
-                self.state.counters[counter] += 1
-        elif text:
+            self.state.counters[counter] += 1
+        if text:
             self.state.error(text)
 
     def _import(self, item: Inbound) -> None:

@@ -278,3 +278,63 @@ def test_forward_jetstream_at_least_once_with_msg_ids(
     assert len(ids) == 200
     assert all(i.startswith("edge-1:$MQTT_bridge:") for i in ids)
     pub.disconnect()
+
+
+def _serves(b: BridgedBroker) -> None:
+    """The broker serves MQTT on its own: a local publish reaches a local subscriber."""
+    sub = Paho(b.port, "local-sub")
+    sub.connect()
+    sub.subscribe("local/#", qos=1)
+    pub = Paho(b.port, "local-pub")
+    pub.connect()
+    pub.publish("local/x", "here", qos=1)
+    assert sub.get().payload == b"here"
+    pub.disconnect()
+    sub.disconnect()
+
+
+def test_an_unreachable_nats_url_is_logged_and_counted_and_the_broker_serves(
+    start_broker: Callable[..., BridgedBroker],
+) -> None:
+    from tests.natsserver import free_port
+
+    b = start_broker(
+        {
+            "servers": [f"nats://127.0.0.1:{free_port()}"],
+            "name": "edge-1",
+            "forward": [{"filter": "local/#"}],
+        }
+    )
+    _serves(b)
+    wait_for(lambda: b.state()["connect_failures"] >= 2)
+    st = b.state()
+    assert st["connected"] is False
+    assert "Connect call failed" in st["last_error"] or "refused" in st["last_error"].lower()
+    assert st["forward_dropped"] >= 1  # the local publish could not go to NATS
+
+
+def test_bad_credentials_are_logged_and_counted_and_the_broker_serves(
+    tmp_path: pathlib.Path, start_broker: Callable[..., BridgedBroker]
+) -> None:
+    server = NatsServer(
+        tmp_path / "auth",
+        config="listen: 127.0.0.1:{port}\nauthorization { user: u, password: right }\n",
+        name="auth",
+    ).start()
+    try:
+        b = start_broker(
+            {"servers": [server.url], "name": "edge-1", "user": "u", "password": "wrong"}
+        )
+        _serves(b)
+        wait_for(lambda: b.state()["connect_failures"] >= 1)
+        st = b.state()
+        assert st["connected"] is False
+        assert "authorization" in st["last_error"].lower()
+        # The right password connects.
+        good = start_broker(
+            {"servers": [server.url], "name": "edge-2", "user": "u", "password": "right"},
+            data="good",
+        )
+        connected(good)
+    finally:
+        server.kill9()
