@@ -163,7 +163,8 @@ def imported(
             topic = topic_for(subject, prefix)
         else:
             topic = _dec(raw_topic)
-            if not subject.endswith(topic_to_subject(topic)):
+            converted = topic_to_subject(topic)
+            if subject != converted and not subject.endswith("." + converted):
                 raise NotOurHeaders(f"Mqtt-Topic {topic!r} does not match subject {subject!r}")
             check_topic(topic, subject)
         qos = rule_qos

@@ -137,3 +137,28 @@ def test_bridge_without_nats_py_is_a_config_error(tmp_path: pathlib.Path) -> Non
     assert out.returncode == 1
     assert "needs nats-py, which is not installed" in out.stderr
     assert "jetmq[bridge]" in out.stderr
+
+
+def test_only_the_link_imports_nats_py() -> None:
+    import ast
+
+    root = pathlib.Path(__file__).resolve().parents[2] / "broker"
+    importers = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            if any(n == "nats" or n.startswith("nats.") for n in names):
+                importers.add(path.relative_to(root).as_posix())
+    assert importers == {"bridge/link.py"}
+
+
+@pytest.mark.parametrize("name", ["edge-1.toml", "edge-2.toml"])
+def test_the_scale_out_example_passes_check_config(name: str) -> None:
+    path = pathlib.Path(__file__).resolve().parents[2] / "etc" / "scale-out" / name
+    config = load_config(path)
+    assert config.bridge is not None
+    assert config.bridge.name == name.removesuffix(".toml")
