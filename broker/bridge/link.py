@@ -259,6 +259,10 @@ class NatsLink:
                     "",
                     f"import[{index}] from stream {rule.stream!r}: {type(exc).__name__}: {exc}",
                 )
+                if psub is not None:  # set it up again (the consumer may be gone)
+                    with contextlib.suppress(Exception):
+                        await psub.unsubscribe()
+                    psub = None
                 await asyncio.sleep(RETRY_S)
                 continue
             for msg in msgs:

@@ -59,8 +59,15 @@ class Outbox:
         self._next = 0  # the next seq to read
         self._wake = trio.Event()
         self._backoff = 0.0
+        self._retry_now = trio.Event()
 
     def wake(self) -> None:
+        self._wake.set()
+
+    def reconnected(self) -> None:
+        """The link is back: what failed is tried again now, not after the back-off."""
+        self._backoff = 0.0
+        self._retry_now.set()
         self._wake.set()
 
     def pending(self) -> int:
@@ -70,7 +77,9 @@ class Outbox:
     async def run(self) -> None:
         while True:
             if self._backoff:
-                await trio.sleep(self._backoff)
+                self._retry_now = trio.Event()
+                with trio.move_on_after(self._backoff):
+                    await self._retry_now.wait()
             room = WINDOW - len(self.in_flight)
             if room <= 0 or not self._send(room):
                 self._wake = trio.Event()

@@ -86,7 +86,7 @@ class Bridge:
         self._link = NatsLink(
             self.config,
             window=IMPORT_WINDOW,
-            on_state=self.state.set_connected,
+            on_state=self._on_state,
             on_error=self._link_error,
             on_message=self._import,
         )
@@ -114,7 +114,7 @@ class Bridge:
         await self._stopped.wait()
         link, self._link = self._link, None
         await link.stop()
-        self.state.set_connected(False)
+        self.state.closed()
 
     def status(self) -> BridgeState:
         """The state, with the queue lengths brought up to date."""
@@ -220,6 +220,11 @@ class Bridge:
                 )
 
     # -- import -------------------------------------------------------------------------------
+
+    def _on_state(self, connected: bool, server: str) -> None:
+        self.state.set_connected(connected, server)
+        if connected and self.outbox is not None:
+            self.outbox.reconnected()
 
     def _link_error(self, counter: str, text: str) -> None:
         """(trio thread) News from the link: a counter to bump, a new last error (logged

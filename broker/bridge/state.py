@@ -61,6 +61,12 @@ class BridgeState:
         else:
             log.warning("bridge %s: disconnected from NATS", self.name)
 
+    def closed(self) -> None:
+        """The bridge stopped (broker shutdown): connection drained and closed."""
+        self.connected = False
+        self.server = ""
+        log.info("bridge %s: stopped", self.name)
+
     def error(self, text: str) -> None:
         """A new last error (logged when it differs from the previous one)."""
         if text != self.last_error:
