@@ -217,3 +217,19 @@ def _properties(h: dict[str, str]) -> Properties:
     if not fields:
         return EMPTY_PROPERTIES
     return Properties(**fields)  # type: ignore[arg-type]
+
+
+def header_block(headers: dict[str, str]) -> bytes:
+    """The NATS header block (``NATS/1.0`` and ``Key: Value`` lines; values are ASCII)."""
+    return ("NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
+
+
+def hpub_head(subject: str) -> bytes:
+    return b"HPUB " + subject.encode() + b" "
+
+
+def hpub(head: bytes, header: bytes, payload: bytes) -> bytes:
+    """One ``HPUB`` command: ``head`` from :func:`hpub_head`, ``header`` from
+    :func:`header_block`."""
+    n = len(header)
+    return b"%s%d %d\r\n%s%s\r\n" % (head, n, n + len(payload), header, payload)

@@ -88,6 +88,13 @@ class NatsLink:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._main: Future[None] | None = None
+        # Crossings are batched: one wake-up of the other thread per batch, not per message
+        # (each run_sync_soon / call_soon_threadsafe writes to a wake-up socket).
+        self._lock = threading.Lock()
+        self._inbox: list[Inbound] = []  # loop thread -> trio, under _lock
+        self._inbox_woken = False
+        self._to_release = 0  # trio -> loop thread: slots given back, under _lock
+        self._release_woken = False
 
     # -- lifecycle (trio thread) -------------------------------------------------------------
 
@@ -127,10 +134,31 @@ class NatsLink:
 
     def release(self, count: int = 1) -> None:
         """(trio thread) The broker is done with ``count`` imported messages: free slots."""
+        with self._lock:
+            self._to_release += count
+            if self._release_woken:
+                return
+            self._release_woken = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            self.loop.call_soon_threadsafe(self._do_release)
+
+    def _do_release(self) -> None:
+        with self._lock:
+            n, self._to_release = self._to_release, 0
+            self._release_woken = False
         slots = self._slots
         if slots is not None:
-            for _ in range(count):
-                self.loop.call_soon_threadsafe(slots.release)
+            for _ in range(n):
+                slots.release()
+
+    def _drain_inbox(self) -> None:
+        """(trio thread) Hand the messages gathered so far to the broker."""
+        with self._lock:
+            items, self._inbox = self._inbox, []
+            self._inbox_woken = False
+        on_message = self._on_message
+        for item in items:
+            on_message(item)
 
     def finish(self, msg: Msg, ok: bool) -> None:
         """(trio thread) A JetStream import is committed (ack) or not (nak with delay)."""
@@ -213,11 +241,14 @@ class NatsLink:
     def _give(self, index: int, msg: Msg, ack: Msg | None) -> None:
         """Hand a message to the trio thread (its slot is taken)."""
         item: Inbound = (index, msg.subject, msg.headers, msg.data, ack)
-        try:
-            self._token.run_sync_soon(self._on_message, item)
-        except trio.RunFinishedError:
-            assert self._slots is not None
-            self._slots.release()
+        with self._lock:
+            self._inbox.append(item)
+            if self._inbox_woken:
+                return
+            self._inbox_woken = True
+        # The broker gone: nothing will be acked, NATS redelivers.
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(self._drain_inbox)
 
     async def _pull_loop(self, index: int) -> None:
         """A durable pull consumer on the rule's NATS stream; fetch as many as there are
@@ -322,29 +353,47 @@ class NatsLink:
 
     # -- publishing (run on the loop by the trio side through submit) -------------------------
 
-    async def publish_core(self, batch: Sequence[tuple[str, bytes, dict[str, str]]]) -> int:
-        """Core publishes (nats-py buffers up to ``pending_size`` while reconnecting);
-        returns how many it refused."""
+    async def publish_raw(self, blob: bytes) -> bool:
+        """Core publishes already encoded as NATS protocol (``HPUB`` commands, see
+        ``headers.hpub``), written as one chunk. nats-py buffers up to ``pending_size``
+        while reconnecting; False when it refused them (not connected, buffer full)."""
         nc = self.nc
-        if nc is None or nc.is_closed or not (nc.is_connected or nc.is_reconnecting):
-            return len(batch)
-        refused = 0
-        for subject, payload, headers in batch:
-            try:
-                await nc.publish(subject, payload, headers=headers)
-            except (nats.errors.OutboundBufferLimitError, nats.errors.ConnectionClosedError):
-                refused += 1
-        return refused
+        if nc is None or nc.is_closed or nc.is_draining_pubs:
+            return False
+        if not nc.is_connected and (
+            not nc.is_reconnecting
+            or len(blob) + nc._pending_data_size > nc._max_pending_size  # as nc.publish does
+        ):
+            return False
+        await nc._send_command(blob)
+        await nc._flush_pending()
+        return True
+
+    @property
+    def max_payload(self) -> int:
+        nc = self.nc
+        return int(nc._max_payload) if nc is not None and nc.is_connected else 1 << 20
 
     async def publish_js(
-        self, subject: str, payload: bytes, headers: dict[str, str], wait_s: float
-    ) -> bool:
-        """A JetStream publish; True when the PubAck says duplicate. Raises on failure."""
+        self, batch: Sequence[tuple[int, str, bytes, dict[str, str]]], wait_s: float
+    ) -> list[tuple[int, bool | BaseException]]:
+        """JetStream publishes, all in flight at once; per message (its key) the PubAck's
+        ``duplicate`` or the exception."""
         nc = self.nc
         if nc is None or not nc.is_connected:
-            raise ConnectionError("not connected to NATS")
-        ack = await self.js.publish(subject, payload, timeout=wait_s, headers=headers)
-        return bool(ack.duplicate)
+            err = ConnectionError("not connected to NATS")
+            return [(key, err) for key, *_ in batch]
+        js = self.js
+
+        async def one(subject: str, payload: bytes, headers: dict[str, str]) -> bool:
+            ack = await js.publish(subject, payload, timeout=wait_s, headers=headers)
+            return bool(ack.duplicate)
+
+        results = await asyncio.gather(
+            *(one(subject, payload, headers) for _, subject, payload, headers in batch),
+            return_exceptions=True,
+        )
+        return [(item[0], res) for item, res in zip(batch, results, strict=True)]
 
 
 def _wait(fut: Future[None], timeout: float) -> None:

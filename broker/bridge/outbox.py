@@ -16,7 +16,6 @@ no stream, disconnected) leaves its message in place; the reader goes back to it
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable
 
@@ -34,6 +33,7 @@ SUBJECT_HEADER = "Mqtt-Bridge-Subject"  # the NATS subject; not sent
 OUTBOX_STREAM = {"name": OUTBOX, "subjects": ["$MQTT.bridge.>"]}
 
 WINDOW = 256
+BATCH = 64  # publishes handed to the NATS thread at once (their PubAcks come back together)
 PUBACK_TIMEOUT_S = 5.0
 RETRY_S = 0.2
 RETRY_MAX_S = 5.0
@@ -97,36 +97,46 @@ class Outbox:
         if not msgs:
             return False
         link = self._link()
+        batch: list[tuple[int, str, bytes, dict[str, str]]] = []
         for m in msgs:
             headers = dict(m.headers)
             subject = headers.pop(SUBJECT_HEADER, None)
+            self._next = m.seq + 1
             if subject is None:  # not one of ours: leave it, tell
                 self.state.error(f"outbox message {m.seq} has no subject; skipped")
-                self._next = m.seq + 1
                 continue
             headers[MSG_ID] = f"{self.name}:{OUTBOX}:{m.seq}"
             self.in_flight.add(m.seq)
-            self._next = m.seq + 1
-            link.submit(
-                link.publish_js,
-                (subject, m.payload, headers, PUBACK_TIMEOUT_S),
-                functools.partial(self._done, m.seq),
-            )
+            batch.append((m.seq, subject, m.payload, headers))
+        for i in range(0, len(batch), BATCH):
+            link.submit(link.publish_js, (batch[i : i + BATCH], PUBACK_TIMEOUT_S), self._done)
         self.state.in_flight = len(self.in_flight)
         return True
 
-    def _done(self, seq: int, result: object) -> None:
-        """(trio thread) The PubAck of ``seq`` arrived, or the publish failed."""
-        self.in_flight.discard(seq)
+    def _done(self, results: list[tuple[int, bool | BaseException]] | BaseException) -> None:
+        """(trio thread) The PubAcks of a batch arrived, or its publishes failed."""
+        if isinstance(results, BaseException):  # the loop itself failed: all of it again
+            self.in_flight.clear()
+            self._failed(0, results)
+            self._wake.set()
+            return
+        deletes = []
+        for seq, result in results:
+            self.in_flight.discard(seq)
+            if isinstance(result, BaseException):
+                self._failed(seq, result)
+            else:
+                self.state.counters["js_duplicates" if result else "js_published"] += 1
+                deletes.append(store.DeleteMsg(OUTBOX, seq))
+        if deletes:
+            if len(deletes) == len(results):
+                self._backoff = 0.0
+            self.client.fire_deletes(deletes)
         self.state.in_flight = len(self.in_flight)
-        counters = self.state.counters
-        if isinstance(result, BaseException):
-            counters["js_retries"] += 1
-            self.state.error(f"jetstream publish failed: {type(result).__name__}: {result}")
-            self._next = min(self._next, seq)
-            self._backoff = min(RETRY_MAX_S, max(RETRY_S, self._backoff * 2))
-        else:
-            counters["js_duplicates" if result else "js_published"] += 1
-            self._backoff = 0.0
-            self.client.fire_deletes([store.DeleteMsg(OUTBOX, seq)])
         self._wake.set()
+
+    def _failed(self, seq: int, exc: BaseException) -> None:
+        self.state.counters["js_retries"] += 1
+        self.state.error(f"jetstream publish failed: {type(exc).__name__}: {exc}")
+        self._next = min(self._next, seq)
+        self._backoff = min(RETRY_MAX_S, max(RETRY_S, self._backoff * 2))

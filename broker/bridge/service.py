@@ -20,7 +20,16 @@ from typing import Any
 
 import trio
 
-from broker.bridge.headers import BadSubject, NotOurHeaders, forward_headers, imported, subject_for
+from broker.bridge.headers import (
+    BadSubject,
+    NotOurHeaders,
+    forward_headers,
+    header_block,
+    hpub,
+    hpub_head,
+    imported,
+    subject_for,
+)
 from broker.bridge.link import Inbound, NatsLink
 from broker.bridge.outbox import OUTBOX, OUTBOX_STREAM, Outbox, capture_op
 from broker.bridge.state import BridgeState
@@ -29,12 +38,15 @@ from broker.core.hub import Hub
 from broker.core.message import AppMessage, message_from
 from broker.core.router import Delivery
 from broker.mqtt.packets import Publish
+from broker.mqtt.properties import EMPTY_PROPERTIES
 from broker.persist.client import StoreClient
 
 log = logging.getLogger("jetmq.bridge")
 
 FORWARD_QUEUE = 8192  # core messages waiting for the NATS thread; more are dropped (counted)
-FORWARD_BATCH = 256  # core messages handed to the NATS thread at once
+FORWARD_BATCH = 512  # core messages handed to the NATS thread at once (at most ...
+FORWARD_BATCH_BYTES = 1 << 20  # ... and about this many bytes)
+HEAD_CACHE = 16_384  # encoded subject + headers of plain messages, by (topic, qos, retain)
 IMPORT_WINDOW = 1024  # imported messages the broker is working on at once
 
 CORE, JETSTREAM = 1, 2
@@ -53,9 +65,9 @@ class Bridge:
         self._rules = [
             (JETSTREAM if r.mode == "jetstream" else CORE, r.min_qos) for r in config.forward
         ]
-        self._send, self._recv = trio.open_memory_channel[tuple[str, bytes, dict[str, str]]](
-            FORWARD_QUEUE
-        )
+        self._send, self._recv = trio.open_memory_channel[bytes](FORWARD_QUEUE)
+        # (topic, qos, retain) -> (HPUB head, header block) of messages without properties.
+        self._heads: dict[tuple[bytes, int, bool], tuple[bytes, bytes]] = {}
         self._link: NatsLink | None = None
         self.outbox: Outbox | None = None
         if any(mode == JETSTREAM for mode, _ in self._rules):
@@ -125,6 +137,11 @@ class Bridge:
 
     # -- forward ------------------------------------------------------------------------------
 
+    @property
+    def _max_payload(self) -> int:
+        link = self._link
+        return link.max_payload if link is not None else 1 << 20
+
     def _modes(self, qos: int, sub_ids: tuple[int, ...]) -> int:
         rules = self._rules
         modes = 0
@@ -181,24 +198,51 @@ class Bridge:
             return
         if not modes:
             return
-        out = self._convert(msg)
-        if out is None:
+        cmd = self._encode_core(msg)
+        if cmd is None:
             return
         try:
-            self._send.send_nowait(out)
+            self._send.send_nowait(cmd)
         except trio.WouldBlock:
             self.state.bad_input("forward_dropped", "core forward queue full: message dropped")
+
+    def _encode_core(self, msg: AppMessage) -> bytes | None:
+        """The ``HPUB`` command of a core forward; a message without properties reuses the
+        encoded subject and headers of its (topic, QoS, retain)."""
+        publish = msg.publish
+        if len(publish.payload) > self._max_payload:
+            self.state.bad_input("forward_dropped", "payload over NATS max_payload: dropped")
+            return None
+        plain = publish.properties is EMPTY_PROPERTIES
+        if plain:
+            key = (publish.topic, publish.qos, publish.retain)
+            cached = self._heads.get(key)
+            if cached is not None:
+                return hpub(cached[0], cached[1], publish.payload)
+        out = self._convert(msg)
+        if out is None:
+            return None
+        subject, payload, headers = out
+        head, block = hpub_head(subject), header_block(headers)
+        if plain:
+            if len(self._heads) >= HEAD_CACHE:
+                self._heads.clear()
+            self._heads[key] = (head, block)
+        return hpub(head, block, payload)
 
     async def _forward_core(self) -> None:
         recv = self._recv
         counters = self.state.counters
         async for first in recv:
             batch = [first]
-            while len(batch) < FORWARD_BATCH:
+            size = len(first)
+            while len(batch) < FORWARD_BATCH and size < FORWARD_BATCH_BYTES:
                 try:
-                    batch.append(recv.receive_nowait())
+                    cmd = recv.receive_nowait()
                 except trio.WouldBlock:
                     break
+                batch.append(cmd)
+                size += len(cmd)
             done = trio.Event()
             result: list[object] = []
 
@@ -208,16 +252,15 @@ class Bridge:
                 result.append(value)
                 done.set()
 
-            self.link().submit(self.link().publish_core, (batch,), finished)
+            link = self.link()
+            link.submit(link.publish_raw, (b"".join(batch),), finished)
             await done.wait()
-            value = result[0]
-            refused = len(batch) if isinstance(value, BaseException) else int(value)  # type: ignore[call-overload]
-            counters["forwarded"] += len(batch) - refused
-            if refused:
-                counters["forward_dropped"] += refused - 1
-                self.state.bad_input(
-                    "forward_dropped", "NATS is not reachable: core messages dropped"
-                )
+            if result[0] is True:
+                counters["forwarded"] += len(batch)
+                continue
+            counters["forward_dropped"] += len(batch) - 1
+            why = result[0] if isinstance(result[0], BaseException) else "NATS is not reachable"
+            self.state.bad_input("forward_dropped", f"{why}: core messages dropped")
 
     # -- import -------------------------------------------------------------------------------
 
