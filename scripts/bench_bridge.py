@@ -12,6 +12,7 @@ Measured, each a fresh jetmq (`jetmq serve`, storage.sync = "always") and one na
   fwd-core     the same fan-in with a `core` forward rule on the topics; rate = messages a
                NATS subscriber got / time from its first to its last
   js-anchor    nats-py's own JetStream publish rate, window of 256 in-flight publishes
+  qos1         context: jetmq's own QoS 1 rate (mqttbench qos1, fsync per group commit)
   fwd-js       mqttbench qos1 (QoS 1, 100 un-PUBACKed) into jetmq with a `jetstream`
                forward rule (window 256); rate = NATS subscriber on the stream's subjects,
                first to last; the stream is checked to hold every message once
@@ -244,6 +245,73 @@ class RawMqtt:
         self.sock.close()
 
 
+class RawNats:
+    """A NATS subscriber on a raw socket that only counts (cheaper than nats-py's
+    per-message callbacks, so the counter takes less of the 2 cores from what is measured)."""
+
+    def __init__(self, port: int, subject: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.recv(4096)  # INFO
+        self.sock.sendall(
+            b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
+            + b"SUB "
+            + subject.encode()
+            + b" 1\r\nPING\r\n"
+        )
+        buf = b""
+        while b"PONG" not in buf:
+            buf += self.sock.recv(4096)
+
+    def count(self, state: dict[str, Any], stop: threading.Event) -> None:
+        buf = b""
+        self.sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                data = self.sock.recv(1 << 18)
+            except TimeoutError:
+                continue
+            if not data:
+                return
+            buf += data
+            pos, n = 0, 0
+            while True:
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                line = buf[pos:eol]
+                if line.startswith((b"MSG ", b"HMSG ")):
+                    size = int(line.rsplit(b" ", 1)[1])
+                    end = eol + 2 + size + 2
+                    if end > len(buf):
+                        break
+                    n += 1
+                    pos = end
+                    continue
+                if line == b"PING":
+                    self.sock.sendall(b"PONG\r\n")
+                pos = eol + 2
+            buf = buf[pos:]
+            if n:
+                now = time.monotonic()
+                if not state["n"]:
+                    state["first"] = now
+                state["n"] += n
+                state["last"] = now
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def counting(
+    counter: RawMqtt | RawNats,
+) -> tuple[dict[str, Any], threading.Event, threading.Thread]:
+    st: dict[str, Any] = {"n": 0, "first": 0.0, "last": 0.0}
+    done = threading.Event()
+    t = threading.Thread(target=counter.count, args=(st, done), daemon=True)
+    t.start()
+    return st, done, t
+
+
 def _varint(n: int) -> bytes:
     out = bytearray()
     while True:
@@ -264,6 +332,15 @@ def m_fanin(env: Env, count: int) -> float:
         stop(proc)
 
 
+def m_qos1(env: Env, count: int) -> float:
+    """Context for fwd-js: jetmq's own QoS 1 rate (mqttbench qos1), no bridge."""
+    proc, port = env.jetmq("")
+    try:
+        return float(env.bench("qos1", port, count=count)["delivered_per_s"])
+    finally:
+        stop(proc)
+
+
 BRIDGE = '[bridge]\nservers = ["{url}"]\nname = "bench"\n'
 
 
@@ -271,10 +348,13 @@ def m_fwd_core(env: Env, side: NatsSide, count: int) -> tuple[float, int]:
     proc, port = env.jetmq(BRIDGE.format(url=env.url) + '[[bridge.forward]]\nfilter = "bench/#"\n')
     try:
         time.sleep(1.0)  # the bridge connects (the broker listens first)
-        st = side.counter("bench.>")
+        counter = RawNats(env.nats_port, "bench.>")
+        st, done, t = counting(counter)
         env.bench("fanin", port, count=count)
         wait_count(st, count)
-        side.unsubscribe(st)
+        done.set()
+        t.join(5)
+        counter.close()
         return rate(st), st["n"]
     finally:
         stop(proc)
@@ -305,10 +385,13 @@ def m_fwd_js(env: Env, side: NatsSide, count: int) -> tuple[float, int]:
     proc, port = env.jetmq(conf)
     try:
         time.sleep(1.0)
-        st = side.counter("bench.>")
+        counter = RawNats(env.nats_port, "bench.>")
+        st, done, t = counting(counter)
         env.bench("qos1", port, count=count)
         wait_count(st, count)
-        side.unsubscribe(st)
+        done.set()
+        t.join(5)
+        counter.close()
         stored = side.run(side.js.stream_info("BENCH")).state.messages
         return rate(st), stored
     finally:
@@ -430,6 +513,7 @@ def main() -> int:
             if n != args.count:
                 notes.append(f"round {r + 1}: fwd-core got {n} of {args.count}")
             add("js-anchor msg/s", m_js_anchor(env, side, args.js_count))
+            add("qos1 (no bridge) msg/s", m_qos1(env, args.js_count))
             v, stored = m_fwd_js(env, side, args.js_count)
             add("fwd-js msg/s", v)
             if stored != args.js_count:

@@ -15,6 +15,7 @@ published into the broker has the bridge's number as origin and is never forward
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -44,7 +45,8 @@ from broker.persist.client import StoreClient
 log = logging.getLogger("jetmq.bridge")
 
 FORWARD_QUEUE = 8192  # core messages waiting for the NATS thread; more are dropped (counted)
-FORWARD_BATCH = 512  # core messages handed to the NATS thread at once (at most ...
+FORWARD_IN_FLIGHT = 4  # batches of core forwards the NATS thread may hold at once
+FORWARD_BATCH = 2048  # core messages handed to the NATS thread at once (at most ...
 FORWARD_BATCH_BYTES = 1 << 20  # ... and about this many bytes)
 HEAD_CACHE = 16_384  # encoded subject + headers of plain messages, by (topic, qos, retain)
 IMPORT_WINDOW = 1024  # imported messages the broker is working on at once
@@ -231,8 +233,11 @@ class Bridge:
         return hpub(head, block, payload)
 
     async def _forward_core(self) -> None:
+        """Hand queued core forwards to the NATS thread, up to ``FORWARD_IN_FLIGHT``
+        batches at once (a crossing waits for the other thread's turn on the GIL: one
+        batch at a time was too few to keep up with a busy broker)."""
         recv = self._recv
-        counters = self.state.counters
+        room = trio.Semaphore(FORWARD_IN_FLIGHT)
         async for first in recv:
             batch = [first]
             size = len(first)
@@ -243,24 +248,23 @@ class Bridge:
                     break
                 batch.append(cmd)
                 size += len(cmd)
-            done = trio.Event()
-            result: list[object] = []
-
-            def finished(
-                value: object, result: list[object] = result, done: trio.Event = done
-            ) -> None:
-                result.append(value)
-                done.set()
-
+            await room.acquire()
             link = self.link()
-            link.submit(link.publish_raw, (b"".join(batch),), finished)
-            await done.wait()
-            if result[0] is True:
-                counters["forwarded"] += len(batch)
-                continue
-            counters["forward_dropped"] += len(batch) - 1
-            why = result[0] if isinstance(result[0], BaseException) else "NATS is not reachable"
-            self.state.bad_input("forward_dropped", f"{why}: core messages dropped")
+            link.submit(
+                link.publish_raw,
+                (b"".join(batch),),
+                functools.partial(self._forwarded, room, len(batch)),
+            )
+
+    def _forwarded(self, room: trio.Semaphore, count: int, result: object) -> None:
+        """(trio thread) A batch of core forwards is with nats-py, or was refused."""
+        room.release()
+        if result is True:
+            self.state.counters["forwarded"] += count
+            return
+        self.state.counters["forward_dropped"] += count - 1
+        why = result if isinstance(result, BaseException) else "NATS is not reachable"
+        self.state.bad_input("forward_dropped", f"{why}: core messages dropped")
 
     # -- import -------------------------------------------------------------------------------
 
