@@ -35,7 +35,7 @@ from broker.persist.state import Persistence
 
 log = logging.getLogger("jetmq.broker")
 
-RESTART_ONLY = ("listener", "storage")  # configuration sections a reload cannot change
+RESTART_ONLY = ("listener", "storage", "bridge")  # sections a reload cannot change
 
 
 class _Timer:

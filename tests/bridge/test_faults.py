@@ -223,3 +223,50 @@ stream = "CMD"
             proc.kill9()
         nc.close()
         server.kill9()
+
+
+def test_jetstream_import_goes_on_after_nats_server_kill9(tmp_path: pathlib.Path) -> None:
+    """Pull requests do not survive a disconnect: the bridge issues new ones once the
+    server is back, and the durable consumer carries on where it was."""
+    server = NatsServer(tmp_path / "nats").start()
+    nc = NatsClient(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    b: BridgedBroker | None = None
+    n = 600
+    try:
+        nc.run(nc.js.add_stream(name="CMD", subjects=["cmd.>"]))
+        b = BridgedBroker(
+            bridge_config(
+                tmp_path / "data",
+                {
+                    "servers": [server.url],
+                    "name": "edge-1",
+                    "import": [{"subject": "cmd.>", "qos": 1, "stream": "CMD"}],
+                },
+                max_queued_messages=0,
+            )
+        ).start()
+        sub = Paho(b.port, "imp-sub")
+        sub.connect(properties=props(PacketTypes.CONNECT, SessionExpiryInterval=3600))
+        sub.subscribe("cmd/#", qos=1)
+        seen: set[int] = set()
+        for r in range(ROUNDS):
+
+            async def fill(base: int) -> None:
+                for i in range(base, base + n // ROUNDS):
+                    await nc.js.publish("cmd.x", str(i).encode())
+
+            nc.run(fill(r * (n // ROUNDS)), 60)
+            while len(seen) < (r + 1) * (n // ROUNDS):
+                seen.add(int(sub.get(timeout=60).payload))
+            server.kill9()
+            server.start()
+        assert seen == set(range(n))
+        bb = b
+        wait_for(lambda: int(bb.state()["connects"]) >= ROUNDS + 1)
+        assert bb.state()["imported"] >= n
+        sub.disconnect()
+    finally:
+        if b is not None:
+            b.stop()
+        nc.close()
+        server.kill9()
