@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import ssl
 import threading
@@ -72,6 +73,7 @@ class NatsLink:
         on_state: Callable[[bool, str], None],
         on_error: Callable[[str, str], None],
         on_message: Callable[[Inbound], None],
+        on_pubacks: Callable[[list[tuple[int, bool | str]]], None] | None = None,
     ) -> None:
         self.config = config
         self.window = window
@@ -80,6 +82,10 @@ class NatsLink:
         self._on_state = on_state  # (connected, server)
         self._on_error = on_error  # (counter or "", text)
         self._on_message = on_message
+        self._on_pubacks = on_pubacks  # (key, duplicate flag or the error text), batched
+        # The reply subjects of our JetStream publishes: <ack_prefix><key>; set once
+        # connected (one subscription, kept across reconnects).
+        self.ack_prefix = b""
         self.loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
         self.nc: Client | None = None
@@ -95,6 +101,8 @@ class NatsLink:
         self._inbox_woken = False
         self._to_release = 0  # trio -> loop thread: slots given back, under _lock
         self._release_woken = False
+        self._acks: list[tuple[int, bool | str]] = []  # loop thread -> trio, under _lock
+        self._acks_woken = False
 
     # -- lifecycle (trio thread) -------------------------------------------------------------
 
@@ -205,6 +213,15 @@ class NatsLink:
             self._to_trio(self._on_error, "", f"cannot connect: {type(exc).__name__}: {exc}")
             return
         self.js = nc.jetstream()
+        if self._on_pubacks is not None:
+            prefix = nc.new_inbox() + ".ack."
+            await nc.subscribe(
+                prefix + "*",
+                cb=self._on_puback,
+                pending_msgs_limit=SUB_PENDING_MSGS,
+                pending_bytes_limit=SUB_PENDING_BYTES,
+            )
+            self.ack_prefix = prefix.encode()
         self._to_trio(self._on_state, True, self._server())
         for index, rule in enumerate(cfg.imports):
             if rule.stream is None:
@@ -249,6 +266,41 @@ class NatsLink:
         # The broker gone: nothing will be acked, NATS redelivers.
         with contextlib.suppress(trio.RunFinishedError):
             self._token.run_sync_soon(self._drain_inbox)
+
+    async def _on_puback(self, msg: Msg) -> None:
+        """A PubAck (or a 503 no-responders status) for one of our JetStream publishes."""
+        try:
+            key = int(msg.subject.rsplit(".", 1)[1])
+        except ValueError:
+            return
+        result: bool | str
+        data = msg.data
+        headers = msg.headers
+        if headers and headers.get("Status") == "503":
+            result = "no responders: no stream captures the subject"
+        elif b'"error"' in data:
+            try:
+                result = str(json.loads(data)["error"].get("description", data))
+            except (ValueError, KeyError, AttributeError):
+                result = data.decode(errors="replace")
+        elif not data:
+            result = f"empty reply (status {headers.get('Status') if headers else '?'})"
+        else:
+            result = b'"duplicate":true' in data
+        with self._lock:
+            self._acks.append((key, result))
+            if self._acks_woken:
+                return
+            self._acks_woken = True
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(self._drain_acks)
+
+    def _drain_acks(self) -> None:
+        with self._lock:
+            acks, self._acks = self._acks, []
+            self._acks_woken = False
+        if self._on_pubacks is not None:
+            self._on_pubacks(acks)
 
     async def _pull_loop(self, index: int) -> None:
         """A durable pull consumer on the rule's NATS stream; fetch as many as there are
@@ -373,27 +425,6 @@ class NatsLink:
     def max_payload(self) -> int:
         nc = self.nc
         return int(nc._max_payload) if nc is not None and nc.is_connected else 1 << 20
-
-    async def publish_js(
-        self, batch: Sequence[tuple[int, str, bytes, dict[str, str]]], wait_s: float
-    ) -> list[tuple[int, bool | BaseException]]:
-        """JetStream publishes, all in flight at once; per message (its key) the PubAck's
-        ``duplicate`` or the exception."""
-        nc = self.nc
-        if nc is None or not nc.is_connected:
-            err = ConnectionError("not connected to NATS")
-            return [(key, err) for key, *_ in batch]
-        js = self.js
-
-        async def one(subject: str, payload: bytes, headers: dict[str, str]) -> bool:
-            ack = await js.publish(subject, payload, timeout=wait_s, headers=headers)
-            return bool(ack.duplicate)
-
-        results = await asyncio.gather(
-            *(one(subject, payload, headers) for _, subject, payload, headers in batch),
-            return_exceptions=True,
-        )
-        return [(item[0], res) for item, res in zip(batch, results, strict=True)]
 
 
 def _wait(fut: Future[None], timeout: float) -> None:

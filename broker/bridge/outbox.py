@@ -9,20 +9,25 @@ durable consumer: its position survives a restart because what is left is what i
 
 :class:`Outbox` reads the stream in order and keeps up to ``WINDOW`` JetStream publishes in
 flight, each with ``Nats-Msg-Id = <name>:$MQTT_bridge:<seq>`` (stable across retries
-and restarts, so JetStream's dedupe window keeps one copy). A publish that fails (timeout,
-no stream, disconnected) leaves its message in place; the reader goes back to it after
-``RETRY_S`` (doubling up to ``RETRY_MAX_S`` while failures go on).
+and restarts, so JetStream's dedupe window keeps one copy). They are encoded here as
+``HPUB`` commands whose reply subject is the link's PubAck inbox plus the seq (one
+subscription for all; nats-py's per-request futures cost more than the rest of the path),
+written to nats-py in one chunk per read. A publish that fails (an error PubAck, no
+stream: 503, no PubAck within ``PUBACK_TIMEOUT_S``, not connected) leaves its message in
+place; the reader goes back to it after ``RETRY_S`` (doubling up to ``RETRY_MAX_S`` while
+failures go on, at once after a reconnect).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 
 import trio
 
 import store
-from broker.bridge.headers import MSG_ID
+from broker.bridge.headers import MSG_ID, header_block, hpub
 from broker.bridge.link import NatsLink
 from broker.bridge.state import BridgeState
 from broker.persist.client import StoreClient
@@ -33,7 +38,6 @@ SUBJECT_HEADER = "Mqtt-Bridge-Subject"  # the NATS subject; not sent
 OUTBOX_STREAM = {"name": OUTBOX, "subjects": ["$MQTT.bridge.>"]}
 
 WINDOW = 256
-BATCH = 64  # publishes handed to the NATS thread at once (their PubAcks come back together)
 PUBACK_TIMEOUT_S = 5.0
 RETRY_S = 0.2
 RETRY_MAX_S = 5.0
@@ -55,7 +59,7 @@ class Outbox:
         self.client = client
         self.state = state
         self._link = link
-        self.in_flight: set[int] = set()
+        self.in_flight: dict[int, float] = {}  # seq -> when it was sent (trio clock)
         self._next = 0  # the next seq to read
         self._wake = trio.Event()
         self._backoff = 0.0
@@ -75,17 +79,28 @@ class Outbox:
         return self.client.store.stream_state(OUTBOX).messages
 
     async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._expire)
+            while True:
+                if self._backoff:
+                    self._retry_now = trio.Event()
+                    with trio.move_on_after(self._backoff):
+                        await self._retry_now.wait()
+                room = WINDOW - len(self.in_flight)
+                if room <= 0 or not self._send(room):
+                    self._wake = trio.Event()
+                    if room > 0 and self._read(1):  # appended meanwhile
+                        continue
+                    await self._wake.wait()
+
+    async def _expire(self) -> None:
+        """Publishes without a PubAck after ``PUBACK_TIMEOUT_S`` are failures (retried)."""
         while True:
-            if self._backoff:
-                self._retry_now = trio.Event()
-                with trio.move_on_after(self._backoff):
-                    await self._retry_now.wait()
-            room = WINDOW - len(self.in_flight)
-            if room <= 0 or not self._send(room):
-                self._wake = trio.Event()
-                if room > 0 and self._read(1):  # appended meanwhile
-                    continue
-                await self._wake.wait()
+            await trio.sleep(PUBACK_TIMEOUT_S / 4)
+            old = trio.current_time() - PUBACK_TIMEOUT_S
+            late = [seq for seq, sent in self.in_flight.items() if sent < old]
+            if late:
+                self._settle([(seq, "no PubAck in time") for seq in late])
 
     def _read(self, room: int) -> list[store.StoredMsg]:
         inflight = self.in_flight
@@ -93,11 +108,16 @@ class Outbox:
         return list(itertools.islice((m for m in msgs if m.seq not in inflight), room))
 
     def _send(self, room: int) -> bool:
+        link = self._link()
+        prefix = link.ack_prefix
+        if not prefix:  # not connected yet
+            return False
         msgs = self._read(room)
         if not msgs:
             return False
-        link = self._link()
-        batch: list[tuple[int, str, bytes, dict[str, str]]] = []
+        now = trio.current_time()
+        cmds: list[bytes] = []
+        seqs: list[int] = []
         for m in msgs:
             headers = dict(m.headers)
             subject = headers.pop(SUBJECT_HEADER, None)
@@ -106,37 +126,46 @@ class Outbox:
                 self.state.error(f"outbox message {m.seq} has no subject; skipped")
                 continue
             headers[MSG_ID] = f"{self.name}:{OUTBOX}:{m.seq}"
-            self.in_flight.add(m.seq)
-            batch.append((m.seq, subject, m.payload, headers))
-        for i in range(0, len(batch), BATCH):
-            link.submit(link.publish_js, (batch[i : i + BATCH], PUBACK_TIMEOUT_S), self._done)
+            head = b"HPUB %s %s%d " % (subject.encode(), prefix, m.seq)
+            cmds.append(hpub(head, header_block(headers), m.payload))
+            self.in_flight[m.seq] = now
+            seqs.append(m.seq)
+        if cmds:
+            link.submit(link.publish_raw, (b"".join(cmds),), functools.partial(self._written, seqs))
         self.state.in_flight = len(self.in_flight)
         return True
 
-    def _done(self, results: list[tuple[int, bool | BaseException]] | BaseException) -> None:
-        """(trio thread) The PubAcks of a batch arrived, or its publishes failed."""
-        if isinstance(results, BaseException):  # the loop itself failed: all of it again
-            self.in_flight.clear()
-            self._failed(0, results)
-            self._wake.set()
-            return
-        deletes = []
-        for seq, result in results:
-            self.in_flight.discard(seq)
-            if isinstance(result, BaseException):
-                self._failed(seq, result)
-            else:
-                self.state.counters["js_duplicates" if result else "js_published"] += 1
-                deletes.append(store.DeleteMsg(OUTBOX, seq))
-        if deletes:
-            if len(deletes) == len(results):
-                self._backoff = 0.0
-            self.client.fire_deletes(deletes)
-        self.state.in_flight = len(self.in_flight)
-        self._wake.set()
+    def _written(self, seqs: list[int], result: object) -> None:
+        """(trio thread) nats-py took the publishes (their PubAcks will come), or not."""
+        if result is not True:
+            why = result if isinstance(result, BaseException) else "not connected to NATS"
+            self._settle([(seq, str(why)) for seq in seqs])
 
-    def _failed(self, seq: int, exc: BaseException) -> None:
-        self.state.counters["js_retries"] += 1
-        self.state.error(f"jetstream publish failed: {type(exc).__name__}: {exc}")
-        self._next = min(self._next, seq)
-        self._backoff = min(RETRY_MAX_S, max(RETRY_S, self._backoff * 2))
+    def pubacks(self, acks: list[tuple[int, bool | str]]) -> None:
+        """(trio thread, from the link) PubAcks: (seq, duplicate) or (seq, error text)."""
+        self._settle(acks)
+
+    def _settle(self, results: list[tuple[int, bool | str]]) -> None:
+        deletes = []
+        failed = 0
+        counters = self.state.counters
+        inflight = self.in_flight
+        for seq, result in results:
+            if isinstance(result, str):
+                if inflight.pop(seq, None) is not None:  # (a late failure of a resent one: no)
+                    failed += 1
+                    counters["js_retries"] += 1
+                    self.state.error(f"jetstream publish failed: {result}")
+                    self._next = min(self._next, seq)
+                continue
+            inflight.pop(seq, None)
+            counters["js_duplicates" if result else "js_published"] += 1
+            deletes.append(store.DeleteMsg(OUTBOX, seq))
+        if failed:
+            self._backoff = min(RETRY_MAX_S, max(RETRY_S, self._backoff * 2))
+        elif deletes:
+            self._backoff = 0.0
+        if deletes:
+            self.client.fire_deletes(deletes)
+        self.state.in_flight = len(inflight)
+        self._wake.set()

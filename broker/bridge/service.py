@@ -103,6 +103,7 @@ class Bridge:
             on_state=self._on_state,
             on_error=self._link_error,
             on_message=self._import,
+            on_pubacks=self.outbox.pubacks if self.outbox is not None else None,
         )
         self._link.start()
         nursery.start_soon(self._run)
