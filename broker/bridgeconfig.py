@@ -36,6 +36,7 @@ nats-py: a broker without ``[bridge]`` starts without it).
 from __future__ import annotations
 
 import importlib.util
+import pathlib
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -143,6 +144,13 @@ class BridgeConfig(_Section):
     @classmethod
     def _check_name(cls, value: str) -> str:
         return _valid_name(value)
+
+    @field_validator("creds", "tls_ca")
+    @classmethod
+    def _check_file(cls, value: str | None) -> str | None:
+        if value is not None and not pathlib.Path(value).is_file():
+            raise ValueError("no such file")
+        return value
 
     @field_validator("subject_prefix")
     @classmethod

@@ -338,3 +338,21 @@ def test_bad_credentials_are_logged_and_counted_and_the_broker_serves(
         connected(good)
     finally:
         server.kill9()
+
+
+def test_token_authentication(
+    tmp_path: pathlib.Path, start_broker: Callable[..., BridgedBroker]
+) -> None:
+    server = NatsServer(
+        tmp_path / "tok", config="listen: 127.0.0.1:{port}\nauthorization { token: s3cret }\n"
+    ).start()
+    try:
+        bad = start_broker({"servers": [server.url], "name": "edge-1", "token": "nope"})
+        good = start_broker(
+            {"servers": [server.url], "name": "edge-2", "token": "s3cret"}, data="good"
+        )
+        connected(good)
+        wait_for(lambda: bad.state()["connect_failures"] >= 1)
+        assert bad.state()["connected"] is False
+    finally:
+        server.kill9()

@@ -98,6 +98,11 @@ subject = "sensors.kitchen.*"
         ('name = "e"\n[[bridge.import]]\nsubject = "a"\ndurable = "d"', "set stream too"),
         ('name = "e"\n[[bridge.import]]\nsubject = "a"\nqos = 3', "bridge.import[0].qos (line 5)"),
         ('name = "e"\nnats_url = "x"', "unknown key"),
+        (
+            'name = "e"\ncreds = "/nonexistent/x.creds"',
+            "bridge.creds (line 3): '/nonexistent/x.creds': no such file",
+        ),
+        ('name = "e"\ntls_ca = "/nonexistent/ca.pem"', "no such file"),
     ],
 )
 def test_bad_values_are_named(tmp_path: pathlib.Path, snippet: str, expected: str) -> None:
