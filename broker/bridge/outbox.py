@@ -21,7 +21,6 @@ failures go on, at once after a reconnect).
 from __future__ import annotations
 
 import functools
-import itertools
 from collections.abc import Callable
 
 import trio
@@ -38,6 +37,7 @@ SUBJECT_HEADER = "Mqtt-Bridge-Subject"  # the NATS subject; not sent
 OUTBOX_STREAM = {"name": OUTBOX, "subjects": ["$MQTT.bridge.>"]}
 
 WINDOW = 256
+REFILL = 64  # publish more once this many of the window are free
 PUBACK_TIMEOUT_S = 5.0
 RETRY_S = 0.2
 RETRY_MAX_S = 5.0
@@ -87,6 +87,10 @@ class Outbox:
                     with trio.move_on_after(self._backoff):
                         await self._retry_now.wait()
                 room = WINDOW - len(self.in_flight)
+                # Refill in chunks: PubAcks come back a few at a time, and a read per few
+                # would cost more than the publishes.
+                if room < REFILL and self.in_flight:
+                    room = 0
                 if room <= 0 or not self._send(room):
                     self._wake = trio.Event()
                     if room > 0 and self._read(1):  # appended meanwhile
@@ -103,9 +107,18 @@ class Outbox:
                 self._settle([(seq, "no PubAck in time") for seq in late])
 
     def _read(self, room: int) -> list[store.StoredMsg]:
+        """Up to ``room`` messages from ``_next`` on that are not in flight (after a
+        failure ``_next`` goes back, and later ones may still be in flight: skipped)."""
         inflight = self.in_flight
-        msgs = self.client.store.iter_msgs(OUTBOX, self._next, chunk=room + len(inflight))
-        return list(itertools.islice((m for m in msgs if m.seq not in inflight), room))
+        out: list[store.StoredMsg] = []
+        for m in self.client.store.iter_msgs(OUTBOX, self._next, chunk=room):
+            if m.seq in inflight:
+                self._next = m.seq + 1
+                continue
+            out.append(m)
+            if len(out) >= room:
+                break
+        return out
 
     def _send(self, room: int) -> bool:
         link = self._link()
