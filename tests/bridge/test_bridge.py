@@ -356,3 +356,64 @@ def test_token_authentication(
         assert bad.state()["connected"] is False
     finally:
         server.kill9()
+
+
+def _make_certs(d: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
+    """A CA and a server certificate for 127.0.0.1 (openssl)."""
+    import subprocess
+
+    ca_key, ca, key, csr, cert = (d / n for n in ("ca.key", "ca.pem", "s.key", "s.csr", "s.pem"))
+    ext = d / "ext.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1\n")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca),
+        "-days", "1", "-subj", "/CN=jetmq test CA")  # fmt: skip
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+        "-subj", "/CN=127.0.0.1")  # fmt: skip
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+        "-CAcreateserial", "-out", str(cert), "-days", "1", "-extfile", str(ext))  # fmt: skip
+    return ca, cert, key
+
+
+def test_tls_with_a_ca_file(
+    tmp_path: pathlib.Path, start_broker: Callable[..., BridgedBroker]
+) -> None:
+    ca, cert, key = _make_certs(tmp_path)
+    server = NatsServer(
+        tmp_path / "tls",
+        config=f'listen: 127.0.0.1:{{port}}\ntls {{ cert_file: "{cert}", key_file: "{key}" }}\n',
+    ).start()
+    nc: NatsClient | None = None
+    try:
+        import ssl
+
+        nc = NatsClient(server.url, tls=ssl.create_default_context(cafile=str(ca)))
+        got = nc.subscribe("tls.>")
+        b = start_broker(
+            {
+                "servers": [f"tls://127.0.0.1:{server.port}"],
+                "name": "edge-1",
+                "tls_ca": str(ca),
+                "subject_prefix": "tls",
+                "forward": [{"filter": "x/#"}],
+            }
+        )
+        connected(b)
+        pub = Paho(b.port, "tls-pub")
+        pub.connect()
+        pub.publish("x/y", "secure", qos=1)
+        assert got.get(timeout=10).data == b"secure"
+        pub.disconnect()
+        # Without the CA the server is not trusted: refused, counted, the broker serves on.
+        other = start_broker(
+            {"servers": [f"tls://127.0.0.1:{server.port}"], "name": "edge-2"}, data="other"
+        )
+        wait_for(lambda: other.state()["connect_failures"] >= 1)
+        assert other.state()["connected"] is False
+    finally:
+        if nc is not None:
+            nc.close()
+        server.kill9()

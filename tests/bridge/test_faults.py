@@ -10,6 +10,7 @@ import pathlib
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
@@ -108,9 +109,10 @@ def test_jetstream_forward_survives_nats_server_kill9(tmp_path: pathlib.Path) ->
             time.sleep(0.3)  # publishing goes on into the outbox while NATS is away
             server.start()
             pub.stop()
+            bb = b
+            wait_for(lambda: bool(bb.state()["connected"]))  # each kill is felt
             acked |= pub.acked()
             start = pub.sent
-        bb = b
         wait_for(lambda: bb.state()["pending"] == 0, 120)
         counts = stream_payloads(nc, "SENS")
         missing = acked - set(counts)
@@ -268,5 +270,64 @@ def test_jetstream_import_goes_on_after_nats_server_kill9(tmp_path: pathlib.Path
     finally:
         if b is not None:
             b.stop()
+        nc.close()
+        server.kill9()
+
+
+def test_jetstream_import_naks_what_a_full_disk_refuses(tmp_path: pathlib.Path) -> None:
+    """jetmq's files may not grow past 1 MiB (RLIMIT_FSIZE: a full disk). Imports for an
+    offline persistent session fill it; the commits that fail are nak'd (NATS delivers them
+    again), nothing is acked unstored, the broker serves on, and once the subscriber drains
+    its queue every message arrives."""
+    server = NatsServer(tmp_path / "nats").start()
+    nc = NatsClient(server.url)
+    conf = _write_config(
+        tmp_path / "jetmq.toml",
+        f"""[sessions]
+max_queued_messages = 0
+max_queued_bytes = 0
+[bridge]
+servers = ["{server.url}"]
+name = "edge-1"
+[[bridge.import]]
+subject = "cmd.>"
+qos = 1
+stream = "CMD"
+""",
+    )
+    n = 2000
+    proc = BrokerProcess(tmp_path / "data", config=conf, file_size_limit=1 << 20)
+    try:
+        nc.run(nc.js.add_stream(name="CMD", subjects=["cmd.>"]))
+        proc.start()
+        sub = Paho(proc.port, "full-sub")
+        sub.connect(properties=props(PacketTypes.CONNECT, SessionExpiryInterval=3600))
+        sub.subscribe("cmd/#", qos=1)
+        sub.disconnect()
+
+        async def fill() -> None:
+            for i in range(n):
+                await nc.js.publish("cmd.x", b"%06d" % i + bytes(994))
+
+        nc.run(fill(), 120)
+
+        def info() -> Any:
+            return nc.run(nc.js.consumer_info("CMD", "edge-1-import-0"))
+
+        wait_for(lambda: info().num_redelivered > 0)  # refused commits were nak'd
+        assert info().ack_floor.stream_seq < n
+        sub = Paho(proc.port, "full-sub")  # the broker still serves
+        sub.connect(
+            clean_start=False, properties=props(PacketTypes.CONNECT, SessionExpiryInterval=3600)
+        )
+        seen: set[int] = set()
+        while len(seen) < n:
+            seen.add(int(sub.get(timeout=60).payload[:6]))
+        sub.disconnect()
+        wait_for(lambda: info().num_ack_pending == 0)
+        proc.terminate()
+    finally:
+        if proc.proc is not None and proc.proc.poll() is None:
+            proc.kill9()
         nc.close()
         server.kill9()
