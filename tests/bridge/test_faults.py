@@ -109,10 +109,10 @@ def test_jetstream_forward_survives_nats_server_kill9(tmp_path: pathlib.Path) ->
             time.sleep(0.3)  # publishing goes on into the outbox while NATS is away
             server.start()
             pub.stop()
-            bb = b
-            wait_for(lambda: bool(bb.state()["connected"]))  # each kill is felt
+            wait_for(lambda bb=b: bool(bb.state()["connected"]))  # type: ignore[misc]  # each kill is felt
             acked |= pub.acked()
             start = pub.sent
+        bb = b
         wait_for(lambda: bb.state()["pending"] == 0, 120)
         counts = stream_payloads(nc, "SENS")
         missing = acked - set(counts)
