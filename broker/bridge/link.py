@@ -22,8 +22,11 @@ Backpressure
     slot lets nats-py's per-subscription queue fill up to ``SUB_PENDING_MSGS`` /
     ``SUB_PENDING_BYTES``, then nats-py drops (counted: ``import_dropped``); a JetStream
     pull loop fetches no more than it has slots for and naks with a delay what waits for
-    a slot longer than ``OVERLOAD_WAIT_S``. Forwarded messages: the trio side keeps one
-    batch in flight per kind and a bounded queue in front of it.
+    a slot longer than ``OVERLOAD_WAIT_S``. Forwarded messages arrive already encoded as
+    NATS protocol (``publish_raw``): the trio side bounds what it hands over (core: 4
+    batches behind a queue of 8,192; JetStream: a window of 256 awaiting PubAcks, which
+    come back through one inbox subscription, ``ack_prefix``). Every crossing is batched:
+    one wake-up of the other thread per batch, not per message.
 """
 
 from __future__ import annotations
@@ -359,6 +362,7 @@ class NatsLink:
                 self._give(index, msg, msg)
 
     def _free(self) -> int:
+        """Free slots (asyncio.Semaphore keeps the count in ``_value``; no public read)."""
         slots = self._slots
         return slots._value if slots is not None else 0
 
