@@ -16,8 +16,9 @@ Measured, each a fresh jetmq (`jetmq serve`, storage.sync = "always") and one na
   fwd-js       mqttbench qos1 (QoS 1, 100 un-PUBACKed) into jetmq with a `jetstream`
                forward rule (window 256); rate = NATS subscriber on the stream's subjects,
                first to last; the stream is checked to hold every message once
-  import       nats-py publishes core messages as fast as it can on `imp.x`, a `core` import
-               rule publishes them into jetmq; rate = MQTT subscriber, first to last
+  import       nats-py (a process of its own) publishes core messages as fast as it can on
+               `imp.x`, a `core` import rule publishes them into jetmq; rate = MQTT
+               subscriber, first to last
                (compare with fanin)
   latency      MQTT QoS 0 publishes paced at 1,000 msg/s for 5 s -> jetmq -> `core`
                forward -> NATS subscriber; p50 / p99 of publish -> receive
@@ -411,15 +412,10 @@ def m_import(env: Env, side: NatsSide, count: int) -> tuple[float, int]:
         t = threading.Thread(target=sub.count, args=(st, done), daemon=True)
         t.start()
 
-        async def pub() -> None:
-            payload = b"x" * 100
-            for i in range(count):
-                await side.nc.publish("imp.x", payload)
-                if i % 1000 == 999:
-                    await side.nc.flush()
-            await side.nc.flush()
-
-        side.run(pub())
+        # The publisher in a process of its own (in this one it would share the GIL with
+        # the counter).
+        subprocess.run([sys.executable, "-c", PUBLISHER, env.url, str(count)], check=True,
+                       timeout=600)  # fmt: skip
         wait_count(st, count)
         done.set()
         t.join(5)
@@ -427,6 +423,21 @@ def m_import(env: Env, side: NatsSide, count: int) -> tuple[float, int]:
     finally:
         sub.close()
         stop(proc)
+
+
+PUBLISHER = """
+import asyncio, sys, nats
+async def main():
+    nc = await nats.connect(sys.argv[1])
+    payload = b"x" * 100
+    for i in range(int(sys.argv[2])):
+        await nc.publish("imp.x", payload)
+        if i % 10000 == 9999:
+            await nc.flush()
+    await nc.flush()
+    await nc.close()
+asyncio.run(main())
+"""
 
 
 def m_latency(

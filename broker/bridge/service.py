@@ -70,6 +70,8 @@ class Bridge:
         self._send, self._recv = trio.open_memory_channel[bytes](FORWARD_QUEUE)
         # (topic, qos, retain) -> (HPUB head, header block) of messages without properties.
         self._heads: dict[tuple[bytes, int, bool], tuple[bytes, bytes]] = {}
+        # (import rule, subject) -> (topic, qos, retain) of NATS messages without headers.
+        self._plain: dict[tuple[int, str], tuple[bytes, int, bool]] = {}
         self._link: NatsLink | None = None
         self.outbox: Outbox | None = None
         if any(mode == JETSTREAM for mode, _ in self._rules):
@@ -285,8 +287,15 @@ class Bridge:
     def _import(self, item: Inbound) -> None:
         """(trio thread) A NATS message for an import rule: publish it into the broker."""
         index, subject, headers, payload, ack = item
-        rule = self.config.imports[index]
         state = self.state
+        hub = self.hub
+        if not headers:  # a plain NATS message: its topic, QoS and retain by (rule, subject)
+            plain = self._plain.get((index, subject))
+            if plain is not None:
+                pub = Publish(plain[0], payload, plain[1], plain[2])
+                self._publish(AppMessage(pub, None, self.num), ack)
+                return
+        rule = self.config.imports[index]
         try:
             imp = imported(
                 subject,
@@ -310,9 +319,19 @@ class Bridge:
             state.counters["import_own"] += 1
             self._finished(ack, True)
             return
-        pub = Publish(imp.topic.encode(), payload, imp.qos, imp.retain, properties=imp.properties)
-        msg = message_from(pub, self.num, self.hub.now)
+        topic = imp.topic.encode()
+        if not headers:
+            if len(self._plain) >= HEAD_CACHE:
+                self._plain.clear()
+            self._plain[(index, subject)] = (topic, imp.qos, imp.retain)
+        pub = Publish(topic, payload, imp.qos, imp.retain, properties=imp.properties)
+        self._publish(message_from(pub, self.num, hub.now), ack)
+
+    def _publish(self, msg: AppMessage, ack: Any) -> None:
+        """Publish an imported message into the broker; the slot (and the JetStream ack)
+        goes back after its commit."""
         hub = self.hub
+        state = self.state
         deliveries, plan = hub.plan_publish(msg)
         if plan.empty:
             hub.apply_publish(msg, deliveries, plan)
