@@ -70,6 +70,8 @@ class Bridge:
         self._send, self._recv = trio.open_memory_channel[bytes](FORWARD_QUEUE)
         # (topic, qos, retain) -> (HPUB head, header block) of messages without properties.
         self._heads: dict[tuple[bytes, int, bool], tuple[bytes, bytes]] = {}
+        # topic -> the identifiers of the forward rules it matches (() for none).
+        self._matched: dict[bytes, tuple[int, ...]] = {}
         # (import rule, subject) -> (topic, qos, retain) of NATS messages without headers.
         self._plain: dict[tuple[int, str], tuple[bytes, int, bool]] = {}
         self._link: NatsLink | None = None
@@ -157,16 +159,21 @@ class Bridge:
         return modes
 
     def _capture(self, msg: AppMessage, deliveries: list[Delivery] | Any) -> list[Any]:
-        """(Hub.capture) A message for a ``jetstream`` rule joins its PUBLISH's commit."""
+        """(Hub.capture) A message for a ``jetstream`` rule joins its PUBLISH's commit.
+        Which rules match a topic is found in the deliveries once and then remembered (the
+        bridge's subscriptions never change while it runs), so a publish to many
+        subscribers is not scanned each time."""
         if msg.origin == self.num:
             return []
-        num = self.num
-        for d in deliveries:
-            if d.client == num:
-                break
-        else:
-            return []
-        if not self._modes(msg.qos, d.sub_ids) & JETSTREAM:
+        topic = msg.topic
+        sub_ids = self._matched.get(topic)
+        if sub_ids is None:
+            num = self.num
+            sub_ids = next((d.sub_ids for d in deliveries if d.client == num), ())
+            if len(self._matched) >= HEAD_CACHE:
+                self._matched.clear()
+            self._matched[topic] = sub_ids
+        if not sub_ids or not self._modes(msg.qos, sub_ids) & JETSTREAM:
             return []
         out = self._convert(msg)
         if out is None:
