@@ -16,13 +16,17 @@ Threads
     imported messages) go to the trio thread the same way. Nothing blocks either thread.
 
 Backpressure
-    Imported messages cross through a window of ``window`` slots (an asyncio semaphore):
-    a slot is taken before a message is handed to trio and given back when the broker
-    is done with it (after its commit). A core subscription whose handler waits for a
-    slot lets nats-py's per-subscription queue fill up to ``SUB_PENDING_MSGS`` /
-    ``SUB_PENDING_BYTES``, then nats-py drops (counted: ``import_dropped``); a JetStream
-    pull loop fetches no more than it has slots for and naks with a delay what waits for
-    a slot longer than ``OVERLOAD_WAIT_S``. Forwarded messages arrive already encoded as
+    Imported messages cross through windows of ``window`` messages (core and JetStream
+    imports each): a JetStream pull
+    loop takes a slot (an asyncio semaphore) before it hands a message to trio, and the
+    slot comes back when the broker is done with it (after its commit). Core imports take
+    a fast path (``_install_fast_path``): their frames wait in a backlog on this thread
+    (``FAST_BACKLOG_MSGS`` / ``FAST_BACKLOG_BYTES``, as nats-py's own pending queue; beyond,
+    they are dropped and counted: ``import_dropped``) and cross while the window has room.
+    Without the fast path a core subscription's callback waits for a slot and nats-py's
+    per-subscription queue (``SUB_PENDING_MSGS`` / ``SUB_PENDING_BYTES``) fills instead.
+    A JetStream pull loop fetches no more than it has slots for and naks with a delay what
+    waits for a slot longer than ``OVERLOAD_WAIT_S``. Forwarded messages arrive already encoded as
     NATS protocol (``publish_raw``): the trio side bounds what it hands over (core: 4
     batches behind a queue of 8,192; JetStream: a window of 256 awaiting PubAcks, which
     come back through one inbox subscription, ``ack_prefix``). Every crossing is batched:
@@ -32,7 +36,9 @@ Backpressure
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import inspect
 import json
 import logging
 import ssl
@@ -61,8 +67,14 @@ NAK_DELAY_S = 1.0
 FETCH_TIMEOUT_S = 1.0
 RETRY_S = 1.0
 
-# (rule index, subject, headers, payload, the JetStream message to ack or None)
-Inbound = tuple[int, str, "dict[str, str] | None", bytes, "Msg | None"]
+# Fast-path core imports waiting on the loop thread for room in the window (more are
+# dropped, counted: import_dropped, as nats-py's slow-consumer limit would).
+FAST_BACKLOG_MSGS = SUB_PENDING_MSGS
+FAST_BACKLOG_BYTES = SUB_PENDING_BYTES
+
+# (rule index, subject, headers, payload, what to give back when done: the JetStream
+# message to ack, None (a slot), or the payload size (a fast-path core import))
+Inbound = tuple[int, str, "dict[str, str] | None", bytes, "Msg | int | None"]
 
 
 class NatsLink:
@@ -74,7 +86,7 @@ class NatsLink:
         *,
         window: int,
         on_state: Callable[[bool, str], None],
-        on_error: Callable[[str, str], None],
+        on_error: Callable[..., None],  # (counter or "", text, count=1)
         on_message: Callable[[Inbound], None],
         on_pubacks: Callable[[list[tuple[int, bool | str]]], None] | None = None,
     ) -> None:
@@ -106,6 +118,13 @@ class NatsLink:
         self._release_woken = False
         self._acks: list[tuple[int, bool | str]] = []  # loop thread -> trio, under _lock
         self._acks_woken = False
+        # The fast path of core imports (``_install_fast_path``): sid -> rule index, and
+        # what it has handed over and not yet got back (under _lock).
+        self._fast_sids: dict[int, int] = {}
+        self._backlog: collections.deque[Inbound] = collections.deque()  # loop thread only
+        self._backlog_bytes = 0  # loop thread only
+        self._fast_in_broker = 0  # handed to trio, not done yet (under _lock)
+        self._fast_dropped = 0  # (under _lock)
 
     # -- lifecycle (trio thread) -------------------------------------------------------------
 
@@ -143,10 +162,25 @@ class NatsLink:
 
         fut.add_done_callback(finished)
 
+    def done(self, token: Msg | int | None, ok: bool) -> None:
+        """(trio thread) The broker is done with an imported message (``token`` from its
+        ``Inbound``): a fast-path core import frees its room, others their slot, and a
+        JetStream message is acked (or nak'd: ``ok`` False)."""
+        if isinstance(token, int):
+            self.release(0)  # the window has room: the loop thread hands over more
+            return
+        self.release()
+        if token is not None:
+            self.finish(token, ok)
+
     def release(self, count: int = 1) -> None:
-        """(trio thread) The broker is done with ``count`` imported messages: free slots."""
+        """(trio thread) The broker is done with imported messages: ``count`` slots, or
+        (``count`` 0) one fast-path core import."""
         with self._lock:
-            self._to_release += count
+            if count:
+                self._to_release += count
+            else:
+                self._fast_in_broker -= 1
             if self._release_woken:
                 return
             self._release_woken = True
@@ -161,12 +195,39 @@ class NatsLink:
         if slots is not None:
             for _ in range(n):
                 slots.release()
+        if self._backlog:
+            self._pump()
+
+    def _pump(self) -> None:
+        """(loop thread) Move fast-path core imports from the backlog to the trio thread
+        while the window (``window``, as the slots) has room."""
+        backlog = self._backlog
+        with self._lock:
+            room = self.window - self._fast_in_broker
+            if room <= 0 or not backlog:
+                return
+            inbox = self._inbox
+            moved = 0
+            while backlog and moved < room:
+                item = backlog.popleft()
+                self._backlog_bytes -= len(item[3])
+                inbox.append(item)
+                moved += 1
+            self._fast_in_broker += moved
+            if self._inbox_woken:
+                return
+            self._inbox_woken = True
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(self._drain_inbox)
 
     def _drain_inbox(self) -> None:
         """(trio thread) Hand the messages gathered so far to the broker."""
         with self._lock:
             items, self._inbox = self._inbox, []
             self._inbox_woken = False
+            dropped, self._fast_dropped = self._fast_dropped, 0
+        if dropped:
+            self._on_error("import_dropped", "core imports dropped: the broker is busy", dropped)
         on_message = self._on_message
         for item in items:
             on_message(item)
@@ -226,11 +287,12 @@ class NatsLink:
             )
             self.ack_prefix = prefix.encode()
         self._to_trio(self._on_state, True, self._server())
+        fast = self._install_fast_path(nc)
         for index, rule in enumerate(cfg.imports):
             if rule.stream is None:
-                await self._subscribe_core(index, rule.subject)
+                await self._subscribe_core(index, rule.subject, fast)
                 if rule.subject.endswith(".>"):  # MQTT '#' semantics: 'a.>' also means 'a'
-                    await self._subscribe_core(index, rule.subject[:-2])
+                    await self._subscribe_core(index, rule.subject[:-2], fast)
             else:
                 self._tasks.append(asyncio.create_task(self._pull_loop(index)))
 
@@ -239,18 +301,64 @@ class NatsLink:
         url = nc.connected_url if nc is not None else None
         return f"{url.hostname}:{url.port}" if url is not None else "?"
 
-    async def _subscribe_core(self, index: int, subject: str) -> None:
+    def _install_fast_path(self, nc: Client) -> bool:
+        """Core imports skip nats-py's per-message ``Msg``, queue and callback task (≈9 of
+        its ≈14 µs a message, measured): the connection's message hook takes the frames of
+        our core subscriptions itself. Uses nats-py internals (``_process_msg``,
+        ``_process_headers``, 2.16): when they are not there, the subscription callbacks
+        (the ordinary path) do the work. Returns whether it is installed.
+
+        The frames wait in a backlog on this thread (``FAST_BACKLOG_MSGS`` /
+        ``FAST_BACKLOG_BYTES``, as nats-py's pending queue; more are dropped and counted)
+        and go to the trio thread in batches while the window has room: at most ``window``
+        in the broker at once, as with the slots (a bigger burst would overflow the
+        subscribers' QoS 0 queues)."""
+        orig = getattr(nc, "_process_msg", None)
+        parse_headers = getattr(nc, "_process_headers", None)
+        if not (inspect.iscoroutinefunction(orig) and inspect.iscoroutinefunction(parse_headers)):
+            return False
+        assert orig is not None
+        assert parse_headers is not None
+        fast_sids = self._fast_sids
+        lock = self._lock
+
+        async def process_msg(
+            sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+        ) -> None:
+            index = fast_sids.get(sid)
+            if index is None:
+                await orig(sid, subject, reply, data, headers)
+                return
+            hdr = await parse_headers(headers) if headers else None
+            size = len(data)
+            if (
+                len(self._backlog) >= FAST_BACKLOG_MSGS
+                or self._backlog_bytes + size > FAST_BACKLOG_BYTES
+            ):
+                with lock:
+                    self._fast_dropped += 1
+                return
+            self._backlog.append((index, subject.decode(), hdr, data, size))
+            self._backlog_bytes += size
+            self._pump()
+
+        nc._process_msg = process_msg  # type: ignore[method-assign]
+        return True
+
+    async def _subscribe_core(self, index: int, subject: str, fast: bool) -> None:
         assert self.nc is not None
 
         async def handler(msg: Msg) -> None:
             await self._hand_over(index, msg, None)
 
-        await self.nc.subscribe(
+        sub = await self.nc.subscribe(
             subject,
             cb=handler,
             pending_msgs_limit=SUB_PENDING_MSGS,
             pending_bytes_limit=SUB_PENDING_BYTES,
         )
+        if fast:
+            self._fast_sids[sub._id] = index
 
     async def _hand_over(self, index: int, msg: Msg, ack: Msg | None) -> None:
         slots = self._slots

@@ -283,11 +283,11 @@ class Bridge:
         if connected and self.outbox is not None:
             self.outbox.reconnected()
 
-    def _link_error(self, counter: str, text: str) -> None:
+    def _link_error(self, counter: str, text: str, count: int = 1) -> None:
         """(trio thread) News from the link: a counter to bump, a new last error (logged
         when it differs from the previous one: one line per state change)."""
         if counter:
-            self.state.counters[counter] += 1
+            self.state.counters[counter] += count
         if text:
             self.state.error(text)
 
@@ -359,8 +359,5 @@ class Bridge:
 
     def _finished(self, ack: Any, ok: bool) -> None:
         link = self._link
-        if link is None:
-            return
-        link.release()
-        if ack is not None:
-            link.finish(ack, ok)
+        if link is not None:
+            link.done(ack, ok)
