@@ -96,7 +96,7 @@ def _check_config(args: argparse.Namespace) -> int:
         print(f"jetmq: configuration error\n{exc}", file=sys.stderr)
         return 1
     print(f"configuration OK ({args.config or 'embedded defaults'})")
-    print(config.model_dump_json(indent=2))
+    print(config.model_dump_json(indent=2, by_alias=True))
     return 0
 
 

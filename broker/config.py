@@ -28,6 +28,8 @@ from pydantic import (
     field_validator,
 )
 
+from broker.bridgeconfig import BridgeConfig
+
 DEFAULT_PORT = 1883
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_DATA_DIR = "./jetmq-data"
@@ -218,6 +220,7 @@ class BrokerConfig(_Section):
     sessions: SessionConfig = Field(default_factory=SessionConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     jetstream: JetStreamConfig = Field(default_factory=JetStreamConfig)
+    bridge: BridgeConfig | None = None  # the NATS bridge (broker/bridge), off by default
 
     @field_validator("listeners")
     @classmethod
@@ -235,23 +238,38 @@ class BrokerConfig(_Section):
 
 
 def _find_line(text: str, loc: Sequence[str | int]) -> int | None:
-    """Best-effort line of a dotted key in TOML text (tables and ``key =`` lines)."""
-    keys = [str(k) for k in loc if isinstance(k, str)]
-    if not keys:
+    """Best-effort line of a dotted key in TOML text (tables, arrays of tables such as
+    ``[[bridge.forward]]``, whose n-th occurrence is item n, and ``key =`` lines)."""
+    loc = _table_path(loc)
+    want = [str(k) for k in loc]
+    if not loc:
         return None
     table: list[str] = []
-    header = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\- ]+?)\s*\]\s*(#.*)?$")
+    seen: dict[tuple[str, ...], int] = {}
+    header = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\- ]+?)\s*\]\]?\s*(#.*)?$")
     for number, line in enumerate(text.splitlines(), start=1):
         m = header.match(line)
         if m:
-            table = [part.strip() for part in m.group(1).split(".")]
-            if table == keys:
+            table = [part.strip() for part in m.group(2).split(".")]
+            if m.group(1) == "[[":
+                index = seen[tuple(table)] = seen.get(tuple(table), -1) + 1
+                table = [*table, str(index)]
+            if table == want:
                 return number
             continue
         m = re.match(r"^\s*([A-Za-z0-9_\-]+)\s*=", line)
-        if m and [*table, m.group(1)] == keys:
+        if m and [*table, m.group(1)] == want:
             return number
     return None
+
+
+def _table_path(loc: Sequence[str | int]) -> Sequence[str | int]:
+    """The key path without a trailing item number (an item of a value such as
+    ``listen[0]`` is named by its key); numbers inside are arrays of tables."""
+    end = len(loc)
+    while end and not isinstance(loc[end - 1], str):
+        end -= 1
+    return loc[:end]
 
 
 @dataclass(frozen=True)
@@ -269,7 +287,8 @@ class KeyNames:
         flag = self.flags.get((keys[0], keys[1])) if len(keys) >= 2 else None
         if flag is not None:
             return flag
-        key = ".".join(keys) or "(top level)"
+        key = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in _table_path(loc))[1:]
+        key = key or "(top level)"
         if self.path is None:
             return key
         line = _find_line(self.text, loc) if self.text is not None else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from broker.config import BrokerConfig
@@ -75,6 +75,10 @@ class Hub:
         self.watchers: list[SubscriptionWatcher] = []
         # An ACL is in force: deliveries are checked against each session's ``access``.
         self.acl_active = False
+        # Store operations another part adds to a PUBLISH's commit, so its acknowledgement
+        # waits for them too (the NATS bridge's outbox): given the message and its
+        # deliveries, returns the operations (usually none).
+        self.capture: Callable[[AppMessage, Sequence[Delivery]], Sequence[Any]] | None = None
 
     def start(self) -> None:
         """The clock runs: sessions restored from the store start their expiry."""
@@ -268,6 +272,11 @@ class Hub:
         deliveries = self.router.route(msg.topic, msg.origin, self.sessions.is_connected)
         if self.acl_active:
             deliveries = self._readable(msg.topic, deliveries)
+        capture = self.capture
+        if capture is not None:
+            more = capture(msg, deliveries)
+            if more:
+                extra = [*extra, *more]
         plan = self.persist.plan(self, msg, deliveries, extra)
         if msg.retain and not plan.empty:
             msg.retain_state = RETAIN_PENDING

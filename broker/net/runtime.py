@@ -39,7 +39,7 @@ from broker.security.passwords import PasswordFileError
 
 log = logging.getLogger("jetmq.broker")
 
-RESTART_ONLY = ("listener", "listeners", "storage")  # configuration sections a reload cannot change
+RESTART_ONLY = ("listener", "listeners", "storage", "bridge")  # sections a reload cannot change
 
 
 class _Timer:
@@ -120,6 +120,8 @@ class Broker:
             self.security = None
         self.authenticator = self.security
         self.hub.acl_active = self.security is not None and self.security.acl is not None
+        # The NATS bridge (broker.bridge.service.Bridge) when [bridge] is configured.
+        self.bridge: Any = None
 
     @classmethod
     async def open(cls, config: BrokerConfig) -> Broker:
@@ -132,11 +134,18 @@ class Broker:
             await recovery.load_into(persistence, hub)
             if jetstream is not None:
                 await jetstream.load()
+            bridge = None
+            if config.bridge is not None:
+                from broker.bridge.service import Bridge  # imports nats-py: only when asked
+
+                bridge = await Bridge.open(config.bridge, hub, client)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await client.close()
             raise
-        return cls(hub, persistence, timers, jetstream)
+        broker = cls(hub, persistence, timers, jetstream)
+        broker.bridge = bridge
+        return broker
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -146,6 +155,8 @@ class Broker:
         if self.jetstream is not None:
             self.jetstream.start(nursery)
         self.hub.start()
+        if self.bridge is not None:
+            self.bridge.start(nursery)
 
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run a task owned by the broker (outlives the connection that started it)."""
@@ -207,6 +218,8 @@ class Broker:
         self.hub.fire_all_wills()
         if self.connections:
             await self._all_closed.wait()
+        if self.bridge is not None:
+            await self.bridge.stop()
         await self.store_client.flush()
 
     def apply_config(self, new: BrokerConfig) -> list[str]:
@@ -256,6 +269,9 @@ class Broker:
         if self.jetstream is not None:
             self.jetstream.stop()
         self.parking.close()
+        if self.bridge is not None:
+            with trio.move_on_after(10):
+                await self.bridge.stop()
         await self.store_client.close()
         self.hub.close()
 

@@ -142,19 +142,23 @@ async def serve(
     config: BrokerConfig,
     *,
     task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED,
+    opened: Callable[[Broker], None] | None = None,
 ) -> None:
-    """Run the broker until cancelled; report the bound addresses once listening."""
+    """Run the broker until cancelled; report the bound addresses once listening.
+    ``opened`` is shown the broker once it is open (tests read its state)."""
     broker = await Broker.open(config)
+    if opened is not None:
+        opened(broker)
     try:
         listeners: list[tuple[trio.SocketListener, ListenerSpec, Wrap | None]] = []
         for spec in config.listener_specs():
             host, port = spec.address()
             wrap = _wrapper(spec)
             try:
-                opened = await trio.open_tcp_listeners(port, host=host)
+                bound = await trio.open_tcp_listeners(port, host=host)
             except OSError as exc:
                 raise ListenError(spec.bind, exc) from exc
-            listeners.extend((listener, spec, wrap) for listener in opened)
+            listeners.extend((listener, spec, wrap) for listener in bound)
         addresses: list[tuple[str, int]] = []
         for listener, _spec, _wrap in listeners:
             sockname: Any = listener.socket.getsockname()

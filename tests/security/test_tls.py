@@ -210,8 +210,11 @@ def test_min_version_1_3_refuses_tls_1_2(
             "require_client_cert needs tls.ca",
         ),
         ("use_identity_as_username = true", "use_identity_as_username needs tls with a ca"),
-        ('transport = "mqtt"', "listeners.transport"),
-        ('tls = { cert = "c", key = "k", min_version = "1.1" }', "listeners.tls.min_version"),
+        ('transport = "mqtt"', r"listeners\[0\]\.transport \(line 3\): 'mqtt'"),
+        (
+            'tls = { cert = "c", key = "k", min_version = "1.1" }',
+            r"listeners\[0\]\.tls\.min_version: '1\.1'",
+        ),
     ],
 )
 def test_listener_config_errors_name_the_key(
