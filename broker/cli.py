@@ -7,7 +7,6 @@ status so tests can call it in-process.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -92,22 +91,16 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"jetmq: configuration error\n{exc}", file=sys.stderr)
         return 1
-    _setup_logging(config.log.level)
     from broker.net.server import run_broker
+    from broker.ops import logs
+    from broker.ops.service import Operations
 
-    return run_broker(config, names)
+    logs.setup(config.log)
 
+    def reload() -> BrokerConfig:  # SIGHUP: the same file and flags, read again
+        return _config_from_args(args, create_data_dir=False)[0]
 
-def _setup_logging(level: str) -> None:
-    """The broker's log lines on stderr, one per record with time, level and logger (the
-    journal takes stderr under systemd), at ``log.level``. Without this only warnings reached
-    stderr, bare, through Python's last-resort handler, and ``log.level`` did nothing."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("jetmq")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    return run_broker(config, names, Operations(config, reload if args.config else None))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

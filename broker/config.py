@@ -131,6 +131,30 @@ class SessionConfig(_Section):
 
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
+    # "text": one line per record (time, level, logger, message); "json": one JSON object
+    # per line (ts, level, logger, msg, and the fields of connect/disconnect lines).
+    format: Literal["text", "json"] = "text"
+
+
+class SysConfig(_Section):
+    """``$SYS/broker/...`` topics (broker.ops.systree)."""
+
+    # Seconds between publications of the $SYS topics (retained; only changed values are
+    # published, as mosquitto does); 0 turns $SYS off.
+    interval: Annotated[int, Field(ge=0, le=86_400)] = 10
+
+
+def _valid_bind(value: str | None) -> str | None:
+    if value is not None:
+        parse_listen(value)
+    return value
+
+
+class HttpConfig(_Section):
+    """The operations HTTP server (broker.ops.http): /metrics, /healthz, /readyz, the status
+    page. Off unless ``bind`` is set: a new listening port is the operator's choice."""
+
+    bind: Annotated[str | None, AfterValidator(_valid_bind)] = None
 
 
 class BrokerConfig(_Section):
@@ -139,6 +163,8 @@ class BrokerConfig(_Section):
     mqtt: MqttConfig = Field(default_factory=MqttConfig)
     sessions: SessionConfig = Field(default_factory=SessionConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    sys: SysConfig = Field(default_factory=SysConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
 
 
 def _find_line(text: str, loc: Sequence[str | int]) -> int | None:

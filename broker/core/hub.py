@@ -22,6 +22,7 @@ from broker.core.ports import Clock, Plan, Recipient, Timers
 from broker.core.queues import QueueStore, SessionQueues
 from broker.core.router import Delivery, RetainedMessages, Router
 from broker.core.sessions import RetainedBurst, Session, SessionManager, SubscriptionRecord
+from broker.core.stats import Stats
 from broker.core.systopics import SystemTopics
 
 log = logging.getLogger("jetmq.broker")
@@ -71,6 +72,8 @@ class Hub:
         self._recipients: dict[int, Recipient] = {}
         # Handlers of system topics ($JS/API/...), seen before routing.
         self.systopics = SystemTopics()
+        # Counters for $SYS and /metrics (broker.ops), bumped where the work happens.
+        self.stats = Stats()
 
     def start(self) -> None:
         """The clock runs: sessions restored from the store start their expiry."""

@@ -78,6 +78,7 @@ class Broker:
     def __init__(self, hub: Hub, persistence: Persistence, timers: TrioTimers) -> None:
         self.hub = hub
         self.config = hub.config
+        self.stats = hub.stats
         self.persist = persistence
         # The store's trio client, shared by every part that writes: lifecycle, batches.
         self.store_client: StoreClient = persistence.client
