@@ -101,6 +101,10 @@ class Loads:
                     e = math.exp(-dt / window)
                     slot = f"{name}/{label}"
                     self.values[slot] = self.values.get(slot, per_minute) * e + per_minute * (1 - e)
+        else:  # the first sample: no rate yet
+            for name in LOADED:
+                for label, _ in LOAD_WINDOWS:
+                    self.values[f"{name}/{label}"] = 0.0
         self.last = {key: values[key] for key in LOADED.values()}
         self.last_time = now
 
