@@ -65,8 +65,8 @@ class Stats:
         "clients_connected",
         "clients_maximum",
         "connections_total",
+        "control_sent",
         "packets_received",
-        "packets_sent",
         "publish_ack",
         "publish_bytes_received",
         "publish_dropped",
@@ -78,7 +78,9 @@ class Stats:
         self.bytes_received = 0  # $SYS/broker/bytes/received: every byte read from clients
         self.bytes_sent = 0  # $SYS/broker/bytes/sent
         self.packets_received = 0  # $SYS/broker/messages/received: packets of any type
-        self.packets_sent = 0  # $SYS/broker/messages/sent
+        # Packets sent other than PUBLISH (PUBLISH: publish_sent); their sum is
+        # $SYS/broker/messages/sent (one add per packet instead of two on the fan-out path).
+        self.control_sent = 0
         self.publish_received = 0  # $SYS/broker/publish/messages/received
         self.publish_bytes_received = 0  # $SYS/broker/publish/bytes/received (payloads)
         self.publish_sent = 0  # $SYS/broker/publish/messages/sent

@@ -305,7 +305,7 @@ class Handshake:
         broker.stats.connected()
         log_connect(self.conn, client_id, connect.clean_start, keep_alive)
         broker.stats.packets_received += 1  # the CONNECT
-        broker.stats.packets_sent += 1  # the CONNACK
+        broker.stats.control_sent += 1  # the CONNACK
         self.conn.session = session
         if session.persistent:
             broker.persist.save_session(session)

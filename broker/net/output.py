@@ -106,7 +106,7 @@ class Output:
             self.out.append(self.proto.send(packet))
         except PacketTooLargeError:
             return  # the client's Maximum Packet Size forbids it [MQTT-3.1.2-24]
-        self.host.stats.packets_sent += 1
+        self.host.stats.control_sent += 1
         self.output_ready()
 
     def send_puback(self, packet_id: int) -> None:
@@ -115,7 +115,7 @@ class Output:
         if self.conn.closing or self.proto.state is _CLOSED:
             return
         self.out.append(self.proto.send_puback(packet_id))
-        self.host.stats.packets_sent += 1
+        self.host.stats.control_sent += 1
         self.output_ready()
 
     def taken_over(self) -> None:
@@ -203,9 +203,7 @@ class Output:
             return
         self.out.append(data)
         self.qos0_pending += 1
-        stats = self.host.stats
-        stats.publish_sent += 1
-        stats.packets_sent += 1
+        self.host.stats.publish_sent += 1
         self.output_ready()
 
     def take(self, staged: list[tuple[Outgoing, int, int]] | None) -> list[bytes]:
@@ -257,9 +255,7 @@ class Output:
                     assert staged is not None
                     staged.append((og, pid, 0))
         if ready:
-            stats = self.host.stats
-            stats.publish_sent += len(ready)
-            stats.packets_sent += len(ready)
+            self.host.stats.publish_sent += len(ready)
         if session.retained_backlog is not None:
             self.host.hub.refill_retained(session)
         if session.backlog:  # copies waiting on disk: the next page is read in time

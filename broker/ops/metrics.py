@@ -18,6 +18,7 @@ by ``broker.core.stats.Histogram`` and handed over as ``HistogramMetricFamily``.
 | jetmq_publish_ack_seconds | histogram | QoS 1/2 PUBLISH read -> PUBACK/PUBREC queued |
 | jetmq_store_commit_seconds | histogram | store batch submitted -> committed (fsynced) |
 | jetmq_store_size_bytes, jetmq_store_map_size_bytes | gauge | LMDB data file, map |
+| jetmq_store_map_used_percent | gauge | the data file's size over the map size (it grows on demand) |
 | jetmq_store_streams | gauge | streams |
 | jetmq_store_commits_total | counter | group commits |
 | jetmq_uptime_seconds | gauge | seconds since start |
@@ -55,6 +56,7 @@ GAUGES = (
     ("jetmq_store_size_bytes", "store_size_bytes", "Size of the LMDB data file."),
     ("jetmq_store_map_size_bytes", "store_map_size_bytes", "LMDB map size."),
     ("jetmq_store_streams", "store_streams", "Streams in the store."),
+    ("jetmq_store_map_used_percent", "store_map_used_percent", "Data file size / map size, %."),
 )
 COUNTERS = (
     ("jetmq_connections", "connections_total", "CONNECTs accepted."),

@@ -36,7 +36,7 @@ def counters(broker: Broker) -> dict[str, int]:
         "bytes_received": stats.bytes_received,
         "bytes_sent": stats.bytes_sent,
         "packets_received": stats.packets_received,
-        "packets_sent": stats.packets_sent,
+        "packets_sent": stats.control_sent + stats.publish_sent,
         "publish_received": stats.publish_received,
         "publish_sent": stats.publish_sent,
         "publish_dropped": stats.publish_dropped,
