@@ -70,8 +70,9 @@ def static_reply(name: str) -> Reply:
 class HttpServer:
     """Routes by exact path, plus ``/static/<file>``."""
 
-    def __init__(self, routes: dict[str, Route]) -> None:
+    def __init__(self, routes: dict[str, Route], *, idle_timeout: float = IDLE_TIMEOUT) -> None:
         self.routes = routes
+        self.idle_timeout = idle_timeout
         self._limit = trio.Semaphore(MAX_CONNECTIONS)
 
     async def serve(
@@ -99,7 +100,8 @@ class HttpServer:
     async def _serve_one(self, stream: trio.SocketStream) -> None:
         conn = h11.Connection(h11.SERVER)
         while True:
-            with trio.move_on_after(IDLE_TIMEOUT):
+            request: h11.Request | None = None  # stays None if the client idles too long
+            with trio.move_on_after(self.idle_timeout):
                 request = await self._next_request(conn, stream)
             if request is None:
                 return

@@ -149,3 +149,37 @@ def test_bad_requests_get_an_error_not_a_crash(tmp_path: pathlib.Path) -> None:
                 assert data
                 got += data
         assert http_get(port, "/healthz")[0] == 200  # still serving
+
+
+async def _no_routes() -> tuple[int, str, bytes]:
+    return 200, "text/plain", b"x"
+
+
+@pytest.mark.timeout(30)
+def test_an_idle_connection_is_closed() -> None:
+    """A client that opens a connection and sends nothing (or stops mid-request) is closed
+    after the idle timeout; the server goes on."""
+    import trio
+
+    from broker.ops.http import HttpServer
+
+    async def main() -> None:
+        server = HttpServer({"/": _no_routes}, idle_timeout=0.3)
+        async with trio.open_nursery() as nursery:
+            host, port = await nursery.start(server.serve, "127.0.0.1", 0)
+            with trio.fail_after(10):
+                idle = await trio.open_tcp_stream(host, port)
+                await idle.send_all(b"GET / HTTP/1.1\r\nHost: x\r\n")  # never finished
+                assert await idle.receive_some(100) == b""  # closed by the server
+                await idle.aclose()
+                ok = await trio.open_tcp_stream(host, port)
+                await ok.send_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                reply = b""
+                while data := await ok.receive_some(1000):
+                    reply += data
+                assert reply.startswith(b"HTTP/1.1 200 ")
+                assert reply.endswith(b"\r\n\r\nx")
+                await ok.aclose()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
