@@ -7,7 +7,7 @@ status so tests can call it in-process.
 from __future__ import annotations
 
 import argparse
-import logging
+import json
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -66,7 +66,63 @@ def _build_parser() -> argparse.ArgumentParser:
 
     for verb, text in CLIENT_HELP.items():
         sub.add_parser(verb, help=text, add_help=False)
+    _add_admin_args(sub)
     return parser
+
+
+def _add_admin_args(sub: Any) -> None:
+    """The verbs against a running broker (broker.ops.admin)."""
+    status = sub.add_parser("status", help="a running broker's summary (its $SYS topics)")
+    status.add_argument("--config", default=None, help="jetmq.toml: the broker's address")
+    status.add_argument("--broker", default=None, metavar="HOST:PORT", help="MQTT address")
+    for verb, what in (("clients", "clients"), ("subs", "subscriptions")):
+        p = sub.add_parser(verb, help=f"a running broker's {what} (its HTTP API)")
+        p.add_argument("--config", default=None, help="jetmq.toml: its [http] bind")
+        p.add_argument("--http", default=None, metavar="HOST:PORT", help="HTTP API address")
+        p.add_argument("--json", action="store_true", help="print the JSON as served")
+    backup = sub.add_parser("backup", help="copy the store (consistent while the broker runs)")
+    backup.add_argument("dir", metavar="DIR", help="a new or empty directory")
+    backup.add_argument("--config", default=None, help="jetmq.toml: its [storage] data_dir")
+    backup.add_argument("--data-dir", default=None, help="the store to copy")
+
+
+def _connect_host(host: str) -> str:
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "*": "127.0.0.1"}.get(host, host)
+
+
+def _admin(args: argparse.Namespace) -> int:
+    from broker.config import parse_listen
+    from broker.ops import admin
+
+    try:
+        config = load_config_named(args.config)[0]
+        if args.command == "status":
+            host, port = parse_listen(args.broker or config.listener.listen[0])
+            print(admin.format_status(admin.read_sys(_connect_host(host), port)))
+        elif args.command in ("clients", "subs"):
+            bind = args.http or config.http.bind
+            if bind is None:
+                raise admin.AdminError("no HTTP API: set [http] bind in --config, or --http")
+            host, port = parse_listen(bind)
+            path = "/api/clients" if args.command == "clients" else "/api/subscriptions"
+            rows = admin.get_json(_connect_host(host), port, path)
+            if args.json:
+                print(json.dumps(rows, indent=2))
+            elif args.command == "clients":
+                columns = ["client_id", "connected", "protocol", "subscriptions", "queued"]
+                print(admin.format_table(rows, columns))
+            else:
+                print(admin.format_table(rows, ["client_id", "filter", "qos"]))
+        else:
+            data_dir = args.data_dir or config.storage.data_dir
+            got = admin.backup(data_dir, args.dir)
+            print(
+                f"backup of {data_dir} in {args.dir}: {got['streams']} streams, {got['bytes']} bytes"
+            )
+    except (admin.AdminError, ConfigError, ValueError) as exc:
+        print(f"jetmq: {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _config_from_args(
@@ -106,22 +162,16 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"jetmq: configuration error\n{exc}", file=sys.stderr)
         return 1
-    _setup_logging(config.log.level)
     from broker.net.server import run_broker
+    from broker.ops import logs
+    from broker.ops.service import Operations
 
-    return run_broker(config, names)
+    logs.setup(config.log)
 
+    def reload() -> BrokerConfig:  # SIGHUP: the same file and flags, read again
+        return _config_from_args(args, create_data_dir=False)[0]
 
-def _setup_logging(level: str) -> None:
-    """The broker's log lines on stderr, one per record with time, level and logger (the
-    journal takes stderr under systemd), at ``log.level``. Without this only warnings reached
-    stderr, bare, through Python's last-resort handler, and ``log.level`` did nothing."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("jetmq")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    return run_broker(config, names, Operations(config, reload if args.config else None))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -142,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args)
     if args.command == "passwd":
         return passwd(args.file, args.user, password_stdin=args.password_stdin)
+    if args.command in ("status", "clients", "subs", "backup"):
+        return _admin(args)
     assert args.command == "check-config"  # the parser allows nothing else
     return _check_config(args)
 

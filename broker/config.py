@@ -145,6 +145,30 @@ class JetStreamConfig(_Section):
 
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
+    # "text": one line per record (time, level, logger, message); "json": one JSON object
+    # per line (ts, level, logger, msg, and the fields of connect/disconnect lines).
+    format: Literal["text", "json"] = "text"
+
+
+class SysConfig(_Section):
+    """``$SYS/broker/...`` topics (broker.ops.systree)."""
+
+    # Seconds between publications of the $SYS topics (retained; only changed values are
+    # published, as mosquitto does); 0 turns $SYS off.
+    interval: Annotated[int, Field(ge=0, le=86_400)] = 10
+
+
+def _valid_bind(value: str | None) -> str | None:
+    if value is not None:
+        parse_listen(value)
+    return value
+
+
+class HttpConfig(_Section):
+    """The operations HTTP server (broker.ops.http): /metrics, /healthz, /readyz, the status
+    page. Off unless ``bind`` is set: a new listening port is the operator's choice."""
+
+    bind: Annotated[str | None, AfterValidator(_valid_bind)] = None
 
 
 class TlsConfig(_Section):
@@ -235,6 +259,9 @@ class BrokerConfig(_Section):
         if "listeners" in self.model_fields_set or "listener" not in self.model_fields_set:
             return list(self.listeners)
         return [ListenerSpec(bind=text) for text in self.listener.listen]
+
+    sys: SysConfig = Field(default_factory=SysConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
 
 
 def _find_line(text: str, loc: Sequence[str | int]) -> int | None:

@@ -5,7 +5,8 @@
 #   scripts/bench_broker.sh                 # MQTT 5: all six scenarios, qos1 persistent, amqtt
 #   REPEAT=1 BENCH_GROUPS="jetmq mosquitto" scripts/bench_broker.sh fanin qos1
 #
-# Groups: jetmq mosquitto persist amqtt (default: all), and jetmq-old: the same scenarios
+# Groups: jetmq mosquitto persist amqtt (default: all), jetmq-nobs / jetmq-obs (observability
+# off / on, below), jetmq-quietlog (no connect/disconnect log lines), and jetmq-old: the same scenarios
 # against another checkout's jetmq (OLD=<checkout with its own .venv>, e.g. a worktree of the
 # commit before a change): `OLD=/tmp/jetmq-old BENCH_GROUPS="jetmq-old jetmq"` A/Bs a change. Results: JSON per group in $OUT and a
 # comparison table on stdout (mqttbench --compare). Nothing generated here is committed.
@@ -59,12 +60,28 @@ PY
 MQB=$WORK/mqttbench/mqttbench.py
 run() { python3 "$MQB" --protocol "$PROTO" --repeat "$REPEAT" $GATE "$@"; }
 
-JETMQ="sh -c 'rm -rf $WORK/jetmq-data; exec $ROOT/.venv/bin/jetmq serve --listen 127.0.0.1:19840 --data-dir $WORK/jetmq-data'"
+# jetmq logs what the mosquitto anchor logs (log_type error + warning): log.level "warning",
+# so neither writes a line per connection (at "info", jetmq's default, a storm of connects
+# runs at about half the rate: the jetmq-quietlog group below measures it).
+printf '[log]\nlevel = "warning"\n' > "$WORK/bench.toml"
+JETMQ="sh -c 'rm -rf $WORK/jetmq-data; exec $ROOT/.venv/bin/jetmq serve --config $WORK/bench.toml --listen 127.0.0.1:19840 --data-dir $WORK/jetmq-data'"
 MOSQ="mosquitto -c $SHARED/anchors/mosquitto.conf"
 MOSQP="sh -c 'rm -rf /tmp/mqttbench-mosq-persist; mkdir -p /tmp/mqttbench-mosq-persist; exec mosquitto -c $SHARED/anchors/mosquitto-persist.conf'"
 AMQTT="$ROOT/.venv/bin/amqtt -c $SHARED/anchors/amqtt.yaml"
 OLD=${OLD:-}
-JETMQ_OLD="sh -c 'rm -rf $WORK/jetmq-old-data; exec $OLD/.venv/bin/jetmq serve --listen 127.0.0.1:19841 --data-dir $WORK/jetmq-old-data'"
+# Observability off vs on (issue 24), same code: "jetmq-nobs" runs with [sys] interval = 0
+# and no HTTP; "jetmq-obs" publishes $SYS every second and serves /metrics, scraped every
+# second for the whole run (the scraper ends with the broker). A/B them with
+#   ROUNDS=3 BENCH_GROUPS="jetmq-nobs jetmq-obs" scripts/bench_broker.sh fanin qos1
+printf '[sys]\ninterval = 0\n' > "$WORK/nobs.toml"
+# "jetmq-quietlog": as jetmq-nobs (log.level "info") with log.level = "warning":
+#   ROUNDS=3 BENCH_GROUPS="jetmq-quietlog jetmq-nobs" scripts/bench_broker.sh storm
+printf '[sys]\ninterval = 0\n[log]\nlevel = "warning"\n' > "$WORK/quietlog.toml"
+JETMQ_QUIETLOG="sh -c 'rm -rf $WORK/jetmq-data; exec $ROOT/.venv/bin/jetmq serve --config $WORK/quietlog.toml --listen 127.0.0.1:19844 --data-dir $WORK/jetmq-data'"
+printf '[sys]\ninterval = 1\n[http]\nbind = "127.0.0.1:19850"\n' > "$WORK/obs.toml"
+JETMQ_NOBS="sh -c 'rm -rf $WORK/jetmq-data; exec $ROOT/.venv/bin/jetmq serve --config $WORK/nobs.toml --listen 127.0.0.1:19842 --data-dir $WORK/jetmq-data'"
+JETMQ_OBS="sh -c 'rm -rf $WORK/jetmq-data; (while sleep 1 && kill -0 \$\$ 2>/dev/null; do curl -s -o /dev/null http://127.0.0.1:19850/metrics; done) & exec $ROOT/.venv/bin/jetmq serve --config $WORK/obs.toml --listen 127.0.0.1:19843 --data-dir $WORK/jetmq-data'"
+JETMQ_OLD="sh -c 'rm -rf $WORK/jetmq-old-data; exec $OLD/.venv/bin/jetmq serve --config $WORK/bench.toml --listen 127.0.0.1:19841 --data-dir $WORK/jetmq-old-data'"
 
 if [ -n "${ROUNDS:-}" ]; then
   # Alternating rounds for an A/B: every group once per round (one run per scenario), the
@@ -93,6 +110,19 @@ for g in $BENCH_GROUPS; do
     run --label jetmq-old --port 19841 --broker-cmd "$JETMQ_OLD" --broker-log "$WORK/jetmq-old.log" \
         --json "$OUT/jetmq-old.json" $SCENARIOS
     jsons+=("$OUT/jetmq-old.json") ;;
+  jetmq-nobs)
+    run --label jetmq-nobs --port 19842 --broker-cmd "$JETMQ_NOBS" --broker-log "$WORK/jetmq-nobs.log" \
+        --json "$OUT/jetmq-nobs.json" $SCENARIOS
+    jsons+=("$OUT/jetmq-nobs.json") ;;
+  jetmq-quietlog)
+    run --label jetmq-quietlog --port 19844 --broker-cmd "$JETMQ_QUIETLOG" \
+        --broker-log "$WORK/jetmq-quietlog.log" --json "$OUT/jetmq-quietlog.json" $SCENARIOS
+    jsons+=("$OUT/jetmq-quietlog.json") ;;
+  jetmq-obs)
+    command -v curl >/dev/null || { echo "bench_broker: jetmq-obs needs curl" >&2; exit 2; }
+    run --label jetmq-obs --port 19843 --broker-cmd "$JETMQ_OBS" --broker-log "$WORK/jetmq-obs.log" \
+        --json "$OUT/jetmq-obs.json" $SCENARIOS
+    jsons+=("$OUT/jetmq-obs.json") ;;
   mosquitto)
     run --label mosquitto --port 19831 --broker-cmd "$MOSQ" --broker-log "$WORK/mosquitto.log" \
         --json "$OUT/mosquitto.json" $SCENARIOS

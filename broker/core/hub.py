@@ -22,6 +22,7 @@ from broker.core.ports import Clock, Plan, Recipient, SubscriptionWatcher, Timer
 from broker.core.queues import QueueStore, SessionQueues
 from broker.core.router import Delivery, RetainedMessages, Router
 from broker.core.sessions import RetainedBurst, Session, SessionManager, SubscriptionRecord
+from broker.core.stats import Stats
 from broker.core.systopics import SystemTopics
 
 log = logging.getLogger("jetmq.broker")
@@ -79,6 +80,8 @@ class Hub:
         # waits for them too (the NATS bridge's outbox): given the message and its
         # deliveries, returns the operations (usually none).
         self.capture: Callable[[AppMessage, Sequence[Delivery]], Sequence[Any]] | None = None
+        # Counters for $SYS and /metrics (broker.ops), bumped where the work happens.
+        self.stats = Stats()
 
     def start(self) -> None:
         """The clock runs: sessions restored from the store start their expiry."""

@@ -60,7 +60,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode
-from broker.net.handshake import Handshake, log_over_limit
+from broker.net.handshake import Handshake, log_disconnect, log_over_limit
 from broker.net.inbound import Inbound
 from broker.net.output import FLUSH_TIMEOUT, Output
 from broker.net.transport import Transport
@@ -121,12 +121,14 @@ class ClientConnection:
         "_parked_fd",
         "_read_scope",
         "broker",
+        "close_reason",
         "closing",
         "handshake",
         "inbound",
         "listener",
         "out",
         "over_limit",
+        "peer",
         "peer_gone",
         "problem_info",
         "proto",
@@ -158,6 +160,8 @@ class ClientConnection:
         self.closing = False
         self.send_will = True
         self.peer_gone = False  # the client closed (EOF), reset, or said goodbye: no linger
+        self.peer = "-"  # the client's address once connected, for the log lines
+        self.close_reason = ""  # why the connection ends (the disconnect log line)
         self._read_scope: trio.CancelScope | None = None
         self._parked_fd = -1  # the socket, while the connection is parked (no task yet)
         self.out = Output(self, self.transport)
@@ -213,6 +217,7 @@ class ClientConnection:
             # A bug while serving this client must not take the broker down: log it,
             # tell the client (0x83), and close only this connection.
             _internal_errors.report(self)
+            self.close_reason = self.close_reason or "internal error (0x83)"
             if self.version is _V5:
                 data = encode(Disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR), _V5)
                 with (
@@ -255,6 +260,8 @@ class ClientConnection:
         if session is None or session.conn is not self.out:
             return
         session.conn = None
+        self.broker.stats.disconnected()
+        log_disconnect(self, session.client_id)
         self.broker.hub.sessions.connection_closed(session, send_will=self.send_will)
 
     def stop_reading(self) -> None:
@@ -271,6 +278,7 @@ class ClientConnection:
         self._parked_fd = -1
         self.closing = True
         self.send_will = False
+        self.close_reason = self.close_reason or "the broker stopped"
         self.detach()
         self.transport.close_now()
         self.broker.connection_ended(self)
@@ -296,6 +304,8 @@ class ClientConnection:
 
     def disconnect(self, code: ReasonCode, reason: str) -> None:
         """DISCONNECT with ``code`` (MQTT 5 only), then close."""
+        if not self.close_reason:
+            self.close_reason = f"{reason} (0x{int(code):02x})"
         if self.version is _V5 and not self.closing:
             props = Properties(reason_string=reason) if self.problem_info else EMPTY_PROPERTIES
             self.out.out.append(encode(Disconnect(code, props), _V5))
@@ -321,12 +331,15 @@ class ClientConnection:
                 data = await receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self.peer_gone = True
+                self.close_reason = self.close_reason or "connection reset"
                 return
             if not data:
                 self.peer_gone = True
+                self.close_reason = self.close_reason or "closed by the client without DISCONNECT"
                 return  # closed without DISCONNECT: the will goes out
             now = trio.current_time()
             broker = self.broker
+            broker.stats.bytes_received += len(data)
             broker.batch = []
             try:
                 if await self._feed(bytes(data)):
@@ -344,6 +357,7 @@ class ClientConnection:
                 await self._handle(event)
             self._protocol_error(exc)
             return bool(exc.packets)
+        self.broker.stats.packets_received += len(events)
         for event in events:
             await self._handle(event)
             if self.closing:
@@ -354,6 +368,7 @@ class ClientConnection:
         if self.closing:
             return
         log.debug("protocol error from a client: %s", exc)
+        self.close_reason = f"protocol error: {exc.reason} (0x{int(exc.reason_code):02x})"
         log_over_limit(self, exc)
         if exc.answer is Answer.DISCONNECT and self.version is _V5:
             props = Properties(reason_string=exc.reason) if self.problem_info else EMPTY_PROPERTIES

@@ -60,7 +60,49 @@ def log_over_limit(conn: Link, exc: MQTTProtocolError) -> None:
     )
 
 
-log = logging.getLogger("jetmq.client")
+_VERSIONS = {3: "3.1", 4: "3.1.1", 5: "5.0"}
+
+
+def log_connect(conn: Link, client_id: str, clean_start: bool, keep_alive: int) -> None:
+    """One line per accepted CONNECT: client id, address, protocol (never a password)."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    raw = conn.transport.raw
+    if raw is not None:
+        with contextlib.suppress(OSError):
+            host, port = raw.getpeername()[:2]
+            conn.peer = f"{host}:{port}"
+    protocol = _VERSIONS.get(int(conn.version), "?")
+    log.info(
+        "client %r connected from %s (MQTT %s, clean start %s, keep alive %d)",
+        client_id,
+        conn.peer,
+        protocol,
+        "yes" if clean_start else "no",
+        keep_alive,
+        extra={"client_id": client_id, "address": conn.peer, "protocol": protocol},
+    )
+
+
+def log_disconnect(conn: Link, client_id: str) -> None:
+    """One line when a connected client's connection ends, with why."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    reason = conn.close_reason or ("DISCONNECT (0x00)" if conn.peer_gone else "closed")
+    protocol = _VERSIONS.get(int(conn.version), "?")
+    log.info(
+        "client %r disconnected from %s (MQTT %s): %s",
+        client_id,
+        conn.peer,
+        protocol,
+        reason,
+        extra={
+            "client_id": client_id,
+            "address": conn.peer,
+            "protocol": protocol,
+            "reason": reason,
+        },
+    )
 
 
 class Handshake:
@@ -99,6 +141,7 @@ class Handshake:
             data = self.conn.transport.recv_now()
             if not data:  # nothing yet, or gone: the task finds out
                 return False
+            self.conn.broker.stats.bytes_received += len(data)
             try:
                 events = self.conn.proto.receive_data(data)
             except MQTTProtocolError as exc:
@@ -146,6 +189,7 @@ class Handshake:
                 return None
             if not data:
                 return None
+            self.conn.broker.stats.bytes_received += len(data)
             try:
                 events = self.conn.proto.receive_data(bytes(data))
             except MQTTProtocolError as exc:
@@ -284,6 +328,10 @@ class Handshake:
         if "server_keep_alive" in connack_props:
             self.conn.proto.keep_alive = keep_alive
         session.conn = self.out  # the core's Peer: what sends to this client
+        broker.stats.connected()
+        log_connect(self.conn, client_id, connect.clean_start, keep_alive)
+        broker.stats.packets_received += 1  # the CONNECT
+        broker.stats.control_sent += 1  # the CONNACK
         self.conn.session = session
         if session.persistent:
             broker.persist.save_session(session)

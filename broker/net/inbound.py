@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 import trio
@@ -106,6 +107,9 @@ class Inbound:
     async def on_publish(self, p: Publish) -> None:
         session = self.conn.session
         assert session is not None
+        stats = self.conn.broker.stats
+        stats.publish_received += 1
+        stats.publish_bytes_received += len(p.payload)
         access = session.access
         if access is not None and not access.may_write(p.topic):
             await self._not_authorised(p)
@@ -145,10 +149,17 @@ class Inbound:
             await self._refuse_publish(p, ReasonCode.TOPIC_NAME_INVALID, f"invalid topic: {exc}")
             return
         code = ReasonCode.SUCCESS if deliveries else ReasonCode.NO_MATCHING_SUBSCRIBERS
+        # PUBLISH -> acknowledgement latency: a clock read only when a commit is waited for
+        # (an acknowledgement with nothing to store counts as zero).
+        started = perf_counter() if p.qos and not plan.empty else 0.0
 
         def then() -> None:
             broker.persist.after_commit(msg, plan)
             broker.hub.apply_publish(msg, deliveries, plan)
+            if started:
+                stats.publish_ack.observe(perf_counter() - started)
+            elif p.qos:
+                stats.publish_ack.observe_zero()
             if captured is not None and js is not None:
                 # Its result is the last of the extra operations, which the plan's begin.
                 res = (
@@ -486,6 +497,7 @@ class Inbound:
         session = self.conn.session
         assert session is not None
         self.conn.peer_gone = True  # it said goodbye: nothing more comes, no need to linger
+        self.conn.close_reason = f"DISCONNECT from the client (0x{int(p.reason_code):02x})"
         # 0x04: the client asks for its will [MQTT-3.14.4-3 otherwise discards it].
         self.conn.send_will = p.reason_code == ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
         expiry = p.properties.session_expiry_interval

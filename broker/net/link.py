@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from broker.core.hub import Hub
     from broker.core.ports import Access
     from broker.core.sessions import Session
+    from broker.core.stats import Stats
     from broker.jetstream.service import JetStream
     from broker.mqtt.connection import Connection
     from broker.mqtt.packet_types import ProtocolVersion
@@ -52,6 +53,7 @@ class Host(Protocol):
     persist: Persistence  # the MQTT state in the store
     store_client: StoreClient  # the store's trio client (Persistence writes through it)
     parking: Parking
+    stats: Stats  # the hub's counters (one integer add where the work happens)
     # Flushes of connections that got output while a reader handles one input chunk
     # (None outside a chunk): the reader runs them at the chunk's end.
     batch: list[Callable[[], None]] | None
@@ -80,6 +82,8 @@ class Link(Protocol):
     closing: bool
     send_will: bool
     peer_gone: bool
+    peer: str  # the client's address ("host:port"), once connected
+    close_reason: str  # why the connection ends, for the disconnect log line
 
     def stop_reading(self) -> None: ...
 

@@ -106,6 +106,7 @@ class Output:
             self.out.append(self.proto.send(packet))
         except PacketTooLargeError:
             return  # the client's Maximum Packet Size forbids it [MQTT-3.1.2-24]
+        self.host.stats.control_sent += 1
         self.output_ready()
 
     def send_puback(self, packet_id: int) -> None:
@@ -114,6 +115,7 @@ class Output:
         if self.conn.closing or self.proto.state is _CLOSED:
             return
         self.out.append(self.proto.send_puback(packet_id))
+        self.host.stats.control_sent += 1
         self.output_ready()
 
     def taken_over(self) -> None:
@@ -174,6 +176,7 @@ class Output:
         if sent < 0:
             self.close_soon()
             return
+        self.host.stats.bytes_sent += sent
         if sent < len(data):
             self.out.append(data[sent:])
             self.kick()
@@ -187,6 +190,7 @@ class Output:
         if self.conn.closing or self.proto.state is _CLOSED:
             return
         if self.qos0_pending >= self.host.config.sessions.max_outbound_queue:
+            self.host.stats.publish_dropped += 1
             return  # slow consumer: QoS 0 is dropped rather than buffered without bound
         enc = msg.encoded_for(self.conn.version, now)
         if enc is None:
@@ -199,6 +203,7 @@ class Output:
             return
         self.out.append(data)
         self.qos0_pending += 1
+        self.host.stats.publish_sent += 1
         self.output_ready()
 
     def take(self, staged: list[tuple[Outgoing, int, int]] | None) -> list[bytes]:
@@ -253,6 +258,8 @@ class Output:
                 if og.qos == 2 and og.pend_seq:
                     assert staged is not None
                     staged.append((og, pid, 0))
+        if ready:
+            self.host.stats.publish_sent += len(ready)
         if session.retained_backlog is not None:
             self.host.hub.refill_retained(session)
         if session.backlog:  # copies waiting on disk: the next page is read in time
@@ -306,6 +313,7 @@ class Output:
                             self.conn.closing = True
                             self.conn.stop_reading()
                             return
+                        self.host.stats.bytes_sent += len(data)
                     if self.conn.closing and not self.out:
                         return
         finally:

@@ -88,6 +88,7 @@ class Broker:
     ) -> None:
         self.hub = hub
         self.config = hub.config
+        self.stats = hub.stats
         self.persist = persistence
         # The store's trio client, shared by every part that writes: lifecycle, batches.
         self.store_client: StoreClient = persistence.client

@@ -15,9 +15,17 @@ Error handling
     server; that is deliberate, it must not go unnoticed.
 
 Signals
-    SIGTERM and SIGINT shut down (below). SIGHUP is logged ("reload not supported
-    yet") and otherwise ignored until reloading exists; a SIGHUP before the signal
+    SIGTERM and SIGINT shut down (below). SIGHUP reloads the configuration through the
+    ``Supervisor`` (``broker.ops``: re-read the file, ``Broker.apply_config``, systemd's
+    RELOADING/READY); without one it is logged and ignored. A SIGHUP before the signal
     receiver is set up (during imports) still ends the process.
+
+Supervisor
+    What runs beside the broker (``broker.ops.service.Operations``; this module does not
+    import it): sockets handed over by systemd (socket activation) replace the configured
+    listeners; its tasks ($SYS, HTTP, watchdog) start in the server's nursery once the
+    broker is attached and end when it is cancelled; it is told when the broker is ready,
+    reloading and stopping.
 
 Shutdown
     Cancelling the scope given to ``serve`` (SIGTERM/SIGINT in ``run_broker``)
@@ -38,7 +46,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -130,6 +138,52 @@ async def _accept_loop(
                     await trio.lowlevel.checkpoint()  # a long burst still lets others run
 
 
+class Supervisor(Protocol):
+    """See module docstring (``broker.ops.service.Operations``)."""
+
+    def inherited_sockets(self) -> list[socket.socket]:
+        """Listening sockets passed by systemd (LISTEN_FDS), or none."""
+        ...
+
+    async def run(self, broker: Broker, *, task_status: trio.TaskStatus[None]) -> None:
+        """Its tasks, in the server's nursery; ``started()`` once its own listeners are
+        bound; returns when cancelled."""
+        ...
+
+    def ready(self, addresses: list[tuple[str, int]]) -> None: ...
+
+    async def reload(self) -> None: ...
+
+    def stopping(self) -> None: ...
+
+
+async def _listeners(
+    config: BrokerConfig, supervisor: Supervisor | None
+) -> list[tuple[trio.SocketListener, ListenerSpec, Wrap | None]]:
+    """The listeners with their ``[[listeners]]`` entry and transport wrapper. Sockets
+    handed over by systemd (socket activation) replace the configured addresses; they take
+    the settings (transport, TLS) of the only ``[[listeners]]`` entry when there is one,
+    else they are plain MQTT over TCP."""
+    specs = config.listener_specs()
+    inherited = supervisor.inherited_sockets() if supervisor is not None else []
+    if inherited:
+        spec = specs[0] if len(specs) == 1 else ListenerSpec(bind="0.0.0.0:0")
+        wrap = _wrapper(spec)
+        return [
+            (trio.SocketListener(trio.socket.from_stdlib_socket(s)), spec, wrap) for s in inherited
+        ]
+    listeners: list[tuple[trio.SocketListener, ListenerSpec, Wrap | None]] = []
+    for spec in specs:
+        host, port = spec.address()
+        wrap = _wrapper(spec)
+        try:
+            bound = await trio.open_tcp_listeners(port, host=host)
+        except OSError as exc:
+            raise ListenError(spec.bind, exc) from exc
+        listeners.extend((listener, spec, wrap) for listener in bound)
+    return listeners
+
+
 async def _shielded_nursery(task_status: trio.TaskStatus[trio.Nursery]) -> None:
     """A nursery outer cancellation cannot reach: connections end through shutdown."""
     async with trio.open_nursery() as nursery:
@@ -141,6 +195,7 @@ async def _shielded_nursery(task_status: trio.TaskStatus[trio.Nursery]) -> None:
 async def serve(
     config: BrokerConfig,
     *,
+    supervisor: Supervisor | None = None,
     task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED,
     opened: Callable[[Broker], None] | None = None,
 ) -> None:
@@ -150,15 +205,7 @@ async def serve(
     if opened is not None:
         opened(broker)
     try:
-        listeners: list[tuple[trio.SocketListener, ListenerSpec, Wrap | None]] = []
-        for spec in config.listener_specs():
-            host, port = spec.address()
-            wrap = _wrapper(spec)
-            try:
-                bound = await trio.open_tcp_listeners(port, host=host)
-            except OSError as exc:
-                raise ListenError(spec.bind, exc) from exc
-            listeners.extend((listener, spec, wrap) for listener in bound)
+        listeners = await _listeners(config, supervisor)
         addresses: list[tuple[str, int]] = []
         for listener, _spec, _wrap in listeners:
             sockname: Any = listener.socket.getsockname()
@@ -166,6 +213,8 @@ async def serve(
         async with trio.open_nursery() as outer:
             handlers: trio.Nursery = await outer.start(_shielded_nursery)
             broker.attach(handlers)
+            if supervisor is not None:
+                await outer.start(functools.partial(supervisor.run, broker))
             try:
                 async with trio.open_nursery() as acceptors:
                     for listener, spec, wrap in listeners:
@@ -183,22 +232,33 @@ async def serve(
             await broker.close()
 
 
-async def _main(config: BrokerConfig, listening: list[bool], deprecated: str | None = None) -> None:
-    # SIGHUP is received (its default action would end the process) but reloads nothing yet.
+async def _main(
+    config: BrokerConfig,
+    listening: list[bool],
+    supervisor: Supervisor | None,
+    deprecated: str | None = None,
+) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
-            addresses = await nursery.start(functools.partial(serve, config))
+            addresses = await nursery.start(functools.partial(serve, config, supervisor=supervisor))
             listening.append(True)
             _tune_gc()
             for host, port in addresses:
                 print(f"jetmq: listening on {host}:{port}", flush=True)
             if deprecated is not None:
                 logging.getLogger("jetmq.broker").warning("%s", deprecated)
+            if supervisor is not None:
+                supervisor.ready(addresses)
             async for signum in signals:
                 if signum == signal.SIGHUP:
-                    print("jetmq: SIGHUP: reload not supported yet, going on", flush=True)
+                    if supervisor is None:
+                        print("jetmq: SIGHUP: nothing to reload, going on", flush=True)
+                    else:
+                        await supervisor.reload()
                     continue
                 print(f"jetmq: {signal.Signals(signum).name}, shutting down", flush=True)
+                if supervisor is not None:
+                    supervisor.stopping()
                 nursery.cancel_scope.cancel()
                 break
 
@@ -219,7 +279,9 @@ def _tune_gc() -> None:
     gc.set_threshold(GC_THRESHOLD, 10, 10)
 
 
-def run_broker(config: BrokerConfig, names: KeyNames | None = None) -> int:
+def run_broker(
+    config: BrokerConfig, names: KeyNames | None = None, supervisor: Supervisor | None = None
+) -> int:
     """Entry point of ``jetmq serve``: run until SIGTERM/SIGINT, then shut down cleanly.
 
     An operating-system error (a port in use, a data directory it may not write) or a store
@@ -232,7 +294,7 @@ def run_broker(config: BrokerConfig, names: KeyNames | None = None) -> int:
     listening: list[bool] = []
     failed: list[Exception] = []
     try:
-        trio.run(_main, config, listening, old_listener_warning(names))
+        trio.run(_main, config, listening, supervisor, old_listener_warning(names))
     except* (OSError, store.StoreOpenError, store.StorageFailure) as group:
         failed.extend(_leaves(group))
     for exc in failed:

@@ -40,6 +40,7 @@ import trio
 
 import store
 from broker.config import StorageConfig
+from broker.core.stats import Histogram
 
 STORAGE_REPORT_INTERVAL_S = 10.0  # at most one log line per interval about failed store jobs
 RETRY_DELETES_AFTER_S = 1.0  # a failed acknowledgement's deletions are tried again after this
@@ -99,6 +100,10 @@ class _FailureReport:
             self._missed = 0
         else:
             self._missed += 1
+
+
+def _observe_commit(hist: Histogram, started: float, _fut: StoreFuture) -> None:
+    hist.observe(time.perf_counter() - started)
 
 
 def _not_stored(exc: Exception) -> StorageError:
@@ -257,6 +262,9 @@ class StoreClient:
         self._token: trio.lowlevel.TrioToken | None = None
         self._retry: list[store.DeleteMsg] = []
         self._retrying = False
+        # Submission of a batch -> its commit done (durable with sync="always"), observed
+        # on the writer thread (the only writer of this histogram): /metrics reads it.
+        self.commit_seconds = Histogram()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -330,6 +338,9 @@ class StoreClient:
         fut = batch.future = self._last = self.store.submit(batch.ops)
         fut.add_done_callback(
             functools.partial(self._deletes_done, batch.deletes) if batch.deletes else self._report
+        )
+        fut.add_done_callback(
+            functools.partial(_observe_commit, self.commit_seconds, time.perf_counter())
         )
 
     def open_batch(self) -> Batch:

@@ -1,0 +1,1 @@
+"""Operations: systemd notify, $SYS, metrics, the HTTP status page, reload (see DESIGN.md)."""
