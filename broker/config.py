@@ -129,6 +129,18 @@ class SessionConfig(_Section):
     max_outbound_queue: Annotated[int, Field(ge=16)] = 4096
 
 
+class JetStreamConfig(_Section):
+    """The JetStream API over MQTT 5 (broker/jetstream). ``enabled = false`` closes the
+    ``$JS`` topics as any reserved prefix. Limits for the one account (-1 = unlimited):
+    user streams, consumers over all of them, and bytes reserved by the streams'
+    ``max_bytes`` (with a limit every stream must set ``max_bytes``)."""
+
+    enabled: bool = True
+    max_streams: Annotated[int, Field(ge=-1)] = -1
+    max_consumers: Annotated[int, Field(ge=-1)] = -1
+    max_bytes: Annotated[int, Field(ge=-1)] = -1
+
+
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -139,6 +151,7 @@ class BrokerConfig(_Section):
     mqtt: MqttConfig = Field(default_factory=MqttConfig)
     sessions: SessionConfig = Field(default_factory=SessionConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    jetstream: JetStreamConfig = Field(default_factory=JetStreamConfig)
 
 
 def _find_line(text: str, loc: Sequence[str | int]) -> int | None:

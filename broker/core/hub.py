@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from broker.config import BrokerConfig
 from broker.core import handles
 from broker.core.message import RETAIN_PENDING, RETAIN_SETTLED, AppMessage, Outgoing
-from broker.core.ports import Clock, Plan, Recipient, Timers
+from broker.core.ports import Clock, Plan, Recipient, SubscriptionWatcher, Timers
 from broker.core.queues import QueueStore, SessionQueues
 from broker.core.router import Delivery, RetainedMessages, Router
 from broker.core.sessions import RetainedBurst, Session, SessionManager, SubscriptionRecord
@@ -71,6 +71,8 @@ class Hub:
         self._recipients: dict[int, Recipient] = {}
         # Handlers of system topics ($JS/API/...), seen before routing.
         self.systopics = SystemTopics()
+        # Told after a client's subscriptions change (subscribe, unsubscribe, session end).
+        self.watchers: list[SubscriptionWatcher] = []
 
     def start(self) -> None:
         """The clock runs: sessions restored from the store start their expiry."""
@@ -100,6 +102,8 @@ class Hub:
         session.retained_backlog = session.retained_seen = None
         self.queues.session_ended(session)
         self.persist.session_ended(session, dropped)
+        for watcher in self.watchers:
+            watcher.subscriptions_changed(session.num)
 
     def _redispatch_shared(self, session: Session) -> None:
         """Give a departed member's shared copies to another member (MQTT 5 §4.8.2):
@@ -125,11 +129,17 @@ class Hub:
         """Add or replace a subscription; True when it did not exist before."""
         is_new = self.router.subscribe(session.num, record.topic_filter, record.handle)
         session.subscriptions[record.topic_filter] = record
+        if is_new:
+            for watcher in self.watchers:
+                watcher.subscriptions_changed(session.num)
         return is_new
 
     def unsubscribe(self, session: Session, topic_filter: bytes) -> bool:
         found = self.router.unsubscribe(session.num, topic_filter)
         session.subscriptions.pop(topic_filter, None)
+        if found:
+            for watcher in self.watchers:
+                watcher.subscriptions_changed(session.num)
         return found
 
     def add_recipient(self, recipient: Recipient) -> int:

@@ -11,7 +11,7 @@ objects below.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from broker.core.message import AppMessage
@@ -63,7 +63,17 @@ class Plan(Protocol):
 
     def pend_seq(self, delivery_index: int) -> int: ...
 
+    def result(self, op_index: int) -> Any:
+        """The store's result for the plan's operation ``op_index`` (once committed)."""
+
     def when_committed(self, fn: Callable[[bool], None]) -> None: ...
 
     async def wait(self) -> None:
         """Until committed; raises the store client's error if the commit failed."""
+
+
+class SubscriptionWatcher(Protocol):
+    """Told when a client's subscriptions change (JetStream: pull requests live while
+    their inbox has a subscriber, push consumers are bound while theirs has one)."""
+
+    def subscriptions_changed(self, client: int) -> None: ...

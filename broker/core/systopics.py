@@ -12,11 +12,15 @@ can publish there neither by PUBLISH nor by will: a will could otherwise plant a
 A handler registered for a prefix (``$JS/API/``, ``$JS/ACK/``, ...) sees every PUBLISH
 and will on a topic under it instead of the router: it answers the publisher's
 acknowledgement with a reason code, and the message reaches no subscriber. The reserved
-prefixes are closed to clients except where a handler claims a topic.
+prefixes are closed to clients except where a handler claims a topic. A handler whose
+answer needs a commit (the JetStream API, ack topics) returns a :class:`Pending`
+instead: the connection awaits its :class:`Outcome` in its ordered pipeline, and the
+PUBACK/PUBREC carries the outcome's reason code, reason string and user properties.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -35,10 +39,27 @@ def reserved_prefix(topic: bytes) -> bytes | None:
     return first if first in RESERVED_PREFIXES else None
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the publisher's PUBACK/PUBREC says about a system-topic PUBLISH."""
+
+    code: ReasonCode
+    reason: str | None = None
+    user_properties: tuple[tuple[str, str], ...] = ()
+
+
+class Pending(Protocol):
+    """A handler's answer that is not known yet (its work runs whether or not anybody
+    awaits it)."""
+
+    async def outcome(self) -> Outcome: ...
+
+
 class SystemHandler(Protocol):
-    def publish(self, msg: AppMessage, session: Session | None) -> ReasonCode:
+    def publish(self, msg: AppMessage, session: Session | None) -> ReasonCode | Pending:
         """Handle a PUBLISH (``session``: its publisher) or a will (None); the reason code
-        is the publisher's PUBACK/PUBREC (3.1.x: success is all it can be told)."""
+        (or the pending outcome) is the publisher's PUBACK/PUBREC (3.1.x: success is all
+        it can be told)."""
         ...
 
 
@@ -53,6 +74,8 @@ class SystemTopics:
     def register(self, prefix: bytes, handler: SystemHandler) -> None:
         if not prefix.startswith(b"$"):
             raise ValueError(f"system topic prefixes start with $: {prefix!r}")
+        # A prefix registered again is the new handler's (the last registration wins).
+        self._handlers = [entry for entry in self._handlers if entry[0] != prefix]
         self._handlers.append((prefix, handler))
         self._handlers.sort(key=lambda entry: -len(entry[0]))
 

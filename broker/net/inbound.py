@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 import trio
 
 import radix
+import store
 from broker.core.hub import RETAINED_AT_ONCE, make_handle
 from broker.core.message import AppMessage, Outgoing, message_from
 from broker.core.sessions import Session, SubscriptionRecord
-from broker.core.systopics import reserved_prefix
+from broker.core.systopics import Outcome, Pending, reserved_prefix
 from broker.mqtt.connection import DuplicatePublish
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import (
@@ -90,8 +91,12 @@ class Inbound:
             handler = self.conn.broker.hub.systopics.handler_for(p.topic)
             if handler is not None:  # a system topic: its handler, not the router
                 code = handler.publish(message_from(p, session.num, trio.current_time), session)
-                if p.qos:
-                    await self.out.step(None, lambda: self.out.send(self._ack(p, code)))
+                if isinstance(code, ReasonCode):
+                    rc = code
+                    if p.qos:
+                        await self.out.step(None, lambda: self.out.send(self._ack(p, rc)))
+                    return
+                await self._answer_later(p, code)
                 return
         refusal = self._publish_refusal(p)
         if refusal is not None:
@@ -101,6 +106,12 @@ class Inbound:
         pid = p.packet_id
         msg = message_from(p, session.num, trio.current_time)
         extra = broker.persist.qos2_received(session, pid) if p.qos == 2 and pid else []
+        js = broker.jetstream
+        captured = None  # the stream capture's operation (broker.jetstream.capture)
+        if js is not None and js.capture.subjects:
+            captured = js.capture.op_for(p)
+            if isinstance(captured, store.Publish):
+                extra = [*extra, captured]
         try:
             deliveries, plan = broker.hub.plan_publish(msg, extra)
         except radix.TopicError as exc:
@@ -111,7 +122,17 @@ class Inbound:
         def then() -> None:
             broker.persist.after_commit(msg, plan)
             broker.hub.apply_publish(msg, deliveries, plan)
-            if p.qos == 1 and code is ReasonCode.SUCCESS and pid:
+            if captured is not None and js is not None:
+                # Its result is the last of the extra operations, which the plan's begin.
+                res = (
+                    plan.result(len(extra) - 1) if isinstance(captured, store.Publish) else captured
+                )
+                o = js.captured(p, res)
+                if p.qos == 2 and pid and o.code.is_error:  # the exchange ends here
+                    broker.persist.qos2_released(session, pid)
+                if p.qos:
+                    self.out.send(self._ack(p, o.code, o.reason, o.user_properties))
+            elif p.qos == 1 and code is ReasonCode.SUCCESS and pid:
                 self.out.send_puback(pid)
             elif p.qos:
                 self.out.send(self._ack(p, code))
@@ -125,6 +146,25 @@ class Inbound:
                 self.out.storage_failed()
 
         await self.out.step(None if plan.empty else plan.wait, then, not_stored)
+
+    async def _answer_later(self, p: Publish, pending: Pending) -> None:
+        """A system topic's answer that waits for its work (a commit): the PUBACK/PUBREC,
+        in pipeline order, carries its outcome."""
+        got: list[Outcome] = []
+
+        async def wait() -> None:
+            got.append(await pending.outcome())
+
+        def then() -> None:
+            if p.qos and got:
+                o = got[0]
+                self.out.send(self._ack(p, o.code, o.reason, o.user_properties))
+
+        def failed() -> None:
+            if p.qos:
+                self.out.send(self._ack(p, ReasonCode.UNSPECIFIED_ERROR, NOT_STORED))
+
+        await self.out.step(wait, then, failed)
 
     async def duplicate_publish(self, event: DuplicatePublish) -> None:
         pid = event.publish.packet_id
@@ -156,14 +196,23 @@ class Inbound:
             return
         self.conn.disconnect(code, reason)
 
-    def _ack(self, p: Publish, code: ReasonCode, reason: str | None = None) -> Puback | Pubrec:
+    def _ack(
+        self,
+        p: Publish,
+        code: ReasonCode,
+        reason: str | None = None,
+        user_properties: tuple[tuple[str, str], ...] = (),
+    ) -> Puback | Pubrec:
         pid = p.packet_id
         assert pid is not None
         if self.conn.version is not _V5:
             code = ReasonCode.SUCCESS
+            reason, user_properties = None, ()
+        if not self.conn.problem_info:  # [MQTT-3.1.2-29]: neither on a PUBACK/PUBREC
+            reason, user_properties = None, ()
         props = (
-            Properties(reason_string=reason)
-            if reason and self.conn.problem_info
+            Properties(reason_string=reason, user_properties=user_properties)
+            if reason or user_properties
             else EMPTY_PROPERTIES
         )
         return Puback(pid, code, props) if p.qos == 1 else Pubrec(pid, code, props)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
     from broker.core.hub import Hub
     from broker.core.sessions import Session
+    from broker.jetstream.service import JetStream
     from broker.mqtt.connection import Connection
     from broker.mqtt.packet_types import ProtocolVersion
     from broker.mqtt.packets import Connect
@@ -48,6 +49,7 @@ class Host(Protocol):
     batch: list[Callable[[], None]] | None
     connack_properties: Properties | None
     authenticator: Authenticator | None  # None: every CONNECT is accepted (no auth)
+    jetstream: JetStream | None  # None: [jetstream] enabled = false
 
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None: ...
 

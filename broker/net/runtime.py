@@ -24,6 +24,7 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.core.hub import Hub
+from broker.jetstream.service import JetStream
 from broker.mqtt.properties import Properties
 from broker.net.connection import ClientConnection
 from broker.net.link import Authenticator
@@ -75,7 +76,13 @@ class TrioTimers:
 class Broker:
     """One broker process on trio (see module docstring)."""
 
-    def __init__(self, hub: Hub, persistence: Persistence, timers: TrioTimers) -> None:
+    def __init__(
+        self,
+        hub: Hub,
+        persistence: Persistence,
+        timers: TrioTimers,
+        jetstream: JetStream | None = None,
+    ) -> None:
         self.hub = hub
         self.config = hub.config
         self.persist = persistence
@@ -94,6 +101,8 @@ class Broker:
         self.connack_properties: Properties | None = None
         # The CONNECT seam: None answers CONNECTs in the accept loop when they are there.
         self.authenticator: Authenticator | None = None
+        # The $JS API, stream capture and delivery (None: [jetstream] enabled = false).
+        self.jetstream = jetstream
 
     @classmethod
     async def open(cls, config: BrokerConfig) -> Broker:
@@ -101,19 +110,24 @@ class Broker:
         persistence = Persistence(client)
         timers = TrioTimers()
         hub = Hub(config, persistence, clock=trio.current_time, timers=timers)
+        jetstream = JetStream(hub, client) if config.jetstream.enabled else None
         try:
             await recovery.load_into(persistence, hub)
+            if jetstream is not None:
+                await jetstream.load()
         except BaseException:
             with trio.CancelScope(shield=True):
                 await client.close()
             raise
-        return cls(hub, persistence, timers)
+        return cls(hub, persistence, timers, jetstream)
 
     def attach(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
         self._timers.attach(nursery)
         self.store_client.attach(nursery)
         nursery.start_soon(self.parking.run)
+        if self.jetstream is not None:
+            self.jetstream.start(nursery)
         self.hub.start()
 
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
@@ -172,6 +186,8 @@ class Broker:
         return kept
 
     async def close(self) -> None:
+        if self.jetstream is not None:
+            self.jetstream.stop()
         self.parking.close()
         await self.store_client.close()
         self.hub.close()

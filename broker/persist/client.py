@@ -232,6 +232,9 @@ class PublishPlan:
         res = self.results[op_index] if 0 <= op_index < len(self.results) else None
         return res.seq if isinstance(res, store.PubAck) else 0
 
+    def result(self, op_index: int) -> store.OpResult:
+        return self.results[op_index] if 0 <= op_index < len(self.results) else None
+
     def pend_seq(self, delivery_index: int) -> int:
         op = self.pend_index.get(delivery_index)
         return 0 if op is None else self.seq_of(op)
