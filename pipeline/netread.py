@@ -80,6 +80,7 @@ class JsLink:
         client.on_disconnect = self._on_disconnect
         client.on_subscribe = self._on_subscribe
         client.on_message = self._on_message
+        client.on_publish = self._on_publish
         self._client = client
         try:
             client.connect(address.host, address.port, keepalive=60)
@@ -109,6 +110,11 @@ class JsLink:
             self._failure = f"the broker refused the inbox subscription ({rcs[0]})"
         else:
             self._subscribed = True
+
+    def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
+        if rc.is_failure:  # a refused request (PUBACK >= 0x80): say why, do not wait
+            why = getattr(props, "ReasonString", None) if props is not None else None
+            self._failure = f"the broker refused a request: {rc} ({why or 'no reason given'})"
 
     def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
         props = msg.properties
@@ -163,9 +169,9 @@ class JsLink:
             )
         return answer  # type: ignore[no-any-return]
 
-    def loop(self) -> None:
-        self._client.loop(0.05)
-        self._check()
+    def wait_delivery(self) -> None:
+        """Until a delivery (or status) arrives on the inbox; NetReadError after ``timeout``."""
+        self._wait(lambda: bool(self.deliveries), "message or status for a pull request")
 
     def close(self) -> None:
         self._closed = True
@@ -228,7 +234,13 @@ def _ack_meta(reply: str) -> tuple[int, int, int] | None:
 
 
 def scan(
-    link: JsLink, stream: str, first: int, last: int, chunk: int, subject_filter: str | None
+    link: JsLink,
+    stream: str,
+    first: int,
+    last: int,
+    chunk: int,
+    subject_filter: str | None,
+    pull_batch: int = PULL_BATCH,
 ) -> Iterator[list[Message]]:
     """The messages of ``stream`` stored in ``first..last``, in chunks of at most ``chunk``."""
     config: dict[str, Any] = {
@@ -246,7 +258,7 @@ def scan(
     try:
         done = False
         while not done:
-            want = {"batch": min(PULL_BATCH, last - first + 1), "no_wait": True}
+            want = {"batch": min(pull_batch, last - first + 1), "no_wait": True}
             link.publish(
                 f"{API}CONSUMER/MSG/NEXT/{stream}/{consumer}",
                 json.dumps(want).encode(),
@@ -255,8 +267,8 @@ def scan(
             got = 0
             ended = False
             while not ended and not done:
-                while not link.deliveries:
-                    link.loop()
+                if not link.deliveries:
+                    link.wait_delivery()
                 msg = link.deliveries.popleft()
                 props = msg.properties
                 user = list(getattr(props, "UserProperty", None) or ())
@@ -283,6 +295,8 @@ def scan(
                     out = []
                 if seq >= last or pending == 0:
                     done = True
+                elif got == want["batch"]:
+                    ended = True  # a request whose batch is complete gets no status
             if ended and got == 0:
                 done = True  # nothing more is stored in the range
     finally:

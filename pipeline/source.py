@@ -90,7 +90,13 @@ def _chunks(opts: SourceOptions, part: SeqRangePartition, keep: batches.RowFilte
         if netread.stream_id(info) != part.sid:
             return  # deleted and re-created since planning: not the stream planned
         for msgs in netread.scan(
-            link, part.stream, part.first, part.last, opts.chunk, opts.subject_filter
+            link,
+            part.stream,
+            part.first,
+            part.last,
+            opts.chunk,
+            opts.subject_filter,
+            opts.pull_batch,
         ):
             batch = batches.from_messages(
                 part.stream, msgs, include_headers=opts.include_headers, keep=keep

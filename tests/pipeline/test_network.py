@@ -69,6 +69,7 @@ def test_a_batch_read_through_the_broker_equals_what_clients_published(
         .option("url", url)
         .option("streams", "TELEMETRY")
         .option("maxRecordsPerPartition", "100")  # 3 partitions, each its own consumer
+        .option("pullBatch", "32")  # several pull requests per partition, some complete
         .load()
     )
     rows = df.orderBy("seq").collect()
