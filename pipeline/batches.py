@@ -4,8 +4,8 @@ A chunk of ``(key, record)`` pairs (:func:`pipeline.storeread.scan`) is decoded 
 by column with numpy (see :func:`to_batch`). Record layout: ``store.keys`` (message
 record version 1).
 
-Columns: see :data:`SCHEMA_DDL`. ``topic`` is the ``Mqtt-Topic`` header when capture kept
-it (a JSON string), else the subject converted back (:func:`subject_to_topic`); ``qos``
+Columns: see :data:`SCHEMA_DDL`. ``topic`` is the ``Mqtt-Topic`` header when the broker kept
+it (a JSON string in its own streams, the topic as is where capture stored it), else the subject converted back (:func:`subject_to_topic`); ``qos``
 and ``retain`` come from ``Mqtt-Qos`` / ``Mqtt-Retain`` and are null without them;
 ``headers`` maps each header name to its FIRST value (what nats.go's ``Header.Get``
 returns; NATS allows a name more than once); ``ts`` is the stored time in microseconds.
@@ -83,12 +83,16 @@ def arrow_schema(include_headers: bool = True) -> Any:
     return pa.schema(fields)
 
 
-def _mqtt_topic(value: str) -> str | None:
-    try:
-        topic = json.loads(value)
-    except ValueError:
-        return None
-    return topic if isinstance(topic, str) else None
+def _mqtt_topic(value: str) -> str:
+    """The topic in an ``Mqtt-Topic`` header: a JSON string in the broker's own streams
+    (``broker/persist/records.py``), the topic itself where capture stored it."""
+    if value[:1] == '"':
+        try:
+            topic = json.loads(value)
+        except ValueError:
+            return value
+        return topic if isinstance(topic, str) else value
+    return value
 
 
 def to_batch(
@@ -169,9 +173,7 @@ def to_batch(
                     continue
                 seen.add(name)
                 if name == "Mqtt-Topic":
-                    t = _mqtt_topic(value)
-                    if t is not None:
-                        topic_list[i] = t
+                    topic_list[i] = _mqtt_topic(value)
                 elif name == "Mqtt-Qos":
                     qos[i] = int(value) if value in ("0", "1", "2") else None
                 elif name == "Mqtt-Retain":
@@ -214,6 +216,66 @@ def to_batch(
             return None
         batch = batch.filter(pa.array(mask, pa.bool_()))
     return batch
+
+
+def from_messages(
+    stream: str,
+    msgs: Sequence[tuple[int, int, str, tuple[tuple[str, str], ...], bytes]],
+    *,
+    include_headers: bool = True,
+    keep: RowFilter = NO_FILTER,
+) -> Any:
+    """Messages read through the broker (``pipeline.netread``: seq, time ns, subject,
+    headers, payload) as one RecordBatch of the source schema (None if ``keep`` drops all).
+    Columns as :func:`to_batch` makes them from records."""
+    import pyarrow as pa
+
+    rows = [
+        m
+        for m in msgs
+        if (keep.subject is None or keep.subject(m[2]))
+        and (keep.ts_min_ns is None or m[1] >= keep.ts_min_ns)
+        and (keep.ts_max_ns is None or m[1] <= keep.ts_max_ns)
+    ]
+    if not rows:
+        return None
+    topics: list[str] = []
+    qos: list[int | None] = []
+    retain: list[bool | None] = []
+    maps: list[list[tuple[str, str]]] = []
+    for _seq, _ts, subject, headers, _payload in rows:
+        topic = subject_to_topic(subject)
+        q: int | None = None
+        r: bool | None = None
+        first: dict[str, str] = {}
+        for name, value in headers:
+            if name in first:
+                continue
+            first[name] = value
+            if name == "Mqtt-Topic":
+                topic = _mqtt_topic(value)
+            elif name == "Mqtt-Qos":
+                q = int(value) if value in ("0", "1", "2") else None
+            elif name == "Mqtt-Retain":
+                r = value == "1"
+        topics.append(topic)
+        qos.append(q)
+        retain.append(r)
+        maps.append(list(first.items()))
+    schema = arrow_schema(include_headers)
+    columns = [
+        pa.repeat(pa.scalar(stream, pa.string()), len(rows)),
+        pa.array([m[0] for m in rows], pa.int64()),
+        pa.array([m[2] for m in rows], pa.string()),
+        pa.array(topics, pa.string()),
+        pa.array([m[1] // 1000 for m in rows], pa.int64()).cast(schema.field("ts").type),
+        pa.array([m[4] for m in rows], pa.binary()),
+        pa.array(qos, pa.int32()),
+        pa.array(retain, pa.bool_()),
+    ]
+    if include_headers:
+        columns.insert(5, pa.array(maps, schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 _MAX_SHAPES: Final = 32  # distinct (subject length, header length) pairs sliced in Arrow

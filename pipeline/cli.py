@@ -8,7 +8,6 @@ missing (with the install command). Spark prints its progress as it always does.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -55,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             print(f"jetmq pipeline rollup: {exc}", file=sys.stderr)
             return 2
-    problem = _check_stream(args.path, args.stream)
+    problem = _check_stream(args)
     if problem is not None:  # said before a JVM starts, in one line
         print(f"jetmq pipeline {args.job}: {problem}", file=sys.stderr)
         return 1
@@ -117,18 +116,18 @@ def _follow(spark: Any, args: argparse.Namespace) -> None:
             raise RuntimeError(str(q.exception()))
 
 
-def _check_stream(path: str, stream: str) -> str | None:
-    from pipeline.storeread import SourceError, close_all, list_streams
+def _check_stream(args: argparse.Namespace) -> str | None:
+    from pipeline.netread import NetReadError
+    from pipeline.storeread import SourceError
 
     try:
-        metas = list_streams(os.path.abspath(path))
-    except SourceError as exc:
-        return str(exc)
-    finally:
-        close_all()
-    if stream not in metas:
+        metas = rollup.source_streams(args)
+    except (SourceError, NetReadError) as exc:
+        return str(exc).removeprefix("jetmq source: ")
+    if args.stream not in metas:
         have = ", ".join(sorted(metas)) or "none"
-        return f"stream {stream!r} does not exist in {path!r} (streams there: {have})"
+        where = args.url if args.url and (args.job == "archive" or args.via_broker) else args.path
+        return f"stream {args.stream!r} does not exist in {where!r} (streams there: {have})"
     return None
 
 

@@ -16,12 +16,6 @@ DEFAULT_PARTITION_RECORDS: Final = 100_000
 DEFAULT_CHUNK: Final = 10_000  # records per read transaction and per RecordBatch
 MAX_SEQ: Final = (1 << 63) - 1  # Spark's long: larger seqs cannot be a ``seq`` value
 
-NETWORK_MODE_MISSING: Final = (
-    "jetmq source: option 'url' (reading through the broker's JetStream API) is not"
-    " available yet: it needs JetStream over MQTT in the broker. Read the broker's data"
-    " directory with option 'path' on a host that has it."
-)
-
 
 class OptionError(ValueError):
     """An option of the jetmq source or sink is missing or has a bad value."""
@@ -43,7 +37,8 @@ class SeqBound:
 
 @dataclass(frozen=True)
 class SourceOptions:
-    path: str
+    path: str  # "" when reading through the broker (url)
+    url: str | None  # mqtt://[user[:password]@]host[:port]: through the JetStream API
     streams: tuple[str, ...] | None  # None: every user stream, including later ones
     starting: SeqBound
     ending: SeqBound
@@ -53,6 +48,7 @@ class SourceOptions:
     include_headers: bool
     chunk: int
     filter_pushdown: bool
+    pull_batch: int = 1000  # url=: messages per pull request
 
 
 def _int_option(opts: Mapping[str, str], name: str, default: int | None) -> int | None:
@@ -101,13 +97,24 @@ def _seq_bound(opts: Mapping[str, str], name: str, default: str) -> SeqBound:
 
 
 def parse_source_options(opts: Mapping[str, str]) -> SourceOptions:
-    if opts.get("url"):
-        raise OptionError(NETWORK_MODE_MISSING)
-    path = opts.get("path")
-    if not path:
+    url = opts.get("url") or None
+    path = opts.get("path") or ""
+    if url and path:
         raise OptionError(
-            "jetmq source: option 'path' (the broker's data directory) is required,"
-            ' e.g. .option("path", "./jetmq-data")'
+            "jetmq source: give either option 'path' (the broker's data directory, on its"
+            " host) or option 'url' (through the broker), not both"
+        )
+    if url:
+        from pipeline.mqttpub import parse_url
+
+        try:
+            parse_url(url)
+        except ValueError as exc:
+            raise OptionError(str(exc).replace("jetmq sink", "jetmq source")) from None
+    elif not path:
+        raise OptionError(
+            "jetmq source: option 'path' (the broker's data directory) or 'url' (the broker,"
+            ' mqtt://host:port) is required, e.g. .option("path", "./jetmq-data")'
         )
     streams: tuple[str, ...] | None = None
     raw_streams = opts.get("streams")
@@ -133,6 +140,7 @@ def parse_source_options(opts: Mapping[str, str]) -> SourceOptions:
     assert chunk is not None
     return SourceOptions(
         path=path,
+        url=url,
         streams=streams,
         starting=starting,
         ending=ending,
@@ -142,4 +150,5 @@ def parse_source_options(opts: Mapping[str, str]) -> SourceOptions:
         include_headers=_bool_option(opts, "includeHeaders", True),
         chunk=chunk,
         filter_pushdown=_bool_option(opts, "filterPushdown", False),
+        pull_batch=_int_option(opts, "pullBatch", 1000) or 1000,
     )

@@ -49,7 +49,7 @@ def select(
         if missing and strict:
             have = ", ".join(sorted(metas)) or "none"
             raise SourceError(
-                f"jetmq source: stream {missing[0]!r} does not exist in {opts.path!r}"
+                f"jetmq source: stream {missing[0]!r} does not exist in {opts.url or opts.path!r}"
                 f" (streams there: {have})"
             )
         names: Iterable[str] = (s for s in opts.streams if s in metas)

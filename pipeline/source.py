@@ -63,11 +63,57 @@ def _partitions(rngs: Sequence[plan.Range]) -> list[SeqRangePartition]:
     return [SeqRangePartition(r.stream, r.sid, r.first, r.last) for r in rngs]
 
 
+def list_streams(opts: SourceOptions) -> dict[str, storeread.StreamMeta]:
+    """The streams to plan with: from the data directory, or through the broker."""
+    if not opts.url:
+        return storeread.list_streams(opts.path)
+    from pipeline import netread
+
+    return netread.stream_metas(opts.url)
+
+
+def _chunks(opts: SourceOptions, part: SeqRangePartition, keep: batches.RowFilter) -> Iterator[Any]:
+    """(rows seen, RecordBatch or None) per chunk of the partition."""
+    if not opts.url:
+        for rows in storeread.scan(opts.path, part.sid, part.first, part.last, opts.chunk):
+            batch = batches.to_batch(
+                part.stream, rows, include_headers=opts.include_headers, keep=keep
+            )
+            yield len(rows), batch
+        return
+    from pipeline import netread
+    from pipeline.mqttpub import parse_url
+
+    link = netread.JsLink(parse_url(opts.url))
+    try:
+        info = link.request(f"STREAM/INFO/{part.stream}")
+        if netread.stream_id(info) != part.sid:
+            return  # deleted and re-created since planning: not the stream planned
+        for msgs in netread.scan(
+            link,
+            part.stream,
+            part.first,
+            part.last,
+            opts.chunk,
+            opts.subject_filter,
+            opts.pull_batch,
+        ):
+            batch = batches.from_messages(
+                part.stream, msgs, include_headers=opts.include_headers, keep=keep
+            )
+            yield len(msgs), batch
+    except netread.NetReadError as exc:
+        if "err_code 10059" in str(exc):  # stream not found: deleted since planning
+            return
+        raise
+    finally:
+        link.close()
+
+
 def _read(opts: SourceOptions, part: SeqRangePartition, keep: batches.RowFilter) -> Iterator[Any]:
     seen = 0
-    for rows in storeread.scan(opts.path, part.sid, part.first, part.last, opts.chunk):
-        seen += len(rows)
-        batch = batches.to_batch(part.stream, rows, include_headers=opts.include_headers, keep=keep)
+    for n, batch in _chunks(opts, part, keep):
+        seen += n
         if batch is not None:
             yield batch
     gap = part.last - part.first + 1 - seen
@@ -94,7 +140,7 @@ class JetmqBatchReader(DataSourceReader):
         self.pushed = pushdown.Pushed()
 
     def partitions(self) -> Sequence[InputPartition]:
-        metas = storeread.list_streams(self.opts.path)
+        metas = list_streams(self.opts)
         chosen = plan.select(metas, self.opts, self.pushed.streams)
         start, end = plan.batch_bounds(chosen, self.opts)
         rngs = plan.ranges(
@@ -134,7 +180,7 @@ class JetmqStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ignore[
         self._cap: dict[str, int] | None = None  # availableNow snapshot (driver-side state)
 
     def _streams(self, *, strict: bool) -> tuple[dict[str, storeread.StreamMeta], list[Any]]:
-        metas = storeread.list_streams(self.opts.path)
+        metas = list_streams(self.opts)
         return metas, plan.select(metas, self.opts, strict=strict)
 
     def initialOffset(self) -> dict[str, int]:
@@ -166,7 +212,7 @@ class JetmqStreamReader(DataSourceStreamReader, _AvailableNow):  # type: ignore[
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         if not any(end.get(s, 0) > start.get(s, -1) for s in end):
             return []
-        metas = storeread.list_streams(self.opts.path)
+        metas = list_streams(self.opts)
         return _partitions(plan.ranges(start, end, metas, self.opts.partition_records))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

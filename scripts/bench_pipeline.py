@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark of the ``jetmq`` Spark source: a batch read of N stored messages (100-byte
-payloads) through ``path=`` against Spark reading the same rows from a Parquet file, in the
-same run and the same SparkSession.
+payloads) through ``path=`` (and, with ``--url``, through a running broker's JetStream API)
+against Spark reading the same rows from a Parquet file, in the same run and the same
+SparkSession; with ``--freshness S``, how long a message published through the broker takes
+to become a row in a Parquet sink of a streaming query with a 1 s trigger.
 
 Both reads materialise every column of every row into Spark's ``noop`` sink
 (``df.write.format("noop")``): no column pruning helps either side. The Parquet file is
@@ -9,17 +11,28 @@ written from the jetmq read itself, so both hold the same rows and schema. Each 
 ``--repeats`` times, alternating; the report gives medians, min-max spread and the ratio.
 
 Usage: ``.venv/bin/python scripts/bench_pipeline.py [--n 1000000] [--repeats 3]
-[--master local[2]] [--partition 100000]``.
+[--master local[2]] [--partition 100000] [--url] [--freshness 30]``.
+
+``--url`` starts ``jetmq serve`` on the filled data directory (a free loopback port) and
+reads it with ``option("url", ...)``; ``--freshness S`` publishes 20 messages/s for S
+seconds with paho at QoS 1 into a stream the broker captures, while a streaming query
+(``path=``, ``trigger(processingTime="1 second")``) appends them to Parquet; each
+message's freshness is the time its row was first seen in the Parquet files (polled every
+50 ms) minus its publish time.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -52,6 +65,101 @@ def fill(path: str, n: int, payload_size: int) -> float:
     return time.perf_counter() - t0
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_broker(data: str) -> tuple[subprocess.Popen[str], int]:
+    port = free_port()
+    jetmq = os.path.join(os.path.dirname(sys.executable), "jetmq")
+    proc = subprocess.Popen(
+        [jetmq, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", data],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "listening on" in line:
+            break
+    else:
+        raise RuntimeError("jetmq serve did not start")
+    threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
+    return proc, port
+
+
+def freshness(spark: Any, work: str, port: int, seconds: float) -> list[float]:
+    """Publish 20 msg/s for ``seconds``; each message's publish -> Parquet row delay (s)."""
+    import paho.mqtt.client as mqtt
+    import pyarrow.parquet as pq
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    from pipeline.mqttpub import BrokerAddress
+    from pipeline.netread import JsLink
+
+    link = JsLink(BrokerAddress("127.0.0.1", port))
+    link.request("STREAM/CREATE/FRESH", {"name": "FRESH", "subjects": ["fresh.>"]})
+    link.close()
+    out = os.path.join(work, "fresh.parquet")
+    q = (
+        spark.readStream.format("jetmq")
+        .option("path", os.path.join(work, "data"))
+        .option("streams", "FRESH")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", out)
+        .option("checkpointLocation", os.path.join(work, "fresh.ck"))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    sent: dict[int, float] = {}
+    seen: dict[int, float] = {}
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    done = threading.Event()
+
+    def poll() -> None:
+        read: set[str] = set()
+        while not done.is_set() or len(seen) < len(sent):
+            if os.path.isdir(out):
+                for name in os.listdir(out):
+                    if name.endswith(".parquet") and name not in read:
+                        try:
+                            t = pq.read_table(os.path.join(out, name), columns=["payload"])
+                        except Exception:
+                            continue
+                        read.add(name)
+                        now = time.time()
+                        for payload in t.column("payload").to_pylist():
+                            seen.setdefault(json.loads(payload)["i"], now)
+            time.sleep(0.05)
+            if done.is_set() and time.time() > stop_at + 30:
+                break
+
+    stop_at = time.time() + seconds
+    poller = threading.Thread(target=poll)
+    time.sleep(3)  # the query's first (empty) batches
+    poller.start()
+    i = 0
+    while time.time() < stop_at:
+        sent[i] = time.time()
+        client.publish("fresh/dev", json.dumps({"i": i}), qos=1).wait_for_publish(10)
+        i += 1
+        time.sleep(max(0.0, sent[i - 1] + 0.05 - time.time()))
+    done.set()
+    poller.join()
+    client.loop_stop()
+    client.disconnect()
+    q.stop()
+    missing = [k for k in sent if k not in seen]
+    if missing:
+        print(f"freshness: {len(missing)} of {len(sent)} messages never seen", flush=True)
+    return sorted(seen[k] - sent[k] for k in sent if k in seen)
+
+
 def timed(df: Any) -> float:
     t0 = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
@@ -65,13 +173,20 @@ def main() -> int:
     ap.add_argument("--payload", type=int, default=100, help="payload bytes (default 100)")
     ap.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     ap.add_argument("--partition", type=int, default=100_000, help="maxRecordsPerPartition")
+    ap.add_argument("--url", action="store_true", help="also read through a running broker")
+    ap.add_argument("--freshness", type=float, default=0.0, metavar="S", help="freshness run")
     args = ap.parse_args()
+    broker: subprocess.Popen[str] | None = None
+    t_url: list[float] = []
+    fresh: list[float] = []
     work = tempfile.mkdtemp(prefix="jetmq-bench-pipeline-")
     try:
         data = os.path.join(work, "data")
         secs = fill(data, args.n, args.payload)
         print(f"stored {args.n:,} messages of {args.payload} bytes in {secs:.1f} s", flush=True)
         spark = build_session(args.master, "jetmq-bench-pipeline", quiet=True)
+        if args.url or args.freshness:
+            broker, port = start_broker(data)
         jet = (
             spark.read.format("jetmq")
             .option("path", data)
@@ -89,6 +204,15 @@ def main() -> int:
         jet.write.parquet(parquet_dir)
         pq = spark.read.parquet(parquet_dir)
         assert pq.count() == args.n, "the Parquet copy does not hold every row"
+        net = (
+            spark.read.format("jetmq")
+            .option("url", f"mqtt://127.0.0.1:{port}")
+            .option("streams", "BENCH")
+            .option("maxRecordsPerPartition", str(args.partition))
+            .load()
+            if args.url
+            else None
+        )
         timed(jet)  # warm-up: Python workers started, files in the page cache
         timed(lean)
         timed(pq)
@@ -99,8 +223,15 @@ def main() -> int:
             t_jet.append(timed(jet))
             t_pq.append(timed(pq))
             t_lean.append(timed(lean))
+            if net is not None:
+                t_url.append(timed(net))
+        if args.freshness:
+            fresh = freshness(spark, work, port, args.freshness)
         spark.stop()
     finally:
+        if broker is not None:
+            broker.terminate()
+            broker.wait(60)
         shutil.rmtree(work, ignore_errors=True)
 
     def line(name: str, ts: list[float]) -> float:
@@ -119,6 +250,16 @@ def main() -> int:
     b = line("Parquet (all columns)", t_pq)
     print(f"{'ratio jetmq / Parquet':>26}: {a / b:.2f}x (target >= 0.5x)")
     print(f"{'ratio without headers':>26}: {c / b:.2f}x")
+    if t_url:
+        u = line("jetmq source (url=)", t_url)
+        print(f"{'ratio url= / Parquet':>26}: {u / b:.3f}x (target >= 0.2x)")
+    if fresh:
+        p50 = fresh[len(fresh) // 2]
+        p95 = fresh[int(len(fresh) * 0.95)]
+        print(
+            f"{'freshness (1 s trigger)':>26}: p50 {p50:.2f} s, p95 {p95:.2f} s, max"
+            f" {fresh[-1]:.2f} s over {len(fresh)} messages (target p50 <= 3 s)"
+        )
     return 0
 
 

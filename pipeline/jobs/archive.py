@@ -1,7 +1,9 @@
 """``jetmq pipeline archive``: a stream, incrementally, into Parquet partitioned by date and
 topic.
 
-One run is a streaming query with ``trigger(availableNow=True)``: it reads what was
+The stream is read from the broker's data directory (``--path``, on its host) or through
+the running broker (``--url``, from any host: a Spark cluster's executors). One run is a
+streaming query with ``trigger(availableNow=True)``: it reads what was
 stored since the last run (the checkpoint in ``DIR/_checkpoint`` holds the offsets),
 appends it to ``DIR`` (Parquet, ``date=YYYY-MM-DD/topic=<topic>``; Spark escapes the
 ``/`` of topics in directory names) and stops. Run it from cron or a systemd timer; a run
@@ -26,6 +28,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="./jetmq-data",
         metavar="DATA_DIR",
         help="the broker's data directory (default ./jetmq-data)",
+    )
+    p.add_argument(
+        "--url",
+        default=None,
+        metavar="mqtt://HOST:PORT",
+        help="read through a running broker instead of its data directory (any executor host)",
     )
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument(
@@ -75,11 +83,11 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, int]:
     from pyspark.sql import functions as F
 
     out = os.path.abspath(args.to)
-    reader = (
-        spark.readStream.format("jetmq")
-        .option("path", os.path.abspath(args.path))
-        .option("streams", args.stream)
-    )
+    reader = spark.readStream.format("jetmq").option("streams", args.stream)
+    if args.url:
+        reader = reader.option("url", args.url)
+    else:
+        reader = reader.option("path", os.path.abspath(args.path))
     if args.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(args.max_records_per_trigger))
     df = reader.load().withColumn("date", F.date_format("ts", "yyyy-MM-dd"))

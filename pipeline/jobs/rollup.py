@@ -53,6 +53,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--url", default="mqtt://127.0.0.1:1883", help="broker for --publish (mqtt://host:port)"
     )
     p.add_argument(
+        "--via-broker",
+        action="store_true",
+        help="read through the broker at --url instead of --path (any executor host)",
+    )
+    p.add_argument(
         "--rebuild",
         action="store_true",
         help="forget earlier runs and roll up everything the stream holds now",
@@ -102,13 +107,12 @@ def _parsed(args: argparse.Namespace, schema: Any, reader: Any) -> Any:
     does not parse)."""
     from pyspark.sql import functions as F
 
-    raw = (
-        reader.format("jetmq")
-        .option("path", os.path.abspath(args.path))
-        .option("streams", args.stream)
-        .option("includeHeaders", "false")
-        .load()
-    )
+    reader = reader.format("jetmq").option("streams", args.stream)
+    if args.via_broker:
+        reader = reader.option("url", args.url)
+    else:
+        reader = reader.option("path", os.path.abspath(args.path))
+    raw = reader.option("includeHeaders", "false").load()
     return raw.select(
         "stream",
         "seq",
@@ -209,20 +213,16 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, int]:
     run, "touched": windows this run changed}``."""
     from pyspark.sql import functions as F
 
-    from pipeline import storeread
-
     duration = window_duration(args.window)
     schema, numeric = parse_schema(args.schema)
     out = os.path.abspath(args.to)
     sd = StateDir(out)
     with sd.locked():
-        try:
-            metas = storeread.list_streams(os.path.abspath(args.path))
-        finally:  # the driver keeps no environment open (a broker may open the store here)
-            storeread.close_all()
+        metas = source_streams(args)
         meta = metas.get(args.stream)
         if meta is None:
-            raise ValueError(f"stream {args.stream!r} does not exist in {args.path!r}")
+            where = args.url if args.via_broker else args.path
+            raise ValueError(f"stream {args.stream!r} does not exist in {where!r}")
         state = None if getattr(args, "rebuild", False) else sd.load()
         if os.path.exists(os.path.join(out, "_checkpoint")):
             raise StateError(f"{out!r} holds a --follow roll-up; give batch runs another --to")
@@ -276,6 +276,20 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, int]:
                 parsed.unpersist()
         totals = _totals(spark, sd, state)
     return {**totals, "new": int(new_rows), "touched": int(touched)}
+
+
+def source_streams(args: argparse.Namespace) -> dict[str, Any]:
+    """The streams where the job reads: through the broker, or in the data directory."""
+    from pipeline import storeread
+
+    if getattr(args, "via_broker", False) or (args.job == "archive" and args.url):
+        from pipeline import netread
+
+        return netread.stream_metas(args.url)
+    try:
+        return storeread.list_streams(os.path.abspath(args.path))
+    finally:  # the driver keeps no environment open (a broker may open the store here)
+        storeread.close_all()
 
 
 def _check_compatible(state: RollupState, sid: int, args: argparse.Namespace, out: str) -> None:

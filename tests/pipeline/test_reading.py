@@ -9,7 +9,7 @@ import pytest
 
 from broker.subjects import topic_to_subject
 from pipeline import batches, plan, pushdown, storeread
-from pipeline.options import NETWORK_MODE_MISSING, OptionError, SeqBound, parse_source_options
+from pipeline.options import OptionError, SeqBound, parse_source_options
 from pipeline.subjects import SubjectFilter, subject_to_topic
 from store import Store, keys
 from tests.pipeline.conftest import fill
@@ -40,9 +40,11 @@ def test_subject_filter_wildcards() -> None:
 def test_options_are_checked_with_clear_errors() -> None:
     with pytest.raises(OptionError, match=r"'path'.*required"):
         parse_source_options({})
-    with pytest.raises(OptionError) as info:
-        parse_source_options({"url": "mqtt://127.0.0.1:1883"})
-    assert str(info.value) == NETWORK_MODE_MISSING
+    with pytest.raises(OptionError, match=r"either option 'path'.*or option 'url'"):
+        parse_source_options({"url": "mqtt://127.0.0.1:1883", "path": "d"})
+    with pytest.raises(OptionError, match="jetmq source: option 'url' must look like mqtt://"):
+        parse_source_options({"url": "http://127.0.0.1:1883"})
+    assert parse_source_options({"url": "mqtt://h:1"}).url == "mqtt://h:1"
     with pytest.raises(OptionError, match="startingSequence"):
         parse_source_options({"path": "x", "startingSequence": "[1]"})
     with pytest.raises(OptionError, match=r"maxRecordsPerPartition.*at least 1"):

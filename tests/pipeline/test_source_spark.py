@@ -90,8 +90,9 @@ def test_bad_input_is_a_clear_error(spark: Any, store: Store, data_dir: pathlib.
             .load()
             .collect()
         )
-    with pytest.raises(Exception, match=r"'url'.*not available yet"):
-        spark.read.format("jetmq").option("url", "mqtt://127.0.0.1:1").load().collect()
+    both = spark.read.format("jetmq").option("url", "mqtt://127.0.0.1:1")
+    with pytest.raises(Exception, match=r"either option 'path'.*or option 'url'"):
+        both.option("path", str(data_dir)).load().collect()
 
 
 def _drain(spark: Any, data_dir: pathlib.Path, out: pathlib.Path, **opts: str) -> list[int]:
