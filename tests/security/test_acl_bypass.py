@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from broker.mqtt.packet_types import ProtocolVersion
-from broker.mqtt.packets import Puback, Suback, Will
+from broker.mqtt.packets import Puback, Publish, Suback, Will
 from broker.mqtt.reason_codes import ReasonCode
 from broker.security.passwords import hash_password
 from tests.broker.harness import BrokerThread
@@ -197,3 +197,92 @@ def test_hide_denials_answers_unspecified_error(
         ack = client.expect(Puback)
         assert ack.reason_code is ReasonCode.UNSPECIFIED_ERROR
         assert ack.properties.reason_string is None  # nothing revealed
+
+
+JS_ACL = """
+user alice
+topic readwrite $JS/API/#
+topic readwrite $JS/ACK/#
+topic readwrite inbox/alice/#
+topic readwrite orders/#
+
+user bob
+topic readwrite $JS/API/STREAM/INFO/#
+topic readwrite inbox/bob/#
+topic read orders/#
+"""
+
+
+def test_jetstream_api_and_ack_topics_of_another_users_consumer(
+    tmp_path: pathlib.Path, start_broker: Callable[[str], BrokerThread]
+) -> None:
+    """bob may read orders and ask for stream info, nothing more: he can neither ack,
+    pull from nor read the inbox of alice's consumer, and her pending message stays hers."""
+    import json
+
+    pw = tmp_path / "passwd"
+    pw.write_text(
+        "".join(f"{u}:{hash_password(u + '-pw', iterations=1000)}\n" for u in ("alice", "bob"))
+    )
+    acl = tmp_path / "acl"
+    acl.write_text(JS_ACL)
+    broker = start_broker(
+        '[[listeners]]\nbind = "127.0.0.1:0"\n'
+        f'[auth]\nallow_anonymous = false\npassword_file = "{pw}"\nacl_file = "{acl}"\n'
+    )
+
+    def published_and_acked(c: RawClient) -> Publish:
+        """The next PUBLISH to ``c`` and the PUBACK of its own request, in either order."""
+        got: Publish | None = None
+        acked = False
+        while got is None or not acked:
+            packet = c.next()
+            if isinstance(packet, Publish):
+                if packet.qos == 1 and packet.packet_id is not None:
+                    c.send(Puback(packet.packet_id))
+                got = packet
+            else:
+                assert isinstance(packet, Puback), packet
+                assert packet.reason_code is ReasonCode.SUCCESS, packet
+                acked = True
+        return got
+
+    def api(c: RawClient, rest: bytes, body: dict[str, object], pid: int) -> dict[str, object]:
+        c.publish(b"$JS/API/" + rest, json.dumps(body).encode() if body else b"", 1, pid,
+                  response_topic="inbox/alice/r", correlation_data=b"%d" % pid)  # fmt: skip
+        answer = published_and_acked(c)
+        assert answer.properties.correlation_data == b"%d" % pid
+        return json.loads(answer.payload)  # type: ignore[no-any-return]
+
+    with login(broker.port, "alice", "alice-1") as alice, login(broker.port, "bob", "bob-1") as bob:
+        assert codes(alice.subscribe((b"inbox/alice/#", 1))) == [ReasonCode.GRANTED_QOS_1]
+        made = api(alice, b"STREAM/CREATE/ORDERS", {"name": "ORDERS", "subjects": ["orders.>"]}, 1)
+        assert "error" not in made, made
+        cfg = {"durable_name": "C", "ack_policy": "explicit", "ack_wait": 60 * 10**9}
+        made = api(alice, b"CONSUMER/CREATE/ORDERS/C", {"stream_name": "ORDERS", "config": cfg}, 2)
+        assert "error" not in made, made
+        alice.publish(b"orders/1", b"order", 1, 3)
+        assert alice.expect(Puback).reason_code is ReasonCode.SUCCESS
+        alice.publish(b"$JS/API/CONSUMER/MSG/NEXT/ORDERS/C", b"1", 1, 4,
+                      response_topic="inbox/alice/d")  # fmt: skip
+        delivered = published_and_acked(alice)
+        assert delivered.topic == b"inbox/alice/d"
+        assert delivered.payload == b"order"
+        ack_topic = delivered.properties.response_topic
+        assert ack_topic is not None
+        assert ack_topic.startswith("$JS/ACK/ORDERS/C/")
+
+        # bob, from every side
+        assert codes(bob.subscribe((b"inbox/alice/#", 1), (b"$JS/#", 0))) == [DENIED, DENIED]
+        bob.publish(ack_topic.encode(), b"+ACK", 1, 1)
+        assert bob.expect(Puback).reason_code is DENIED
+        bob.publish(b"$JS/API/CONSUMER/MSG/NEXT/ORDERS/C", b"1", 1, 2,
+                    response_topic="inbox/bob/d")  # fmt: skip
+        assert bob.expect(Puback).reason_code is DENIED
+        bob.publish(b"$JS/API/CONSUMER/DELETE/ORDERS/C", b"", 1, 3,
+                    response_topic="inbox/bob/r")  # fmt: skip
+        assert bob.expect(Puback).reason_code is DENIED
+        assert bob.nothing_within(0.3)
+
+        info = api(alice, b"CONSUMER/INFO/ORDERS/C", {}, 5)
+        assert info.get("num_ack_pending") == 1, info  # bob's +ACK did nothing
