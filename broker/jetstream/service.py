@@ -43,21 +43,24 @@ log = logging.getLogger("jetmq.jetstream")
 MAX_TICK_SLEEP_S: Final = 1.0  # the timer task looks again at least this often
 TICK_AGAIN_S: Final = 0.01  # a deadline a Tick left where it was is tried again after this
 
-Snapshot = tuple[tuple[tuple[str, str], ...], dict[tuple[str, str], PushSettings]]
+Snapshot = tuple[tuple[tuple[str, str], ...], dict[tuple[str, str], PushSettings], int, int]
 
 
 def read_snapshot(st: Store) -> Snapshot:
-    """((user stream subject, its stream)..., push consumers -> deliver topic); worker
-    thread."""
+    """((user stream subject, its stream)..., push consumers -> deliver topic, user
+    streams, their consumers); worker thread."""
     subjects: list[tuple[str, str]] = []
     push: dict[tuple[str, str], PushSettings] = {}
+    streams = consumers = 0
     for name in st.stream_names():
         if name.startswith(INTERNAL_PREFIX):
             continue
         try:
             info = st.stream_info(name)
             subjects.extend((subject, name) for subject in info.config.subjects or ())
+            streams += 1
             for consumer in st.consumer_names(name):
+                consumers += 1
                 cfg = st.consumer_info(name, consumer).config
                 if cfg.deliver_subject:
                     push[(name, consumer)] = PushSettings(
@@ -67,7 +70,7 @@ def read_snapshot(st: Store) -> Snapshot:
                     )
         except JetStreamError:
             continue  # deleted meanwhile
-    return tuple(subjects), push
+    return tuple(subjects), push, streams, consumers
 
 
 class JetStream:
@@ -91,6 +94,9 @@ class JetStream:
         self._refreshing = trio.Lock()
         self._token: trio.lowlevel.TrioToken | None = None
         self._push: dict[tuple[str, str], PushSettings] = {}
+        # User streams and their consumers, as of the last refresh ($SYS, /metrics).
+        self.streams = 0
+        self.consumers = 0
         self._started = False  # the nursery is there (heartbeat tasks can start)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -125,7 +131,9 @@ class JetStream:
         """Read what streams and push consumers exist now and apply it (in order)."""
         async with self._refreshing:
             self.client.submit_open()
-            subjects, push = await trio.to_thread.run_sync(read_snapshot, self.store)
+            subjects, push, self.streams, self.consumers = await trio.to_thread.run_sync(
+                read_snapshot, self.store
+            )
             self.capture.set_subjects(subjects)
             self._push = push
             self.outbox.push_topics = {key: p.topic for key, p in push.items()}

@@ -57,6 +57,15 @@ GAUGES = (
     ("jetmq_store_map_size_bytes", "store_map_size_bytes", "LMDB map size."),
     ("jetmq_store_streams", "store_streams", "Streams in the store."),
     ("jetmq_store_map_used_percent", "store_map_used_percent", "Data file size / map size, %."),
+    ("jetmq_jetstream_streams", "jetstream_streams", "JetStream user streams."),
+    ("jetmq_jetstream_consumers", "jetstream_consumers", "Consumers of the user streams."),
+    ("jetmq_bridge_connected", "bridge_connected", "Bridge: 1 while connected to NATS."),
+    (
+        "jetmq_bridge_in_flight",
+        "bridge_in_flight",
+        "Bridge: JetStream publishes awaiting a PubAck.",
+    ),
+    ("jetmq_bridge_pending", "bridge_pending", "Bridge: outbox messages not yet acknowledged."),
 )
 COUNTERS = (
     ("jetmq_connections", "connections_total", "CONNECTs accepted."),
@@ -68,6 +77,12 @@ COUNTERS = (
     ("jetmq_bytes_received", "bytes_received", "Bytes read from client sockets."),
     ("jetmq_bytes_sent", "bytes_sent", "Bytes written to client sockets."),
     ("jetmq_store_commits", "store_commits", "Store group commits."),
+    ("jetmq_bridge_forwarded", "bridge_forwarded", "Bridge: core publishes handed to NATS."),
+    ("jetmq_bridge_js_published", "bridge_js_published", "Bridge: JetStream PubAcks received."),
+    ("jetmq_bridge_js_retries", "bridge_js_retries", "Bridge: JetStream publishes retried."),
+    ("jetmq_bridge_imported", "bridge_imported", "Bridge: NATS messages published here."),
+    ("jetmq_bridge_forward_dropped", "bridge_forward_dropped", "Bridge: core forwards dropped."),
+    ("jetmq_bridge_connects", "bridge_connects", "Bridge: connections to NATS made."),
 )
 
 

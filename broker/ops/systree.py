@@ -49,6 +49,17 @@ TOPICS = {
     "store/map/used": "store_map_used_percent",
     "store/streams": "store_streams",
     "store/commits": "store_commits",
+    # jetmq's own: JetStream over MQTT and the NATS bridge.
+    "jetstream/enabled": "jetstream_enabled",
+    "jetstream/streams": "jetstream_streams",
+    "jetstream/consumers": "jetstream_consumers",
+    "bridge/connected": "bridge_connected",
+    "bridge/in_flight": "bridge_in_flight",
+    "bridge/pending": "bridge_pending",
+    "bridge/forwarded": "bridge_forwarded",
+    "bridge/imported": "bridge_imported",
+    "bridge/js_published": "bridge_js_published",
+    "bridge/forward_dropped": "bridge_forward_dropped",
 }
 
 

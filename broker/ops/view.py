@@ -45,6 +45,32 @@ def counters(broker: Broker) -> dict[str, int]:
         "retained": len(hub.retained),
     }
     out.update(store_metrics(broker))
+    js = broker.jetstream
+    out["jetstream_enabled"] = int(js is not None)
+    out["jetstream_streams"] = js.streams if js is not None else 0
+    out["jetstream_consumers"] = js.consumers if js is not None else 0
+    out.update(bridge_metrics(broker))
+    return out
+
+
+def bridge_metrics(broker: Broker) -> dict[str, int]:
+    """The NATS bridge's state (``broker.bridge.state``): connected, queues, counters;
+    all zero without a ``[bridge]``."""
+    from broker.bridge.state import COUNTERS
+
+    bridge = broker.bridge
+    out = {"bridge_connected": 0, "bridge_in_flight": 0, "bridge_pending": 0}
+    out["bridge_forward_queue"] = 0
+    out.update({f"bridge_{name}": 0 for name in COUNTERS})
+    if bridge is None:
+        return out
+    state = bridge.status()
+    out["bridge_connected"] = int(state.connected)
+    out["bridge_in_flight"] = state.in_flight
+    out["bridge_pending"] = state.pending
+    out["bridge_forward_queue"] = state.forward_queue
+    for name in COUNTERS:
+        out[f"bridge_{name}"] = state.counters.get(name, 0)
     return out
 
 

@@ -183,3 +183,30 @@ def test_an_idle_connection_is_closed() -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+@pytest.mark.timeout(60)
+def test_metrics_export_jetstream_and_the_bridge_seams(tmp_path: pathlib.Path) -> None:
+    from paho.mqtt.packettypes import PacketTypes
+
+    with ops_broker(ops_config(tmp_path / "data")) as broker:
+        port = broker.http_port
+        m = _metrics(port)
+        assert _value(m["jetmq_jetstream_streams"], "jetmq_jetstream_streams") == 0
+        assert _value(m["jetmq_bridge_connected"], "jetmq_bridge_connected") == 0  # no [bridge]
+        c = Paho(broker.port, "js-admin")
+        c.connect()
+        c.subscribe("answers/#", qos=1)
+        try:
+            for rest, body in (
+                ("STREAM/CREATE/ORDERS", {"name": "ORDERS", "subjects": ["orders.>"]}),
+                ("CONSUMER/CREATE/ORDERS/C", {"stream_name": "ORDERS", "config": {"durable_name": "C"}}),
+            ):  # fmt: skip
+                p = props(PacketTypes.PUBLISH, ResponseTopic="answers/1")
+                c.publish("$JS/API/" + rest, json.dumps(body), qos=1, properties=p)
+                assert "error" not in json.loads(c.get().payload)
+            m = _metrics(port)
+            assert _value(m["jetmq_jetstream_streams"], "jetmq_jetstream_streams") == 1
+            assert _value(m["jetmq_jetstream_consumers"], "jetmq_jetstream_consumers") == 1
+        finally:
+            c.disconnect()
