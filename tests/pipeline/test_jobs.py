@@ -218,6 +218,18 @@ def _telemetry(st: Store, clock: Clock, sent: list[tuple[str, int, bytes]], i: i
     sent.append((topic.replace(".", "/"), clock.now, payload))
 
 
+def _stored_telemetry(data_dir: pathlib.Path, n: int) -> tuple[Clock, list[tuple[str, int, bytes]]]:
+    """A TELEMETRY stream holding messages 0..n-1 of :func:`_telemetry`; the clock and what
+    was sent (topic, time, payload)."""
+    clock = Clock()
+    sent: list[tuple[str, int, bytes]] = []
+    with Store.open(data_dir, sync="batch", clock=clock) as st:
+        st.create_stream({"name": "TELEMETRY", "subjects": ["tele.>"]})
+        for i in range(n):
+            _telemetry(st, clock, sent, i)
+    return clock, sent
+
+
 def _assert_windows(spark: Any, out: pathlib.Path, expect: dict[Any, dict[str, Any]]) -> None:
     got = {(r.topic, r.window_start): r.asDict() for r in spark.read.parquet(str(out)).collect()}
     assert set(got) == set(expect)
@@ -249,13 +261,7 @@ def _rollup_args(data_dir: pathlib.Path, out: pathlib.Path, *extra: str) -> Any:
 def test_rollup_runs_are_incremental_and_windows_outlive_retention(
     spark: Any, data_dir: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
-    clock = Clock()
-    sent: list[tuple[str, int, bytes]] = []
-    st = Store.open(data_dir, sync="batch", clock=clock)
-    st.create_stream({"name": "TELEMETRY", "subjects": ["tele.>"]})
-    for i in range(100):  # 0:00 - 3:18
-        _telemetry(st, clock, sent, i)
-    st.close()
+    clock, sent = _stored_telemetry(data_dir, 100)  # 0:00 - 3:18
     out = tmp_path / "rollup"
     args = _rollup_args(data_dir, out)
     first = rollup.run(spark, args)
@@ -294,13 +300,7 @@ def test_rollup_runs_are_incremental_and_windows_outlive_retention(
 def test_rollup_follow_emits_windows_past_the_watermark_and_counts_late_data(
     spark: Any, data_dir: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
-    clock = Clock()
-    sent: list[tuple[str, int, bytes]] = []
-    st = Store.open(data_dir, sync="batch", clock=clock)
-    st.create_stream({"name": "TELEMETRY", "subjects": ["tele.>"]})
-    for i in range(150):  # 0:00 - 4:58
-        _telemetry(st, clock, sent, i)
-    st.close()
+    clock, sent = _stored_telemetry(data_dir, 150)  # 0:00 - 4:58
     out = tmp_path / "follow"
     args = _rollup_args(data_dir, out, "--follow", "--watermark", "1m", "--trigger", "1s")
     (q,) = rollup.follow(spark, args)
@@ -351,12 +351,7 @@ def test_skipped_sequences_come_from_the_offsets_advanced_minus_the_rows_read() 
 def test_rollup_follow_from_the_command_line_reports_batches_and_stops_on_sigterm(
     data_dir: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
-    clock = Clock()
-    sent: list[tuple[str, int, bytes]] = []
-    with Store.open(data_dir, sync="batch", clock=clock) as st:
-        st.create_stream({"name": "TELEMETRY", "subjects": ["tele.>"]})
-        for i in range(60):
-            _telemetry(st, clock, sent, i)
+    _stored_telemetry(data_dir, 60)
     out = tmp_path / "follow"
     cmd = [sys.executable, "-m", "broker", "pipeline", "rollup", "--stream", "TELEMETRY"]
     cmd += ["--schema", "temp double, hum int", "--to", str(out), "--path", str(data_dir)]
