@@ -155,7 +155,8 @@ class JsLink:
         """The JSON answer to ``$JS/API/<rest>``; a JetStream error raises NetReadError."""
         self._n += 1
         corr = b"%d" % self._n
-        self.publish(API + rest, json.dumps(body or {}).encode(), self.inbox + "/r", corr)
+        payload = b"" if body is None else json.dumps(body).encode()  # DELETE wants none
+        self.publish(API + rest, payload, self.inbox + "/r", corr)
         self._wait(lambda: corr in self._answers, f"answer to {API}{rest}")
         raw = self._answers.pop(corr)
         try:

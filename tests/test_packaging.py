@@ -15,7 +15,7 @@ import pytest
 from tests.broker.pahoclient import Paho
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-RUNTIME = {"trio", "cffi", "lmdb", "pydantic", "h11", "prometheus-client"}
+RUNTIME = {"trio", "cffi", "lmdb", "pydantic", "h11", "prometheus-client", "wsproto", "anyio"}
 IGNORE = shutil.ignore_patterns(
     ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", "*.so", ".*_cache", "jetmq-data"
 )
