@@ -51,6 +51,23 @@ def parse_url(url: str) -> BrokerAddress:
     return BrokerAddress(parts.hostname, port, user, pw)
 
 
+def new_client(address: BrokerAddress, client_id_prefix: str) -> Any:
+    """A paho MQTT 5 client for ``address``: a unique client id, its credentials, nothing
+    queued while disconnected (the caller drives ``loop`` on its own thread)."""
+    from paho.mqtt.client import Client
+    from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+
+    client = Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=f"{client_id_prefix}-{uuid.uuid4().hex[:12]}",
+        protocol=MQTTProtocolVersion.MQTTv5,
+    )
+    client.max_queued_messages_set(0)
+    if address.username is not None:
+        client.username_pw_set(address.username, address.password)
+    return client
+
+
 class Publisher:
     """A connected MQTT 5 client publishing with acknowledgements awaited in a window."""
 
@@ -62,8 +79,6 @@ class Publisher:
         max_inflight: int = DEFAULT_INFLIGHT,
         timeout: float = 30.0,
     ) -> None:
-        from paho.mqtt.client import Client
-        from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
         self.timeout = timeout
         self.max_inflight = max_inflight
@@ -73,15 +88,8 @@ class Publisher:
         self._failure: str | None = None
         self._connected = False
         self._closed = False
-        client = Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=f"{client_id_prefix}-{uuid.uuid4().hex[:12]}",
-            protocol=MQTTProtocolVersion.MQTTv5,
-        )
+        client = new_client(address, client_id_prefix)
         client.max_inflight_messages_set(max_inflight)
-        client.max_queued_messages_set(0)
-        if address.username is not None:
-            client.username_pw_set(address.username, address.password)
         client.on_connect = self._on_connect
         client.on_publish = self._on_publish
         client.on_disconnect = self._on_disconnect

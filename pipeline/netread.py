@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, Final
 
-from pipeline.mqttpub import BrokerAddress
+from pipeline.mqttpub import BrokerAddress, new_client
 from pipeline.storeread import StreamMeta
 from store.topics import topic_to_subject
 
@@ -55,8 +55,6 @@ class JsLink:
     """A connected MQTT 5 client for JetStream requests and deliveries on one inbox."""
 
     def __init__(self, address: BrokerAddress, *, timeout: float = 30.0) -> None:
-        from paho.mqtt.client import Client
-        from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
         self.timeout = timeout
         self.address = address
@@ -68,14 +66,7 @@ class JsLink:
         self._subscribed = False
         self._closed = False
         self._n = 0
-        client = Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=f"jetmq-spark-{uuid.uuid4().hex[:12]}",
-            protocol=MQTTProtocolVersion.MQTTv5,
-        )
-        client.max_queued_messages_set(0)
-        if address.username is not None:
-            client.username_pw_set(address.username, address.password)
+        client = new_client(address, "jetmq-spark")
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_subscribe = self._on_subscribe
