@@ -68,7 +68,10 @@ class Publish(NamedTuple):
 
     subject: str
     payload: bytes = b""
-    headers: Headers = ()
+    # Name/value pairs, or (the broker's own records) the NATS/1.0 header block already
+    # encoded, ASCII only: stored as given (its framing is checked, its lines are the
+    # writer's responsibility); decoded and checked only if it names a ``Nats-`` header.
+    headers: Headers | bytes = ()
     stream: str | None = None
 
 
@@ -94,8 +97,10 @@ class PurgeStream:
     keep_from: tuple[int, int] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class DeleteMsg:
+class DeleteMsg(NamedTuple):
+    """Delete message ``seq`` of ``stream`` (a tuple, as :class:`Publish`: one is made per
+    acknowledged copy)."""
+
     stream: str
     seq: int
 

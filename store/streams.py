@@ -253,10 +253,17 @@ class StreamRt(Generic[C]):
     # -- append --------------------------------------------------------------------------
 
     def publish(
-        self, ctx: Ctx, subject: str, payload: bytes, headers: Headers, has_interest: bool
+        self,
+        ctx: Ctx,
+        subject: str,
+        payload: bytes,
+        headers: Headers | bytes,
+        has_interest: bool,
     ) -> PubAck | JetStreamError | Rollup:
         """Spec §1.8's checks, in nats-server's order. Nothing is written unless every
-        check passes. A rollup's removals are left to the caller (:class:`Rollup`)."""
+        check passes. A rollup's removals are left to the caller (:class:`Rollup`).
+        ``headers`` as an encoded block (the broker's records, built by its own code) is
+        stored as it is; it is decoded and checked only when it holds a ``Nats-`` name."""
         cfg = self.config
         if cfg.sealed:
             return js_error("stream_sealed")
@@ -268,10 +275,20 @@ class StreamRt(Generic[C]):
                 return js_error("bad_header", err=f"invalid subject {subject[:64]!r}")
             packers = keys.subject_packers(self.sid_b, subject.encode())
             cache_packers = True  # once the subject is seen to repeat (below)
-        try:
-            block = keys.encode_headers(headers) if headers else b""
-        except UnicodeEncodeError:  # a lone surrogate has no UTF-8
-            return js_error("bad_header", err="header is not valid UTF-8")
+        if isinstance(headers, bytes):
+            block = headers
+            if not (
+                block.isascii()
+                and block.startswith(b"NATS/1.0\r\n")
+                and block.endswith(b"\r\n\r\n")
+            ):
+                return js_error("bad_header", err="invalid header block")
+            headers = keys.decode_headers(block) if b"Nats-" in block else ()
+        else:
+            try:
+                block = keys.encode_headers(headers) if headers else b""
+            except UnicodeEncodeError:  # a lone surrogate has no UTF-8
+                return js_error("bad_header", err="header is not valid UTF-8")
         # Size before the header checks: nats-server 2.15.1 answers an oversized message
         # with 10054 whatever its expected-* or dedupe headers say (measured against it;
         # spec §1.8 lists the size check after them).

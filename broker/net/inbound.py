@@ -43,6 +43,9 @@ from broker.net.output import NOT_STORED
 from broker.persist.client import StorageError, wait_future
 
 if TYPE_CHECKING:
+    from broker.core.ports import Plan
+    from broker.core.router import Delivery
+    from broker.jetstream.headers import HeaderError
     from broker.net.link import Link
     from broker.net.output import Output
 
@@ -149,6 +152,37 @@ class Inbound:
             await self._refuse_publish(p, ReasonCode.TOPIC_NAME_INVALID, f"invalid topic: {exc}")
             return
         code = ReasonCode.SUCCESS if deliveries else ReasonCode.NO_MATCHING_SUBSCRIBERS
+        if plan.empty and captured is None and self.out.idle():
+            # Nothing to store and no earlier step waiting: deliver and acknowledge now,
+            # without the two closures below (the common QoS 0/1 case without sessions).
+            broker.hub.apply_publish(msg, deliveries, plan)
+            if p.qos:
+                stats.publish_ack.observe_zero()
+                if p.qos == 1 and code is ReasonCode.SUCCESS and pid:
+                    self.out.send_puback(pid)
+                else:
+                    self.out.send(self._ack(p, code))
+            return
+        await self._after_plan(p, msg, deliveries, plan, code, captured, len(extra))
+
+    async def _after_plan(
+        self,
+        p: Publish,
+        msg: AppMessage,
+        deliveries: list[Delivery],
+        plan: Plan,
+        code: ReasonCode,
+        captured: store.Publish | HeaderError | None,
+        n_extra: int,
+    ) -> None:
+        """The PUBLISH's step: deliver and acknowledge once its plan is committed. (Its
+        own method: the closures' cells would otherwise slow every ``on_publish``.)"""
+        broker = self.conn.broker
+        stats = broker.stats
+        js = broker.jetstream
+        session = self.conn.session
+        assert session is not None
+        pid = p.packet_id
         # PUBLISH -> acknowledgement latency: a clock read only when a commit is waited for
         # (an acknowledgement with nothing to store counts as zero).
         started = perf_counter() if p.qos and not plan.empty else 0.0
@@ -162,9 +196,7 @@ class Inbound:
                 stats.publish_ack.observe_zero()
             if captured is not None and js is not None:
                 # Its result is the last of the extra operations, which the plan's begin.
-                res = (
-                    plan.result(len(extra) - 1) if isinstance(captured, store.Publish) else captured
-                )
+                res = plan.result(n_extra - 1) if isinstance(captured, store.Publish) else captured
                 o = js.captured(p, res)
                 if p.qos == 2 and pid and o.code.is_error:  # the exchange ends here
                     broker.persist.qos2_released(session, pid)

@@ -326,6 +326,10 @@ class Output:
 
     # == the ordered pipeline ===================================================================
 
+    def idle(self) -> bool:
+        """No step is waiting for a commit: a step without one would run at once."""
+        return self._steps_pending == 0
+
     async def step(
         self,
         wait: Callable[[], Awaitable[Any]] | None,

@@ -33,7 +33,6 @@ import math
 import pathlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 import trio
@@ -177,18 +176,29 @@ class Batch:
         return self.done
 
 
-@dataclass(slots=True)
 class PublishPlan:
     """What one PUBLISH stores before it is acknowledged (a slice of a batch), and the
-    results. The indexes are the caller's: which of its operations hold what."""
+    results. The indexes are the caller's: which of its operations hold what. (A plain
+    class: one is made per stored PUBLISH, and a dataclass's default factories cost.)"""
 
-    batch: Batch | None = None
-    offset: int = 0  # where this plan's operations start in the batch
-    count: int = 0
-    pend_index: dict[int, int] = field(default_factory=dict)  # delivery index -> op index
-    msg_op: int = -1
-    retained_op: int = -1
-    results: list[store.OpResult] = field(default_factory=list)
+    __slots__ = ("batch", "count", "msg_op", "offset", "pend_index", "results", "retained_op")
+
+    def __init__(
+        self,
+        batch: Batch | None = None,
+        offset: int = 0,
+        count: int = 0,
+        pend_index: dict[int, int] | None = None,
+        msg_op: int = -1,
+        retained_op: int = -1,
+    ) -> None:
+        self.batch = batch
+        self.offset = offset  # where this plan's operations start in the batch
+        self.count = count
+        self.pend_index = {} if pend_index is None else pend_index  # delivery -> op index
+        self.msg_op = msg_op
+        self.retained_op = retained_op
+        self.results: list[store.OpResult] = []
 
     @property
     def empty(self) -> bool:

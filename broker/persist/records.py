@@ -133,15 +133,20 @@ def _topic_json(topic: bytes) -> str:
     return json.dumps(topic.decode("utf-8"), ensure_ascii=True)
 
 
-def message_headers(msg: AppMessage) -> tuple[tuple[str, str], ...]:
-    """The headers of a stored message (its payload is stored as is)."""
+def message_block(msg: AppMessage, pend: str | None = None) -> bytes:
+    """The NATS/1.0 header block of a stored message (its payload is stored as is):
+    ``Mqtt-Topic``, ``Mqtt-Qos``, ``Mqtt-Retain``, ``Mqtt-Props`` and, for a pending
+    entry that holds its message, ``Mqtt-Pend``. Built here in one string, per stored
+    message, and handed to the store encoded (``store.Publish`` takes the block)."""
     props = msg.publish.properties
-    return (
-        ("Mqtt-Topic", _topic_json(msg.topic)),
-        ("Mqtt-Qos", str(msg.qos)),
-        ("Mqtt-Retain", "1" if msg.retain else "0"),
-        ("Mqtt-Props", "{}" if props is EMPTY_PROPERTIES else _props_to_json(props)),
+    block = (
+        f"NATS/1.0\r\nMqtt-Topic: {_topic_json(msg.topic)}\r\nMqtt-Qos: {msg.qos}\r\n"
+        f"Mqtt-Retain: {'1' if msg.retain else '0'}\r\n"
+        f"Mqtt-Props: {'{}' if props is EMPTY_PROPERTIES else _props_to_json(props)}\r\n"
     )
+    if pend is not None:
+        block += f"{PEND_HEADER}: {pend}\r\n"
+    return (block + "\r\n").encode()
 
 
 def message_from_stored(
@@ -197,8 +202,7 @@ def pend_op(
     subject = f"$MQTT.pend.{session_token(session)}"
     if msg.key:
         return store.Publish(subject, record.encode(), stream=PEND)
-    headers = (*message_headers(msg), (PEND_HEADER, record))
-    return store.Publish(subject, msg.payload, headers, stream=PEND)
+    return store.Publish(subject, msg.payload, message_block(msg, record), stream=PEND)
 
 
 # -- subscriptions -----------------------------------------------------------------------------

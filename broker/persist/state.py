@@ -36,8 +36,8 @@ from broker.persist.records import (
     SESS,
     SUBS,
     dump_record,
+    message_block,
     message_from_stored,
-    message_headers,
     pend_op,
     session_token,
     subscription_op,
@@ -212,7 +212,7 @@ class Persistence:
             subject = f"$MQTT.rmsgs.{token(msg.topic)}"
             if msg.payload:
                 retained_op = len(ops)
-                ops.append(store.Publish(subject, msg.payload, message_headers(msg), stream=RMSGS))
+                ops.append(store.Publish(subject, msg.payload, message_block(msg), stream=RMSGS))
             else:
                 ops.append(store.PurgeStream(RMSGS, filter=subject))
         pend_index: dict[int, int] = {}
@@ -233,7 +233,7 @@ class Persistence:
                 msg_op = len(ops)
                 ops.append(
                     store.Publish(
-                        f"$MQTT.msgs.{msg.key}", msg.payload, message_headers(msg), stream=MSGS
+                        f"$MQTT.msgs.{msg.key}", msg.payload, message_block(msg), stream=MSGS
                     )
                 )
             for index, d, session in targets:

@@ -54,10 +54,13 @@ ops_strategy = st.lists(
     st.one_of(
         # ``stream`` explicitly: left to inference, builds() filled it with any text, once
         # with "G", the stream only the batched store has (_hold_writer).
+        # ``headers`` explicitly too: any name/value pairs (inference would also give raw
+        # header blocks, which only the broker's own records use: test_header_blocks).
         st.builds(
             Publish,
             st.sampled_from(SUBJECTS),
             st.binary(max_size=8),
+            headers=st.lists(st.tuples(st.text(), st.text()), max_size=3).map(tuple),
             stream=st.none() | st.sampled_from(NAMES),
         ),
         st.builds(

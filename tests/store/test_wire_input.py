@@ -518,3 +518,32 @@ def test_a_python_built_pause_until_that_is_no_time_is_refused(store: Store) -> 
     e = _err(store.create_consumer, "S", ConsumerConfig(durable_name="c", pause_until="soon"))
     assert _code(e) == (400, 10025)
     assert e.description.startswith('invalid JSON: parsing time "soon"')
+
+
+def test_header_blocks(store: Store) -> None:
+    """A header block handed over encoded (the broker's own records) is stored exactly as
+    the same headers given as pairs; one that is not an ASCII NATS/1.0 block is refused
+    and stores nothing; one naming a ``Nats-`` header is checked as pairs are."""
+    store.create_stream({"name": "HB", "subjects": ["hb.>"]})
+    pairs = (("Mqtt-Topic", '"a/b"'), ("Mqtt-Qos", "1"))
+    block = b'NATS/1.0\r\nMqtt-Topic: "a/b"\r\nMqtt-Qos: 1\r\n\r\n'
+    one = store.submit([Publish("hb.1", b"x", pairs), Publish("hb.1", b"x", block)])
+    a, b = one.result(timeout=10)
+    assert isinstance(a, PubAck) and isinstance(b, PubAck)
+    got = list(store.iter_msgs("HB"))
+    assert got[0].headers == got[1].headers == pairs
+    for bad in (
+        b"",
+        b"HTTP/1.1\r\n\r\n",
+        b"NATS/1.0\r\nK: v\r\n",
+        "NATS/1.0\r\nK: é\r\n\r\n".encode(),
+    ):
+        res = store.submit([Publish("hb.2", b"y", bad)]).result(timeout=10)[0]
+        assert isinstance(res, JetStreamError) and res.err_code == 10003, bad
+    dup = b"NATS/1.0\r\nNats-Msg-Id: m1\r\n\r\n"
+    first, second = store.submit([Publish("hb.3", b"z", dup), Publish("hb.3", b"z", dup)]).result(
+        timeout=10
+    )
+    assert isinstance(first, PubAck) and isinstance(second, PubAck)
+    assert second.duplicate and second.seq == first.seq
+    assert store.stream_info("HB").state.messages == 3
