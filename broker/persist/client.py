@@ -6,9 +6,10 @@ so that every write of a scheduler pass joins one store job and store order stay
 submission order.
 
 Threads
-    Everything runs on the trio thread except the done callbacks of store futures,
-    which run on the store's writer thread: they only log (``_FailureReport``) or hand
-    work back to trio through ``TrioToken.run_sync_soon``. Nothing blocks the loop.
+    Everything runs on the trio thread except the completion callbacks of store jobs
+    (a batch's ``submit_then`` function, the done callbacks of futures), which run on the
+    store's writer thread: they only observe, log (``_FailureReport``) or hand work back
+    to trio through ``TrioToken.run_sync_soon``. Nothing blocks the loop.
 
 Resource handling
     :meth:`StoreClient.open` opens the store (in a worker thread) and creates the
@@ -69,7 +70,9 @@ class _FailureReport:
         self._traced = False  # the traceback is logged once per broker
 
     def __call__(self, fut: StoreFuture) -> None:
-        exc = fut.exception()
+        self.report(fut.exception())
+
+    def report(self, exc: BaseException | None) -> None:
         if exc is None:
             if self._failing:
                 self._failing = False
@@ -101,11 +104,7 @@ class _FailureReport:
             self._missed += 1
 
 
-def _observe_commit(hist: Histogram, started: float, _fut: StoreFuture) -> None:
-    hist.observe(time.perf_counter() - started)
-
-
-def _not_stored(exc: Exception) -> StorageError:
+def _not_stored(exc: BaseException) -> StorageError:
     return StorageError(f"{type(exc).__name__}: {exc}")
 
 
@@ -140,11 +139,25 @@ class Batch:
     Every PUBLISH read in one scheduler pass (and every acknowledgement's deletions)
     joins the open batch; it is submitted when somebody waits for it, before any other
     submission (store order is submission order), or by a callback queued when the
-    batch was opened, whichever comes first. One future and one trio event per batch
-    instead of per message.
+    batch was opened, whichever comes first. It is submitted with a completion callback
+    (``Store.submit_then``: no future, lock or condition per job), which hands the
+    results to the trio thread in one ``run_sync_soon``: from then on the batch is
+    *finished* (:meth:`finish`), its waiters are woken and its callbacks run, all on the
+    trio thread. One wake-up per batch instead of per message.
     """
 
-    __slots__ = ("awaited", "deletes", "done", "event", "future", "ops", "owner")
+    __slots__ = (
+        "awaited",
+        "callbacks",
+        "deletes",
+        "done",
+        "error",
+        "event",
+        "finished",
+        "ops",
+        "owner",
+        "submitted",
+    )
 
     def __init__(self, owner: StoreClient) -> None:
         self.owner = owner
@@ -152,27 +165,44 @@ class Batch:
         self.ops: list[store.Op] = []
         # The deletions by seq among ops that nobody waits for (tried again if it fails).
         self.deletes: list[store.DeleteMsg] = []
-        self.future: StoreFuture | None = None
-        self.event: trio.Event | None = None
+        self.submitted = False
+        self.finished = False  # the commit's outcome reached the trio thread
+        self.event: trio.Event | None = None  # made by the first waiter
+        self.callbacks: list[Callable[[bool], None]] = []  # when_committed, in order
         self.done: list[store.OpResult] | None = None
+        self.error: BaseException | None = None
 
-    async def results(self) -> list[store.OpResult]:
-        if self.done is not None:
-            return self.done
-        if self.future is None:
+    def finish(self, outcome: list[store.OpResult] | BaseException) -> None:
+        """(trio thread) The commit is done: keep its results, wake the waiters, run the
+        callbacks."""
+        if isinstance(outcome, BaseException):
+            self.error = outcome
+        else:
+            self.done = outcome
+        self.finished = True
+        if self.event is not None:
+            self.event.set()
+        callbacks, self.callbacks = self.callbacks, []
+        ok = self.error is None
+        for fn in callbacks:
+            fn(ok)
+
+    async def wait(self) -> None:
+        """Until the batch is finished (submitting it if it is still open)."""
+        if not self.submitted:
             self.owner.submit_open()
-        fut = self.future
-        assert fut is not None
-        if not fut.done():
+        if not self.finished:
             event = self.event
             if event is None:
                 event = self.event = trio.Event()
-                _notify(fut, event)
             await event.wait()
-        try:
-            self.done = fut.result()  # every later waiter skips the future's lock
-        except Exception as exc:
-            raise _not_stored(exc) from exc
+
+    async def results(self) -> list[store.OpResult]:
+        if self.done is None:
+            await self.wait()
+            if self.error is not None:
+                raise _not_stored(self.error)
+        assert self.done is not None
         return self.done
 
 
@@ -210,38 +240,35 @@ class PublishPlan:
             self.results = res[self.offset : self.offset + self.count]
 
     def committed(self) -> bool | None:
-        """Whether this plan's commit succeeded (False: failed), None while in flight."""
+        """Whether this plan's commit succeeded (False: failed), None while in flight (its
+        outcome has not reached the trio thread yet)."""
         batch = self.batch
         if batch is None or batch.done is not None:
             return True
-        fut = batch.future
-        if fut is None or not fut.done():
+        if not batch.finished:
             return None
-        return fut.exception() is None
+        return batch.error is None
 
     def when_committed(self, fn: Callable[[bool], None]) -> None:
         """Call ``fn(ok)`` on the trio thread once this plan's commit is done (submitting
-        the open batch now); its results are in place by then."""
+        the open batch now); its results are in place by then. Never called from here
+        directly: a batch already finished calls it at the next ``run_sync_soon``."""
         batch = self.batch
         assert batch is not None
-        if batch.future is None:
+        if not batch.submitted:
             batch.owner.submit_open()
-        fut = batch.future
-        assert fut is not None
-        token = trio.lowlevel.current_trio_token()
 
-        def done(f: StoreFuture) -> None:
-            def on_trio_thread() -> None:
-                ok = f.exception() is None
-                if ok and not self.results:
-                    self.results = f.result()[self.offset : self.offset + self.count]
-                fn(ok)
+        def done(ok: bool) -> None:
+            if ok and not self.results:
+                assert batch.done is not None
+                self.results = batch.done[self.offset : self.offset + self.count]
+            fn(ok)
 
-            # The loop may already be gone at shutdown; nobody is waiting then.
+        if batch.finished:
             with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(on_trio_thread)
-
-        fut.add_done_callback(done)
+                trio.lowlevel.current_trio_token().run_sync_soon(done, batch.error is None)
+        else:
+            batch.callbacks.append(done)
 
     def seq_of(self, op_index: int) -> int:
         res = self.results[op_index] if 0 <= op_index < len(self.results) else None
@@ -264,7 +291,7 @@ class StoreClient:
 
     def __init__(self, st: store.Store) -> None:
         self.store = st
-        self._last: StoreFuture | None = None
+        self._last: StoreFuture | Batch | None = None  # the latest submission (flush)
         self._open: Batch | None = None
         self._closed = False
         self._report = _FailureReport()
@@ -307,9 +334,12 @@ class StoreClient:
     async def flush(self) -> None:
         """Wait until everything submitted so far is committed (or failed: logged)."""
         self.submit_open()
-        if self._last is not None:
-            with contextlib.suppress(StorageError):
-                await wait_future(self._last)
+        last = self._last
+        with contextlib.suppress(StorageError):
+            if isinstance(last, Batch):
+                await last.wait()
+            elif last is not None:
+                await wait_future(last)
 
     async def close(self) -> None:
         self.submit_open()
@@ -343,15 +373,29 @@ class StoreClient:
         if batch is None:
             return
         self._open = None
-        if self._closed:
+        batch.submitted = True
+        if self._closed:  # (shutdown) nothing is written any more: its waiters are told
+            batch.finish(StorageError("the store is closed"))
             return
-        fut = batch.future = self._last = self.store.submit(batch.ops)
-        fut.add_done_callback(
-            functools.partial(self._deletes_done, batch.deletes) if batch.deletes else self._report
-        )
-        fut.add_done_callback(
-            functools.partial(_observe_commit, self.commit_seconds, time.perf_counter())
-        )
+        self._last = batch
+        token = trio.lowlevel.current_trio_token()
+        hist = self.commit_seconds
+        report = self._report.report
+        deletes = batch.deletes
+        started = time.perf_counter()
+
+        def on_done(outcome: list[store.OpResult] | BaseException) -> None:
+            # Writer thread: observe, report, hand the outcome to the trio thread.
+            hist.observe(time.perf_counter() - started)
+            failed = isinstance(outcome, BaseException)
+            report(outcome if isinstance(outcome, BaseException) else None)
+            # The loop may already be gone at shutdown; nobody is waiting then.
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(batch.finish, outcome)
+                if failed and deletes:
+                    token.run_sync_soon(self._retry_later, deletes)
+
+        self.store.submit_then(batch.ops, on_done)
 
     def open_batch(self) -> Batch:
         """The batch gathering this scheduler pass's writes (opened if there is none)."""
@@ -388,7 +432,7 @@ class StoreClient:
     # -- deletions that failed (a full disk) ---------------------------------------------------
 
     def _deletes_done(self, deletes: list[store.DeleteMsg], fut: StoreFuture) -> None:
-        """Done callback (writer thread) of a job holding deletions nobody waits for."""
+        """Done callback (writer thread) of a retried deletion's job."""
         self._report(fut)
         token = self._token
         if fut.exception() is not None and token is not None:
