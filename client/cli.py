@@ -34,6 +34,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--user", default=None, help="user name")
     parser.add_argument("--password", default=None, help="password")
+    tls = parser.add_argument_group("TLS (with an mqtts:// --server)")
+    tls.add_argument("--tls-ca", metavar="FILE", help="CA certificates (default: the system's)")
+    tls.add_argument("--tls-cert", metavar="FILE", help="client certificate (PEM)")
+    tls.add_argument("--tls-key", metavar="FILE", help="its private key, if not in --tls-cert")
+    tls.add_argument(
+        "--tls-insecure", action="store_true", help="do not check the server's certificate"
+    )
 
 
 def _user_props(values: list[str] | None) -> list[tuple[str, str]]:

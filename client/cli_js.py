@@ -26,6 +26,7 @@ from client.cli_format import (
 )
 from client.core import Client
 from client.jetstream import JetStreamContext
+from client.url import parse_address, tls_context
 from store.models import StreamConfig, StreamInfo
 
 Common = Callable[[argparse.ArgumentParser], None]
@@ -166,13 +167,21 @@ def _js(c: Client, args: argparse.Namespace) -> JetStreamContext:
 
 
 def connect(args: argparse.Namespace) -> Client:
-    """The client for ``--server`` / ``--user`` / ``--password`` / ``--timeout``."""
+    """The client for ``--server`` / ``--user`` / ``--password`` / ``--timeout`` and the
+    ``--tls-*`` options (ValueError naming what is wrong with them)."""
+    tls_opts = (args.tls_ca, args.tls_cert, args.tls_key)
+    tls = None
+    if parse_address(args.server).tls:
+        tls = tls_context(*tls_opts, insecure=args.tls_insecure)
+    elif any(tls_opts) or args.tls_insecure:
+        raise ValueError(f"--tls-* options need an mqtts:// --server, not {args.server!r}")
     return Client(
         args.server,
         username=args.user,
         password=args.password,
         connect_timeout=args.timeout,
         keep_alive=60,
+        tls=tls,
     )
 
 

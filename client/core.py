@@ -21,12 +21,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import secrets
+import ssl
 from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
 import anyio
-from anyio.abc import SocketStream
+from anyio.abc import ByteStream
 
 from broker.mqtt.connection import Connection, DuplicatePublish, Role
 from broker.mqtt.errors import MQTTProtocolError
@@ -68,7 +69,7 @@ from client.inbox import Inbox
 from client.jetstream import JetStreamContext
 from client.message import Message, PublishResult, publish_properties
 from client.subscription import DEFAULT_MAX_PENDING, Orphans, Subscription
-from client.url import DEFAULT_SERVER, parse_server
+from client.url import DEFAULT_SERVER, parse_address, tls_context
 from client.waiter import Waiter
 from client.writer import HIGH_WATER, Writer
 
@@ -78,8 +79,10 @@ _V5 = ProtocolVersion.MQTT_5
 class Client:
     """An MQTT 5 client for asyncio and trio (through anyio).
 
-    ``server`` is ``mqtt://host:port`` (default port 1883). ``session_expiry`` in seconds
-    (0: the session ends with the connection); ``keep_alive`` in seconds (0: off).
+    ``server`` is ``mqtt://host:port`` (default port 1883) or ``mqtts://host:port`` (TLS,
+    default port 8883; ``tls`` is the context, default the system's CAs: see
+    :func:`client.url.tls_context`). ``session_expiry`` in seconds (0: the session ends
+    with the connection); ``keep_alive`` in seconds (0: off).
     """
 
     def __init__(
@@ -99,9 +102,16 @@ class Client:
         reconnect: bool = False,
         reconnect_wait: float = 0.5,
         max_reconnect_attempts: int = 60,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.server = server
-        self.host, self.port = parse_server(server)
+        address = parse_address(server)
+        self.host, self.port = address.host, address.port
+        if tls is None and address.tls:
+            tls = tls_context()
+        elif tls is not None and not address.tls:
+            raise ValueError(f"server {server!r}: a TLS context needs an mqtts:// address")
+        self._tls = tls
         self.client_id = client_id if client_id is not None else "jetmq-" + secrets.token_hex(6)
         self._username = username
         self._password = password.encode() if isinstance(password, str) else password
@@ -112,7 +122,7 @@ class Client:
         self.max_pending = max_pending
         self.connack: Connack | None = None
         self._conn = Connection(Role.CLIENT)
-        self._stream: SocketStream | None = None
+        self._stream: ByteStream | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._writer = Writer()
@@ -179,7 +189,9 @@ class Client:
             will=self._will,
             properties=Properties(session_expiry_interval=self._session_expiry or None),
         )
-        opened = await open_connection(self.host, self.port, connect, self._connect_timeout)
+        opened = await open_connection(
+            self.host, self.port, connect, self._connect_timeout, self._tls
+        )
         self._stream, self._conn, self.connack = opened.stream, opened.conn, opened.connack
         cprops = opened.connack.properties
         if cprops.assigned_client_identifier:
@@ -231,7 +243,7 @@ class Client:
         self._online.set()  # wakes calls waiting for a reconnect: they raise now
         self._closed_event.set()
 
-    async def _ready(self) -> SocketStream:
+    async def _ready(self) -> ByteStream:
         """The stream to write to; waits while a reconnect is under way."""
         while not self._online.is_set():
             await self._online.wait()
@@ -251,7 +263,7 @@ class Client:
             if not await self._reconnect_after(error):
                 return
 
-    async def _read(self, stream: SocketStream | None) -> ConnectionClosedError:
+    async def _read(self, stream: ByteStream | None) -> ConnectionClosedError:
         """Read and dispatch until the connection ends; why it ended."""
         assert stream is not None
         error = ConnectionClosedError("connection closed by the broker")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import ssl
 from dataclasses import dataclass
 
 import anyio
-from anyio.abc import SocketStream
+from anyio.abc import ByteStream
 
 from broker.mqtt.connection import Connection, DuplicatePublish, Role
 from broker.mqtt.errors import MQTTProtocolError
@@ -18,20 +19,33 @@ READ_SIZE = 65536
 
 @dataclass
 class Opened:
-    stream: SocketStream
+    stream: ByteStream  # a TCP stream, or TLS over one
     conn: Connection
     connack: Connack
     #: packets that came in the same reads as the CONNACK (a resumed session's queue)
     leftover: list[Packet | DuplicatePublish]
 
 
-async def open_connection(host: str, port: int, connect: Connect, timeout: float) -> Opened:
-    where = f"mqtt://{host}:{port}"
+async def open_connection(
+    host: str, port: int, connect: Connect, timeout: float, tls: ssl.SSLContext | None = None
+) -> Opened:
+    """TCP (and TLS with ``tls``: the server's certificate checked against ``host``),
+    CONNECT, CONNACK."""
+    where = f"mqtt{'s' if tls is not None else ''}://{host}:{port}"
+    stream: ByteStream
     try:
         with anyio.fail_after(timeout):
-            stream = await anyio.connect_tcp(host, port)
+            if tls is None:
+                stream = await anyio.connect_tcp(host, port)
+            else:
+                stream = await anyio.connect_tcp(
+                    host, port, ssl_context=tls, tls_hostname=host, tls_standard_compatible=False
+                )
     except TimeoutError:
         raise ConnectError(f"cannot connect to {where}: timed out") from None
+    except ssl.SSLError as exc:
+        reason = getattr(exc, "verify_message", None) or exc.reason or str(exc)
+        raise ConnectError(f"cannot connect to {where}: TLS: {reason}") from None
     except OSError as exc:
         cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
         reason = os.strerror(cause.errno) if cause.errno else str(cause)

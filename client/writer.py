@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import anyio
-from anyio.abc import SocketStream
+from anyio.abc import ByteStream
 
 HIGH_WATER = 256 * 1024
 
@@ -45,7 +45,7 @@ class Writer:
 
     async def run(
         self,
-        stream_of: Callable[[], SocketStream | None],
+        stream_of: Callable[[], ByteStream | None],
         failed: Callable[[BaseException], Awaitable[None]],
     ) -> None:
         """The writer task (runs until cancelled); ``failed`` is told of a write error."""
