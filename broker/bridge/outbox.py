@@ -46,7 +46,7 @@ RETRY_MAX_S = 5.0
 def capture_op(subject: str, payload: bytes, headers: dict[str, str]) -> store.Publish:
     """The store operation that puts a message in the outbox."""
     hdrs = (*headers.items(), (SUBJECT_HEADER, subject))
-    return store.Publish(OUTBOX_SUBJECT, payload, hdrs, stream=OUTBOX)
+    return store.Publish(OUTBOX_SUBJECT, payload, hdrs, OUTBOX)
 
 
 class Outbox:

@@ -15,7 +15,6 @@ RETAIN_PENDING = 1
 RETAIN_SETTLED = 2
 
 
-@dataclass(slots=True)
 class AppMessage:
     """A message accepted from a publisher (or a will), shared by every recipient copy.
 
@@ -23,34 +22,43 @@ class AppMessage:
     alias, no subscription identifiers, properties otherwise unchanged (user
     properties in order). ``expires_at`` is a trio clock deadline derived from
     the Message Expiry Interval. ``encoded`` caches the encoding per protocol
-    version so identical bytes are built once for every recipient.
+    version so identical bytes are built once for every recipient. ``topic``,
+    ``payload``, ``qos`` and ``retain`` are the packet's, copied into slots: they are
+    read per recipient, and a property costs several times a slot.
     """
 
-    publish: Publish
-    expires_at: float | None
-    origin: int  # client number of the publisher; 0 for messages the broker makes itself
-    key: str = ""  # unique id in $MQTT_msgs once stored for a persistent session ("" = not)
-    retained_seq: int = 0  # its seq in $MQTT_rmsgs once committed (a retained message)
-    encoded: dict[ProtocolVersion, EncodedPublish] | None = None
-    # A retained update whose record is being committed: RETAIN_PENDING until it becomes
-    # (or, its commit failed, does not become) the topic's retained value: RETAIN_SETTLED.
-    retain_state: int = 0
+    __slots__ = (
+        "encoded",
+        "expires_at",
+        "key",
+        "origin",
+        "payload",
+        "publish",
+        "qos",
+        "retain",
+        "retain_state",
+        "retained_seq",
+        "topic",
+    )
 
-    @property
-    def topic(self) -> bytes:
-        return self.publish.topic
+    def __init__(self, publish: Publish, expires_at: float | None, origin: int) -> None:
+        self.publish = publish
+        self.topic = publish.topic
+        self.payload = publish.payload
+        self.qos = publish.qos
+        self.retain = publish.retain
+        self.expires_at = expires_at
+        self.origin = origin  # client number of the publisher; 0 for the broker's own
+        self.key = ""  # unique id in $MQTT_msgs once stored for a persistent session
+        self.retained_seq = 0  # its seq in $MQTT_rmsgs once committed (a retained message)
+        self.encoded: dict[ProtocolVersion, EncodedPublish] | None = None
+        # A retained update whose record is being committed: RETAIN_PENDING until it
+        # becomes (or, its commit failed, does not become) the topic's retained value:
+        # RETAIN_SETTLED.
+        self.retain_state = 0
 
-    @property
-    def payload(self) -> bytes:
-        return self.publish.payload
-
-    @property
-    def qos(self) -> int:
-        return self.publish.qos
-
-    @property
-    def retain(self) -> bool:
-        return self.publish.retain
+    def __repr__(self) -> str:
+        return f"AppMessage({self.publish!r}, expires_at={self.expires_at}, origin={self.origin})"
 
     def encoded_for(self, version: ProtocolVersion, now: float) -> EncodedPublish | None:
         """The encoding to send at ``now``, or None once the message has expired.

@@ -212,7 +212,7 @@ class Persistence:
             subject = f"$MQTT.rmsgs.{token(msg.topic)}"
             if msg.payload:
                 retained_op = len(ops)
-                ops.append(store.Publish(subject, msg.payload, message_block(msg), stream=RMSGS))
+                ops.append(store.Publish(subject, msg.payload, message_block(msg), RMSGS))
             else:
                 ops.append(store.PurgeStream(RMSGS, filter=subject))
         pend_index: dict[int, int] = {}
@@ -232,9 +232,7 @@ class Persistence:
                 self.refs[msg.key] = [0, len(targets)]
                 msg_op = len(ops)
                 ops.append(
-                    store.Publish(
-                        f"$MQTT.msgs.{msg.key}", msg.payload, message_block(msg), stream=MSGS
-                    )
+                    store.Publish(f"$MQTT.msgs.{msg.key}", msg.payload, message_block(msg), MSGS)
                 )
             for index, d, session in targets:
                 session.stored = True
