@@ -50,6 +50,7 @@ FORWARD_BATCH = 2048  # core messages handed to the NATS thread at once (at most
 FORWARD_BATCH_BYTES = 1 << 20  # ... and about this many bytes)
 HEAD_CACHE = 16_384  # encoded subject + headers of plain messages, by (topic, qos, retain)
 IMPORT_WINDOW = 1024  # imported messages the broker is working on at once
+DRAIN_FORWARDS_S = 5.0  # a stopping bridge hands its queued core forwards over this long
 
 CORE, JETSTREAM = 1, 2
 
@@ -80,6 +81,7 @@ class Bridge:
             self.outbox = Outbox(config.name, client, self.state, self.link)
         self._scope = trio.CancelScope()
         self._stopped = trio.Event()
+        self._forwards_done = trio.Event()  # the core forward queue is closed and handed over
 
     @classmethod
     async def open(cls, config: BridgeConfig, hub: Hub, client: StoreClient) -> Bridge:
@@ -95,6 +97,8 @@ class Bridge:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self, nursery: trio.Nursery) -> None:
+        """Attach to the hub (recipient, subscriptions, capture) and start the link and the
+        tasks. Synchronous: a reload swaps bridges with no PUBLISH handled in between."""
         hub = self.hub
         self.num = hub.add_recipient(self)
         for index, rule in enumerate(self.config.forward):
@@ -122,13 +126,25 @@ class Bridge:
         finally:
             self._stopped.set()
 
-    async def stop(self) -> None:
-        """Stop forwarding, then drain and close the NATS connection."""
-        if self._link is None:
-            return
-        self.hub.remove_recipient(self.num)
+    def detach(self) -> None:
+        """Leave the hub: no more deliveries or captures (idempotent). What is queued for
+        NATS still goes (:meth:`stop`); what the outbox holds stays in the store for the
+        next bridge."""
+        if self.num:
+            self.hub.remove_recipient(self.num)
+            self.num = 0
         if self.hub.capture == self._capture:
             self.hub.capture = None
+
+    async def stop(self) -> None:
+        """Stop forwarding (the core forwards already queued are handed to NATS first,
+        for at most ``DRAIN_FORWARDS_S``), then drain and close the NATS connection."""
+        if self._link is None:
+            return
+        self.detach()
+        self._send.close()  # _forward_core ends once the queue is handed over
+        with trio.move_on_after(DRAIN_FORWARDS_S):
+            await self._forwards_done.wait()
         self._scope.cancel()
         await self._stopped.wait()
         link, self._link = self._link, None
@@ -248,6 +264,16 @@ class Bridge:
         batch at a time was too few to keep up with a busy broker)."""
         recv = self._recv
         room = trio.Semaphore(FORWARD_IN_FLIGHT)
+        try:
+            await self._forward_batches(recv, room)
+            for _ in range(FORWARD_IN_FLIGHT):  # the queue was closed: wait for the last
+                await room.acquire()
+        finally:
+            self._forwards_done.set()
+
+    async def _forward_batches(
+        self, recv: trio.MemoryReceiveChannel[bytes], room: trio.Semaphore
+    ) -> None:
         async for first in recv:
             batch = [first]
             size = len(first)
@@ -294,6 +320,9 @@ class Bridge:
     def _import(self, item: Inbound) -> None:
         """(trio thread) A NATS message for an import rule: publish it into the broker."""
         index, subject, headers, payload, ack = item
+        if not self.num:  # detached by a reload: the next bridge imports (a nak re-sends)
+            self._finished(ack, False)
+            return
         state = self.state
         hub = self.hub
         if not headers:  # a plain NATS message: its topic, QoS and retain by (rule, subject)

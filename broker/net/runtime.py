@@ -22,6 +22,7 @@ from typing import Any
 
 import trio
 
+from broker.bridgeconfig import BridgeConfig
 from broker.config import BrokerConfig, ListenerSpec
 from broker.core.hub import Hub
 from broker.jetstream.service import JetStream
@@ -39,7 +40,7 @@ from broker.security.passwords import PasswordFileError
 
 log = logging.getLogger("jetmq.broker")
 
-RESTART_ONLY = ("listener", "listeners", "storage", "bridge")  # sections a reload cannot change
+RESTART_ONLY = ("listener", "listeners", "storage")  # sections a reload cannot change
 
 
 class _Timer:
@@ -111,6 +112,9 @@ class Broker:
         # [auth]: users and ACL (None: nothing to check, the fast path stays).
         self.security: security.Security | None = None
         self.set_security(hub.config)
+        # The NATS bridge (broker.bridge.service.Bridge) when [bridge] is configured.
+        self.bridge: Any = None
+        self._bridge_lock = trio.Lock()  # one [bridge] swap at a time (reloads)
 
     def set_security(self, config: BrokerConfig) -> None:
         """Build the security state from ``[auth]`` (raises on a file that does not load:
@@ -121,8 +125,6 @@ class Broker:
             self.security = None
         self.authenticator = self.security
         self.hub.acl_active = self.security is not None and self.security.acl is not None
-        # The NATS bridge (broker.bridge.service.Bridge) when [bridge] is configured.
-        self.bridge: Any = None
 
     @classmethod
     async def open(cls, config: BrokerConfig) -> Broker:
@@ -231,10 +233,42 @@ class Broker:
         if kept:
             new = new.model_copy(update={name: getattr(self.config, name) for name in kept})
         new = self._reload_security(new)
+        if new.bridge != self.config.bridge:
+            self.spawn(self._swap_bridge, new.bridge)
         self.config = new
         self.hub.config = new
         self.connack_properties = None  # built from the configuration: built again
         return kept
+
+    async def _swap_bridge(self, config: BridgeConfig | None) -> None:
+        """A reload changed ``[bridge]``: the new bridge is opened, then swapped in with no
+        PUBLISH handled between the old one leaving the hub and the new one joining it
+        (a ``jetstream`` forward is captured by one or the other); the old one then hands
+        over its queued core forwards and closes its NATS connection. Its outbox stays in
+        the store: the new bridge sends it (NATS drops the duplicates by message id). A
+        bridge that cannot be opened leaves the old one running (logged)."""
+        async with self._bridge_lock:
+            new = None
+            if config is not None:
+                from broker.bridge.service import Bridge  # imports nats-py: only when asked
+
+                try:
+                    new = await Bridge.open(config, self.hub, self.store_client)
+                except Exception as exc:  # (the store refused the outbox stream)
+                    log.error("reload: [bridge] not applied, the previous one runs on: %s", exc)
+                    return
+            old, self.bridge = self.bridge, new
+            if old is not None:
+                old.detach()
+            if new is not None:
+                assert self._nursery is not None
+                new.start(self._nursery)
+            if config is None:
+                log.info("reload: [bridge] removed: the bridge stops")
+            else:
+                log.info("reload: bridge %r started with the new [bridge]", config.name)
+            if old is not None:
+                await old.stop()
 
     def _reload_security(self, new: BrokerConfig) -> BrokerConfig:
         """The ``[auth]`` part of a reload, atomic: the password and ACL files are read

@@ -25,12 +25,16 @@ T = TypeVar("T")
 TIMEOUT = 20.0
 
 
-def bridge_config(data_dir: pathlib.Path, bridge: dict[str, Any], **sessions: Any) -> BrokerConfig:
+def bridge_config(
+    data_dir: pathlib.Path, bridge: dict[str, Any] | None, **sessions: Any
+) -> BrokerConfig:
+    """The test broker's configuration; ``bridge`` None: no ``[bridge]``."""
     overrides: dict[str, dict[str, Any]] = {
         "listener": {"listen": ["127.0.0.1:0"]},
         "storage": {"data_dir": str(data_dir), "sync": "batch"},
-        "bridge": bridge,
     }
+    if bridge is not None:
+        overrides["bridge"] = bridge
     if sessions:
         overrides["sessions"] = sessions
     return load_config(None, overrides)
