@@ -93,6 +93,9 @@ def direct_get(st: Store, subject: str, body: bytes, pack: bool = False) -> list
     if not stream or stream.startswith("$MQTT_"):
         return [_status(503, "No Responders")]
     try:
+        if pack and not last_subject:  # any user stream: the same ACL, allow_direct or not
+            req = parse_request(body)
+            return [req] if isinstance(req, tuple) else packed.packed_get(st, stream, req)
         if not st.stream_info(stream).config.allow_direct:
             return [_status(503, "No Responders")]
         if last_subject:
@@ -102,9 +105,6 @@ def direct_get(st: Store, subject: str, body: bytes, pack: bool = False) -> list
         req = parse_request(body)
         if isinstance(req, tuple):
             return [req]
-        if pack:
-            got = packed.packed_get(st, stream, req)
-            return got if got is not None else [_status(408, "Bad Request")]
         if is_batch(req):
             return _batch(st, stream, req)
         seq = req.get("seq", 0)

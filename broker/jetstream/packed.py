@@ -1,20 +1,24 @@
 """The jetmq packed DIRECT.GET (an extension; docs/jetstream.md "Packed direct get"): a
 batch of stored messages in ONE PUBLISH, for bulk readers (the Spark source's ``url=``).
 
-Asked by a DIRECT.GET request (``$JS/API/DIRECT/GET/<stream>``, so the same ACL and the
-same ``allow_direct`` rule) carrying the user property ``Jetmq-Pack: 1`` and a body
-``{"seq": first, "batch": n, "up_to_seq": last?, "max_bytes": m?}``. A NATS client cannot
+Asked by a DIRECT.GET request (``$JS/API/DIRECT/GET/<stream>``, so the same ACL; any
+user stream, ``allow_direct`` or not: a consumer could read the same) carrying the user
+property ``Jetmq-Pack: 1`` and a body ``{"seq": first, "batch": n, "up_to_seq": last?,
+"max_bytes": m?}``. A NATS client cannot
 send MQTT user properties, so nothing changes for it.
 
-The answer is one PUBLISH whose payload is the records, each ``u64 seq``, ``u32 length``
-(big-endian) and ``length`` bytes of the stored message record (``store.keys`` message
-record, version 1: ``u8 1``, ``u64 time ns``, ``u16 subject length``, subject, ``u32
-header length``, NATS header block, payload), in seq order, with user properties
-``Nats-Stream``, ``Jetmq-Pack`` (the record count), ``Nats-Last-Sequence`` (the last seq
-in it, or the seq before ``seq`` when none); then the empty ``204 EOB`` status with
-``Nats-Last-Sequence``. Records come from ``seq`` on, at most ``batch`` of them, none
+The answer is one PUBLISH whose payload is ``u32 n``, then the ``n`` seqs (``u64`` each),
+then the ``n`` record lengths (``u32`` each), then the ``n`` records back to back (all
+integers big-endian), each the stored message record (``store.keys`` message record,
+version 1: ``u8 1``, ``u64 time ns``, ``u16 subject length``, subject, ``u32 header
+length``, NATS header block, payload), in seq order (the tables let a reader cut the
+records without a per-record loop: one Arrow binary array), with the one user
+property ``Jetmq-Pack`` (the record count); then the empty ``204 EOB`` status with
+``Nats-Last-Sequence`` (the last seq sent, or the seq before ``seq`` when none). Records come from ``seq`` on, at most ``batch`` of them, none
 past ``up_to_seq``, and at most ``max_bytes`` bytes of payload (default 1 MiB, at most
 16 MiB; one record is always sent, however large). Missing sequences are simply absent.
+Refusals: ``408 Bad Request`` (no ``seq`` or ``batch``; the usual 408s of a body that is
+not JSON), ``503 No Responders`` (no such stream, or a ``$MQTT_*`` one).
 
 Read from one read-only store transaction in the request's worker thread, never on the
 trio thread; the records are copied once, into the payload.
@@ -31,8 +35,7 @@ from store.ops import Headers
 PACK_PROPERTY: Final = "Jetmq-Pack"
 DEFAULT_PACK_BYTES: Final = 1 << 20
 MAX_PACK_BYTES: Final = 16 << 20
-_REC = struct.Struct(">QI")
-_pack_rec = _REC.pack
+_U32 = struct.Struct(">I")
 
 Answer = tuple[bytes, Headers]
 
@@ -42,22 +45,28 @@ def wants_pack(user_properties: Headers) -> bool:
     return any(k == PACK_PROPERTY and v == "1" for k, v in user_properties)
 
 
-def packed_get(st: Store, stream: str, req: dict[str, Any]) -> list[Answer] | None:
-    """The packed answer to ``req`` (already parsed), or None when the request is not a
-    packed one's shape (``seq`` >= 1 and ``batch`` >= 1 required): the caller answers 408."""
+def _status(code: int, description: str) -> list[Answer]:
+    return [(b"", (("Status", str(code)), ("Description", description)))]
+
+
+def packed_get(st: Store, stream: str, req: dict[str, Any]) -> list[Answer]:
+    """The packed answer to ``req`` (already parsed): ``408 Bad Request`` without ``seq``
+    >= 1 and ``batch`` >= 1, ``503 No Responders`` for a stream that does not exist."""
     first, batch = req.get("seq", 0), req.get("batch", 0)
     if not first or not batch:
-        return None
+        return _status(408, "Bad Request")
     up_to = req.get("up_to_seq") or keys.MAX_SEQ
     limit = min(req.get("max_bytes") or DEFAULT_PACK_BYTES, MAX_PACK_BYTES)
     parts: list[Any] = []
+    seqs: list[int] = []
+    lens: list[int] = []
     size = 0
     last = first - 1
     env = st.env
     with env.read(buffers=True) as txn:
         raw = txn.get(stream.encode(), db=env.dbs[keys.DB_STREAMS])
         if raw is None:
-            return None
+            return _status(503, "No Responders")
         sid, _, _ = keys.unpack_named_record(bytes(raw), keys.STREAM_RECORD_VERSION)
         prefix = keys.sid_prefix(sid)
         cur = txn.cursor(db=env.dbs[keys.DB_MSGS])
@@ -71,18 +80,24 @@ def packed_get(st: Store, stream: str, req: dict[str, Any]) -> list[Answer] | No
                 n = len(v)
                 if parts and size + n + 12 > limit:
                     break
-                parts.append(_pack_rec(seq, n))
+                seqs.append(seq)
+                lens.append(n)
                 parts.append(v)
                 size += n + 12
                 last = seq
-                if len(parts) >= 2 * batch:
+                if len(parts) >= batch:
                     break
-        payload = b"".join(parts)  # (inside the txn: the values are views of the map)
-    count = len(parts) // 2
-    props: Headers = (
-        ("Nats-Stream", stream),
-        (PACK_PROPERTY, str(count)),
-        ("Nats-Last-Sequence", str(last)),
-    )
+        count = len(parts)
+        # (inside the txn: the values are views of the map)
+        payload = b"".join(
+            (
+                _U32.pack(count),
+                struct.pack(f">{count}Q", *seqs),
+                struct.pack(f">{count}I", *lens),
+                *parts,
+            )
+        )
+    # One user property on the big PUBLISH (paho copies the rest of a packet per property)
+    props: Headers = ((PACK_PROPERTY, str(count)),)
     eob: Headers = (("Status", "204"), ("Description", "EOB"), ("Nats-Last-Sequence", str(last)))
     return [(payload, props), (b"", eob)]

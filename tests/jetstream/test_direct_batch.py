@@ -146,13 +146,17 @@ def test_batch_forms_answer_as_nats_server(tmp_path: pathlib.Path, broker: Broke
 
 
 def unpack(payload: bytes) -> list[tuple[int, int, str, bytes, bytes]]:
-    """(seq, time, subject, header block, payload) of a packed answer (docs/jetstream.md)."""
+    """(seq, time, subject, header block, payload) of a packed answer (docs/jetstream.md):
+    u32 n, n u64 seqs, n u32 lengths, the records."""
+    (n,) = struct.unpack_from(">I", payload)
+    seqs = struct.unpack_from(f">{n}Q", payload, 4)
+    lens = struct.unpack_from(f">{n}I", payload, 4 + 8 * n)
+    pos = 4 + 12 * n
+    assert pos + sum(lens) == len(payload)
     out = []
-    pos = 0
-    while pos < len(payload):
-        seq, n = struct.unpack_from(">QI", payload, pos)
-        rec = payload[pos + 12 : pos + 12 + n]
-        pos += 12 + n
+    for seq, size in zip(seqs, lens, strict=True):
+        rec = payload[pos : pos + size]
+        pos += size
         version, t, slen = struct.unpack_from(">BQH", rec)
         assert version == 1
         subject = rec[11 : 11 + slen].decode()
@@ -176,8 +180,8 @@ def _packed(js: JsClient, body: dict[str, Any], inbox: str) -> tuple[Any, dict[s
         return first, up
     eob = user_props(js.next_msg(inbox))
     assert (eob["Status"], eob["Description"]) == ("204", "EOB")
-    assert eob["Nats-Last-Sequence"] == up["Nats-Last-Sequence"]
-    return first, up
+    assert list(up) == ["Jetmq-Pack"]
+    return first, {**up, "Nats-Last-Sequence": eob["Nats-Last-Sequence"]}
 
 
 def test_packed_form_carries_the_stored_records(js: JsClient) -> None:
@@ -192,7 +196,7 @@ def test_packed_form_carries_the_stored_records(js: JsClient) -> None:
     msg, up = _packed(js, {"seq": 5, "batch": 10, "up_to_seq": 12}, "pk/in")
     recs = unpack(bytes(msg.payload))
     assert [r[0] for r in recs] == [5, 6, 7, 8, 9, 11, 12]
-    assert (up["Jetmq-Pack"], up["Nats-Last-Sequence"], up["Nats-Stream"]) == ("7", "12", "PK")
+    assert (up["Jetmq-Pack"], up["Nats-Last-Sequence"]) == ("7", "12")
     assert recs[0][2] == "pk.d2"
     assert recs[0][4] == b"p5"
     seven = next(r for r in recs if r[0] == 7)
@@ -204,7 +208,11 @@ def test_packed_form_carries_the_stored_records(js: JsClient) -> None:
     assert [r[0] for r in unpack(bytes(msg.payload))] == [1]
     # past the end: no record, Nats-Last-Sequence = seq - 1
     msg, up = _packed(js, {"seq": 60, "batch": 5}, "pk/in")
-    assert (bytes(msg.payload), up["Jetmq-Pack"], up["Nats-Last-Sequence"]) == (b"", "0", "59")
+    assert (bytes(msg.payload), up["Jetmq-Pack"], up["Nats-Last-Sequence"]) == (
+        b"\0\0\0\0",
+        "0",
+        "59",
+    )
     # not a packed request's shape: 408; no such stream: 503
     _, up = _packed(js, {"seq": 0, "batch": 5}, "pk/in")
     assert up["Status"] == "408"
@@ -216,6 +224,18 @@ def test_packed_form_carries_the_stored_records(js: JsClient) -> None:
         UserProperty=[("Jetmq-Pack", "1")],
     )
     assert user_props(js.next_msg("pk/in"))["Status"] == "503"
+    # a stream without allow_direct: packed reads still served (as a consumer would be)
+    assert "error" not in js.request("$JS.API.STREAM.CREATE.ND", {"name": "ND", "subjects": ["nd"]})
+    ok(js.publish("nd", b"x", 1))
+    js.publish(
+        "$JS/API/DIRECT/GET/ND",
+        b'{"seq":1,"batch":5}',
+        1,
+        ResponseTopic="pk/in",
+        UserProperty=[("Jetmq-Pack", "1")],
+    )
+    assert [r[4] for r in unpack(bytes(js.next_msg("pk/in").payload))] == [b"x"]
+    assert user_props(js.next_msg("pk/in"))["Status"] == "204"
     # every stored message, compared with the per-message form's answers
     got: list[tuple[int, int, str, bytes, bytes]] = []
     seq = 1
