@@ -48,7 +48,7 @@ class SourceOptions:
     include_headers: bool
     chunk: int
     filter_pushdown: bool
-    pull_batch: int = 1000  # url=: messages per pull request
+    pull_batch: int = 10_000  # url=: records per packed DIRECT.GET request
 
 
 def _int_option(opts: Mapping[str, str], name: str, default: int | None) -> int | None:
@@ -150,5 +150,5 @@ def parse_source_options(opts: Mapping[str, str]) -> SourceOptions:
         include_headers=_bool_option(opts, "includeHeaders", True),
         chunk=chunk,
         filter_pushdown=_bool_option(opts, "filterPushdown", False),
-        pull_batch=_int_option(opts, "pullBatch", 1000) or 1000,
+        pull_batch=_int_option(opts, "pullBatch", 10_000) or 10_000,
     )
