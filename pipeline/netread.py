@@ -66,14 +66,22 @@ class JsLink:
         client.on_publish = self._on_publish
         self._client = client
         try:
-            client.connect(address.host, address.port, keepalive=60)
-        except OSError as exc:
-            raise NetReadError(
-                f"jetmq source: cannot connect to mqtt://{address.host}:{address.port}: {exc}"
-            ) from exc
-        self._wait(lambda: self._connected, "CONNACK")
-        client.subscribe(self.inbox + "/#", qos=1)
-        self._wait(lambda: self._subscribed, "SUBACK")
+            try:
+                client.connect(address.host, address.port, keepalive=60)
+            except OSError as exc:
+                raise NetReadError(
+                    f"jetmq source: cannot connect to {'mqtts' if address.tls else 'mqtt'}://"
+                    f"{address.host}:{address.port}: {exc}"
+                ) from exc
+            self._wait(lambda: self._connected, "CONNACK")
+            client.subscribe(self.inbox + "/#", qos=1)
+            self._wait(lambda: self._subscribed, "SUBACK")
+        except BaseException:
+            self._closed = True
+            sock = client.socket()
+            if sock is not None:
+                sock.close()
+            raise
 
     # -- paho callbacks (from client.loop, on this thread) ------------------------------------
 
@@ -228,11 +236,11 @@ def list_streams(link: JsLink) -> list[dict[str, Any]]:
     return [link.request(f"STREAM/INFO/{name}") for name in names]
 
 
-def stream_metas(url: str) -> dict[str, StreamMeta]:
+def stream_metas(url: str | BrokerAddress) -> dict[str, StreamMeta]:
     """Every stream through the broker at ``url``, as the planner sees them."""
     from pipeline.mqttpub import parse_url
 
-    link = JsLink(parse_url(url))
+    link = JsLink(parse_url(url) if isinstance(url, str) else url)
     try:
         infos = list_streams(link)
     finally:

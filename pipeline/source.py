@@ -69,7 +69,7 @@ def list_streams(opts: SourceOptions) -> dict[str, storeread.StreamMeta]:
         return storeread.list_streams(opts.path)
     from pipeline import netread
 
-    return netread.stream_metas(opts.url)
+    return netread.stream_metas(opts.broker())
 
 
 def _chunks(opts: SourceOptions, part: SeqRangePartition, keep: batches.RowFilter) -> Iterator[Any]:
@@ -82,9 +82,8 @@ def _chunks(opts: SourceOptions, part: SeqRangePartition, keep: batches.RowFilte
             yield len(rows), batch
         return
     from pipeline import netread
-    from pipeline.mqttpub import parse_url
 
-    link = netread.JsLink(parse_url(opts.url))
+    link = netread.JsLink(opts.broker())
     try:
         info = link.request(f"STREAM/INFO/{part.stream}")
         if netread.stream_id(info) != part.sid:
