@@ -92,3 +92,40 @@ def test_bad_tls_options_are_clear_errors(tmp_path: object) -> None:
     with pytest.raises(OptionError, match="true or false"):
         parse_sink_options({"url": "mqtts://127.0.0.1", "tlsInsecure": "maybe"})
     assert parse_url("mqtts://h").port == 8883
+
+
+def test_the_jobs_tls_flags_reach_the_broker(
+    certs: Certs,  # noqa: F811
+    start_broker: Callable[[str], BrokerThread],  # noqa: F811
+) -> None:
+    from pipeline.cli import _parser
+    from pipeline.jobs.rollup import source_streams
+    from pipeline.jobs.tlsflags import tls_options
+
+    url = _tls_broker(certs, start_broker)
+    link = netread.JsLink(parse_url(url, {"tlsCaFile": str(certs.ca_file)}))
+    try:
+        link.request("STREAM/CREATE/J", {"name": "J", "subjects": ["j"]})
+    finally:
+        link.close()
+    args = _parser().parse_args(
+        [
+            "archive",
+            "--stream",
+            "J",
+            "--to",
+            "out",
+            "--url",
+            url,
+            "--tls-ca-file",
+            str(certs.ca_file),
+        ]
+    )
+    assert tls_options(args) == {"tlsCaFile": str(certs.ca_file)}
+    assert set(source_streams(args)) == {"J"}
+    args = _parser().parse_args(
+        ["rollup", "--stream", "J", "--schema", "v int", "--to", "out", "--url", url,
+         "--via-broker", "--tls-insecure"]
+    )  # fmt: skip
+    assert tls_options(args) == {"tlsInsecure": "true"}
+    assert set(source_streams(args)) == {"J"}
