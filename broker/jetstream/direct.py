@@ -27,7 +27,7 @@ import json
 from typing import Any, Final
 
 from broker.jetstream import packed
-from store import JetStreamError, Store, StoredMsg
+from store import JetStreamError, Store, StoredMsg, keys
 from store.gojson import parse_time
 from store.models import format_time
 from store.ops import Headers
@@ -161,14 +161,21 @@ def _batch(st: Store, stream: str, req: dict[str, Any]) -> list[Answer]:
     if not seq and not req.get("next_by_subj"):
         return [_status(408, "Empty Request")]
     want = str(req.get("next_by_subj") or ">")
-    msgs = [m for m in st.iter_msgs(stream, start=seq) if subject_matches(want, m.subject)]
+    batch = req["batch"]
+    msgs: list[StoredMsg] = []
+    size = 0
+    for msg in st.iter_msgs(stream, start=seq, chunk=min(batch, 1024)):
+        if subject_matches(want, msg.subject):
+            msgs.append(msg)
+            size += len(msg.subject) + _header_bytes(msg) + len(msg.payload)
+            if len(msgs) >= batch or size >= max_bytes:
+                break
     if not msgs:
         return [_status(404, "Message Not Found")]
-    batch = req["batch"]
+    pending = _count_from(st, stream, seq, want)
     out: list[Answer] = []
-    pending = len(msgs)
-    last = sent = 0
-    for msg in msgs[:batch]:
+    last = 0
+    for msg in msgs:
         pending -= 1
         out.append(
             _message(
@@ -176,13 +183,35 @@ def _batch(st: Store, stream: str, req: dict[str, Any]) -> list[Answer]:
             )
         )
         last = msg.seq
-        sent += len(msg.subject) + _header_bytes(msg) + len(msg.payload)
-        if sent >= max_bytes:
-            break
     out.append(
         _status(204, "EOB", ("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last)))
     )
     return out
+
+
+def _count_from(st: Store, stream: str, seq: int, want: str) -> int:
+    """How many stored messages with sequence >= ``seq`` match ``want``: every key walked
+    for ``>`` (no record decoded), the message heads (no payloads) for a filter."""
+    if want != ">":
+        return sum(1 for h in st.iter_heads(stream, start=seq) if subject_matches(want, h.subject))
+    state = st.stream_state(stream)
+    if seq <= state.first_seq:
+        return state.messages
+    env = st.env
+    n = 0
+    with env.read() as txn:
+        raw = txn.get(stream.encode(), db=env.dbs[keys.DB_STREAMS])
+        if raw is None:
+            return 0
+        sid, _, _ = keys.unpack_named_record(bytes(raw), keys.STREAM_RECORD_VERSION)
+        cur = txn.cursor(db=env.dbs[keys.DB_MSGS])
+        end = keys.sid_prefix(sid + 1)
+        if cur.set_range(keys.msg_key(sid, seq)):
+            for k in cur.iternext(keys=True, values=False):
+                if k >= end:
+                    break
+                n += 1
+    return n
 
 
 def _header_bytes(msg: StoredMsg) -> int:
@@ -198,16 +227,15 @@ def _multi_last(st: Store, stream: str, req: dict[str, Any], max_bytes: int) -> 
         up_to = seq_from_time(st, stream, req["up_to_time"]) - 1
     elif not up_to:
         up_to = st.stream_state(stream).last_seq
-    lasts: dict[str, StoredMsg] = {}
-    for msg in st.iter_msgs(stream, end=up_to):
-        if any(subject_matches(f, msg.subject) for f in filters):
-            lasts.pop(msg.subject, None)
-            lasts[msg.subject] = msg
+    lasts: dict[str, int] = {}  # subject -> its last seq (heads only: no payload read)
+    for head in st.iter_heads(stream, end=up_to):
+        if head.subject in lasts or any(subject_matches(f, head.subject) for f in filters):
+            lasts[head.subject] = head.seq
             if len(lasts) > MAX_MULTI:
                 return [_status(413, "Too Many Results")]
     if not lasts:
         return [_status(404, "No Results")]
-    chosen = sorted(lasts.values(), key=lambda m: m.seq)
+    chosen = [m for m in st.get_msgs(stream, sorted(lasts.values())) if m is not None]
     pending = len(chosen) - 1
     last = sent = count = 0
     out: list[Answer] = []
