@@ -72,6 +72,7 @@ class Parking:
         self._deadlines: list[tuple[float, int, int]] = []
         self._tags = itertools.count(1)
         self._scope: trio.CancelScope | None = None  # the watcher's current wait
+        self._last_round = -math.inf  # when the watcher last answered a PINGREQ
         self._closed = False
 
     def __len__(self) -> int:
@@ -139,12 +140,22 @@ class Parking:
                 self._scope = scope
                 while True:
                     await trio.lowlevel.wait_readable(epoll)
-                    # Keep-alive traffic: let more PINGREQs gather, then serve what is
-                    # ready without waiting on the epoll set again (one wake-up of the
-                    # trio loop for several; a parked client's other packets wait at
-                    # most this long, once). Not polling for a condition: ASYNC110.
-                    while self._serve_ready():  # noqa: ASYNC110
+                    if not self._serve_ready():
+                        continue
+                    now = trio.current_time()
+                    gap, self._last_round = now - self._last_round, now
+                    if gap >= IDLE_GATHER_SECONDS:
+                        continue  # slow keep-alive traffic: served as it comes
+                    # PINGREQs come faster than one round per IDLE_GATHER_SECONDS: let
+                    # them gather and serve what is ready without waiting on the epoll set
+                    # again (one wake-up of the trio loop for several; a parked client's
+                    # other packets wait at most this long, once), until a round finds
+                    # no PINGREQ. Slower traffic would pay the timed wait for nothing.
+                    while True:
                         await trio.sleep(IDLE_GATHER_SECONDS)
+                        if not self._serve_ready():
+                            break
+                    self._last_round = trio.current_time()
             self._scope = None
             now = trio.current_time()
             while deadlines and deadlines[0][0] <= now:
