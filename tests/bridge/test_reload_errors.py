@@ -1,0 +1,90 @@
+"""A reload whose ``[bridge]`` section is broken: ``jetmq serve --config`` and SIGHUP
+print that nothing was reloaded, the log names the key, line and value, and the bridge
+that was running keeps forwarding with its old rules. Real nats-server, jetmq in a
+subprocess, paho."""
+
+from __future__ import annotations
+
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.bridge.harness import NatsClient
+from tests.broker.pahoclient import Paho
+from tests.natsserver import NatsServer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def nc(nats_server: NatsServer) -> Iterator[NatsClient]:
+    client = NatsClient(nats_server.url)
+    yield client
+    client.close()
+
+
+def forwards(port: int, nc: NatsClient, topic: str, subject: str) -> bytes:
+    """Publish to ``topic`` until ``subject`` receives it (the bridge may still be
+    connecting to NATS); the payload received."""
+    got = nc.subscribe(subject)
+    pub = Paho(port, f"pub-{topic.replace('/', '-')}")
+    pub.connect()
+    try:
+        deadline = time.monotonic() + 20
+        while got.empty():
+            assert time.monotonic() < deadline, f"{topic} was never forwarded"
+            pub.publish(topic, "hello", qos=1)
+            time.sleep(0.2)
+        return bytes(got.get().data)
+    finally:
+        pub.disconnect()
+
+
+@pytest.mark.slow
+def test_a_broken_bridge_section_keeps_the_running_bridge(
+    nats_server: NatsServer, nc: NatsClient, tmp_path: pathlib.Path
+) -> None:
+    cfg = tmp_path / "jetmq.toml"
+    head = (
+        f'[listener]\nlisten = ["127.0.0.1:0"]\n[storage]\ndata_dir = "{tmp_path / "d"}"\n'
+        f'[bridge]\nservers = ["{nats_server.url}"]\nname = "edge-1"\n'
+    )
+    cfg.write_text(head + '[[bridge.forward]]\nfilter = "first/#"\n')
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker", "serve", "--config", str(cfg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        port = 0
+        for line in proc.stdout:
+            if "listening on 127.0.0.1:" in line:
+                port = int(line.rsplit(":", 1)[1].split()[0])
+                break
+        assert port
+        assert forwards(port, nc, "first/a", "first.a") == b"hello"
+        cfg.write_text(head + '[[bridge.forward]]\nfilter = "second/#"\nmode = "bogus"\n')
+        proc.send_signal(signal.SIGHUP)
+        seen: list[str] = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "SIGHUP: configuration" in line:
+                break
+        assert seen[-1].strip() == "jetmq: SIGHUP: configuration not reloaded (see the log)"
+        text = "".join(seen)
+        assert "reload failed, the configuration in use is kept" in text
+        assert "jetmq.toml: bridge.forward[0].mode (line 10): 'bogus': " in text, text
+        # The running bridge still has its old rule.
+        assert forwards(port, nc, "first/b", "first.b") == b"hello"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        if proc.stdout is not None:
+            proc.stdout.close()
