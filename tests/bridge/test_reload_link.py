@@ -1,7 +1,7 @@
-"""A reload whose ``[bridge]`` section is broken: ``jetmq serve --config`` and SIGHUP
-print that nothing was reloaded, the log names the key, line and value, and the bridge
-that was running keeps forwarding with its old rules. Real nats-server, jetmq in a
-subprocess, paho."""
+"""Reloads of ``[bridge]`` beyond its rules: changed ``servers`` move the link to the new
+server; a broken section (SIGHUP to ``jetmq serve --config``) prints that nothing was
+reloaded, logs key, line and value, and the running bridge keeps its old rules. Real
+nats-server, paho."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.bridge.harness import NatsClient
+from tests.bridge.harness import BridgedBroker, NatsClient, bridge_config
+from tests.bridge.test_reload import bridge_of, reload, wait_for
 from tests.broker.pahoclient import Paho
 from tests.natsserver import NatsServer
 
@@ -88,3 +89,49 @@ def test_a_broken_bridge_section_keeps_the_running_bridge(
         proc.wait(30)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_changed_servers_move_the_link(
+    nats_server: NatsServer, nc: NatsClient, tmp_path: pathlib.Path
+) -> None:
+    """``servers`` changed by a reload: the bridge reconnects to the new server, the old
+    link closes, and forwards and imports go through the new server only."""
+    other = NatsServer(tmp_path / "nats2").start()
+    other_nc = NatsClient(other.url)
+    data = tmp_path / "data"
+    first = {
+        "servers": [nats_server.url],
+        "name": "edge-1",
+        "forward": [{"filter": "a/#"}],
+        "import": [{"subject": "in.>"}],
+    }
+    b = BridgedBroker(bridge_config(data, first)).start()
+    try:
+        wait_for(lambda: bool(b.state()["connected"]))
+        assert b.state()["server"] == nats_server.url.removeprefix("nats://")
+        got_old, got_new = nc.subscribe("a.>"), other_nc.subscribe("a.>")
+        sub = Paho(b.port, "move-sub")
+        sub.connect()
+        sub.subscribe("in/#", qos=1)
+        pub = Paho(b.port, "move-pub")
+        pub.connect()
+
+        old = bridge_of(b)
+        reload(b, data, {**first, "servers": [other.url]})
+        wait_for(lambda: bridge_of(b) is not old and bool(b.state()["connected"]))
+        wait_for(lambda: not old.state.snapshot()["connected"])
+        assert b.state()["server"] == other.url.removeprefix("nats://")
+
+        pub.publish("a/1", "to the new server", qos=1)
+        assert got_new.get(timeout=10).data == b"to the new server"
+        assert got_old.empty()
+        nc.publish("in.x", b"old server: not imported")
+        other_nc.publish("in.x", b"new server: imported")
+        assert sub.get().payload == b"new server: imported"
+        assert sub.none_within(0.5)
+        pub.disconnect()
+        sub.disconnect()
+    finally:
+        b.stop()
+        other_nc.close()
+        other.kill9()
