@@ -135,3 +135,33 @@ def test_changed_servers_move_the_link(
         b.stop()
         other_nc.close()
         other.kill9()
+
+
+def test_a_reload_without_bridge_changes_keeps_the_bridge(
+    nats_server: NatsServer, nc: NatsClient, tmp_path: pathlib.Path
+) -> None:
+    """A reload that changes other sections only leaves the running bridge (and its NATS
+    connection) alone: no swap, no resend."""
+    data = tmp_path / "data"
+    config = {"servers": [nats_server.url], "name": "edge-1", "forward": [{"filter": "a/#"}]}
+    b = BridgedBroker(bridge_config(data, config)).start()
+    try:
+        wait_for(lambda: bool(b.state()["connected"]))
+        got = nc.subscribe("a.>")
+        old = bridge_of(b)
+        new = bridge_config(data, config, max_queued_messages=500)
+
+        def apply() -> list[str]:
+            assert b.broker is not None
+            return b.broker.apply_config(new)
+
+        assert b.call(apply) == []
+        pub = Paho(b.port, "keep-pub")
+        pub.connect()
+        pub.publish("a/1", "same bridge", qos=1)
+        assert got.get(timeout=10).data == b"same bridge"
+        assert bridge_of(b) is old
+        assert old.state.snapshot()["connected"]
+        pub.disconnect()
+    finally:
+        b.stop()
