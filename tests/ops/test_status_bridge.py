@@ -95,6 +95,7 @@ def test_the_status_page_shows_the_bridge_and_jetstream(tmp_path: pathlib.Path) 
             assert re.search(r'id="bridge_state">connected<', dom), dom
             assert re.search(r'id="jetstream">0 streams · 0 consumers<', dom), dom
             assert "<td>server</td>" in dom
+            assert '<section id="bridge_section">' in dom
             assert f"127.0.0.1:{nats.port}" in dom
             assert "<td>forwarded</td>" in dom
             assert "<td>edge-1</td>" in dom

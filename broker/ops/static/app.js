@@ -108,6 +108,7 @@ const BRIDGE_FIELDS = ["name", "connected", "server", "last_error", "in_flight",
 async function pollBridge() {
   try {
     const b = await get("/api/bridge");
+    document.getElementById("bridge_section").hidden = !b.configured;
     if (!b.configured) {
       text("bridge_state", "not configured");
       fill("bridge", [], () => []);
