@@ -24,6 +24,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationError,
     field_validator,
 )
@@ -148,6 +149,9 @@ class LogConfig(_Section):
     # "text": one line per record (time, level, logger, message); "json": one JSON object
     # per line (ts, level, logger, msg, and the fields of connect/disconnect lines).
     format: Literal["text", "json"] = "text"
+    # One line per client connect and disconnect at "info" (client id, address, protocol,
+    # reason); false drops them (a reconnect storm runs about twice as fast without them).
+    connections: StrictBool = True
 
 
 class SysConfig(_Section):

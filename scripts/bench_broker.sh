@@ -7,7 +7,7 @@
 #   scripts/bench_broker.sh idle            # 10,000 idle clients keeping alive (bench_idle.py)
 #
 # Groups: jetmq mosquitto persist amqtt (default: all), jetmq-nobs / jetmq-obs (observability
-# off / on, below), jetmq-quietlog (no connect/disconnect log lines), and jetmq-old: the same scenarios
+# off / on, below), jetmq-quietlog (log.connections = false), and jetmq-old: the same scenarios
 # against another checkout's jetmq (OLD=<checkout with its own .venv>, e.g. a worktree of the
 # commit before a change): `OLD=/tmp/jetmq-old BENCH_GROUPS="jetmq-old jetmq"` A/Bs a change. Results: JSON per group in $OUT and a
 # comparison table on stdout (mqttbench --compare). Nothing generated here is committed.
@@ -97,9 +97,9 @@ OLD=${OLD:-}
 # second for the whole run (the scraper ends with the broker). A/B them with
 #   ROUNDS=3 BENCH_GROUPS="jetmq-nobs jetmq-obs" scripts/bench_broker.sh fanin qos1
 printf '[sys]\ninterval = 0\n' > "$WORK/nobs.toml"
-# "jetmq-quietlog": as jetmq-nobs (log.level "info") with log.level = "warning":
+# "jetmq-quietlog": as jetmq-nobs (log.level "info") with log.connections = false:
 #   ROUNDS=3 BENCH_GROUPS="jetmq-quietlog jetmq-nobs" scripts/bench_broker.sh storm
-printf '[sys]\ninterval = 0\n[log]\nlevel = "warning"\n' > "$WORK/quietlog.toml"
+printf '[sys]\ninterval = 0\n[log]\nconnections = false\n' > "$WORK/quietlog.toml"
 JETMQ_QUIETLOG="sh -c 'rm -rf $WORK/jetmq-data; exec $ROOT/.venv/bin/jetmq serve --config $WORK/quietlog.toml --listen 127.0.0.1:19844 --data-dir $WORK/jetmq-data'"
 printf '[sys]\ninterval = 1\n[http]\nbind = "127.0.0.1:19850"\n' > "$WORK/obs.toml"
 JETMQ_NOBS="sh -c 'rm -rf $WORK/jetmq-data; exec $ROOT/.venv/bin/jetmq serve --config $WORK/nobs.toml --listen 127.0.0.1:19842 --data-dir $WORK/jetmq-data'"

@@ -64,8 +64,9 @@ _VERSIONS = {3: "3.1", 4: "3.1.1", 5: "5.0"}
 
 
 def log_connect(conn: Link, client_id: str, clean_start: bool, keep_alive: int) -> None:
-    """One line per accepted CONNECT: client id, address, protocol (never a password)."""
-    if not log.isEnabledFor(logging.INFO):
+    """One line per accepted CONNECT: client id, address, protocol (never a password);
+    none with ``[log] connections = false``."""
+    if not conn.broker.config.log.connections or not log.isEnabledFor(logging.INFO):
         return
     raw = conn.transport.raw
     if raw is not None:
@@ -85,8 +86,9 @@ def log_connect(conn: Link, client_id: str, clean_start: bool, keep_alive: int) 
 
 
 def log_disconnect(conn: Link, client_id: str) -> None:
-    """One line when a connected client's connection ends, with why."""
-    if not log.isEnabledFor(logging.INFO):
+    """One line when a connected client's connection ends, with why (not with
+    ``[log] connections = false``)."""
+    if not conn.broker.config.log.connections or not log.isEnabledFor(logging.INFO):
         return
     reason = conn.close_reason or ("DISCONNECT (0x00)" if conn.peer_gone else "closed")
     protocol = _VERSIONS.get(int(conn.version), "?")

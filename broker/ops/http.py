@@ -15,6 +15,7 @@ Routes (GET and HEAD; anything else is 405):
 | ``/`` , ``/static/...`` | the status page (files of ``broker/ops/static``, no CDN) |
 | ``/api/stats`` | the counters as JSON (the page polls it for its live chart) |
 | ``/api/clients``, ``/api/subscriptions``, ``/api/streams`` | the tables as JSON |
+| ``/api/bridge`` | the NATS bridge's state (``{"configured": false}`` without ``[bridge]``) |
 
 Resource handling: one task per HTTP connection in the server's nursery, at most
 ``MAX_CONNECTIONS`` at once (more are closed at once), each closed after ``IDLE_TIMEOUT``

@@ -190,6 +190,9 @@ class Operations:
         async def subscriptions() -> Reply:
             return json_reply(view.subscriptions_table(broker))
 
+        async def bridge() -> Reply:
+            return json_reply(view.bridge_view(broker))
+
         async def streams() -> Reply:
             return json_reply(await trio.to_thread.run_sync(view.store_tables, broker))
 
@@ -202,4 +205,5 @@ class Operations:
             "/api/clients": clients,
             "/api/subscriptions": subscriptions,
             "/api/streams": streams,
+            "/api/bridge": bridge,
         }

@@ -74,6 +74,15 @@ def bridge_metrics(broker: Broker) -> dict[str, int]:
     return out
 
 
+def bridge_view(broker: Broker) -> dict[str, Any]:
+    """``/api/bridge``: the NATS bridge's state for the status page (``configured`` false
+    without a ``[bridge]``): connected, server, last error, queues and the counters."""
+    bridge = broker.bridge
+    if bridge is None:
+        return {"configured": False}
+    return {"configured": True, **bridge.status().snapshot()}
+
+
 def store_metrics(broker: Broker) -> dict[str, int]:
     """The store's counters (``store.Store.metrics``) and its data file's size: LMDB's
     high-water mark of pages, what the map must hold (``store_map_used_percent``)."""

@@ -60,6 +60,9 @@ def test_the_status_page_shows_the_broker(tmp_path: pathlib.Path) -> None:
             assert 'id="rate_in">' in dom
             assert 'id="rate_in">\u2013<' not in dom
             assert "broker unreachable" not in dom
+            # No [bridge]: the card says so and the bridge's table stays hidden.
+            assert re.search(r'id="bridge_state">not configured<', dom), dom
+            assert re.search(r'<section id="bridge_section" hidden', dom), dom
             shot = tmp_path / "status.png"
             out = _chromium(tmp_path, "--window-size=1200,1300", f"--screenshot={shot}", url)
             assert out.returncode == 0, out.stderr

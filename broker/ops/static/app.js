@@ -65,6 +65,8 @@ async function pollStats() {
     text("subscriptions", s.subscriptions);
     text("retained", s.retained);
     text("store", human(s.store_size_bytes) + " · " + s.store_streams + " streams");
+    text("jetstream", s.jetstream_enabled ? s.jetstream_streams + " streams · " +
+      s.jetstream_consumers + " consumers" : "off");
     if (last !== null && s.time > last.time) {
       const dt = s.time - last.time;
       const rin = (s.publish_received - last.publish_received) / dt;
@@ -99,7 +101,33 @@ async function pollTables() {
   }
 }
 
+// The bridge's fields in the order of the table (broker.bridge.state.BridgeState.snapshot).
+const BRIDGE_FIELDS = ["name", "connected", "server", "last_error", "in_flight", "pending",
+  "forward_queue"];
+
+async function pollBridge() {
+  try {
+    const b = await get("/api/bridge");
+    document.getElementById("bridge_section").hidden = !b.configured;
+    if (!b.configured) {
+      text("bridge_state", "not configured");
+      fill("bridge", [], () => []);
+      return;
+    }
+    text("bridge_state", b.connected ? "connected" : "disconnected");
+    const rows = BRIDGE_FIELDS.map((k) => [k, b[k]]);
+    for (const [k, v] of Object.entries(b)) {
+      if (k !== "configured" && !BRIDGE_FIELDS.includes(k)) rows.push([k, v]);
+    }
+    fill("bridge", rows, ([k, v]) => [k, v === true ? "yes" : v === false ? "no" : v === "" ? "–" : v]);
+  } catch (err) {
+    text("updated", "broker unreachable: " + err.message);
+  }
+}
+
 pollStats();
 pollTables();
+pollBridge();
 setInterval(pollStats, 1000);
 setInterval(pollTables, 5000);
+setInterval(pollBridge, 2000);
