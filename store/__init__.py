@@ -50,6 +50,7 @@ if TYPE_CHECKING:
         MsgHead,
         Op,
         OpResult,
+        PauseConsumer,
         PubAck,
         Publish,
         Pull,
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
         Tick,
         WithdrawPulls,
     )
+    from store.pausing import PauseState
 
 _WHERE = {
     "Ack": "store.ops",
@@ -78,6 +80,8 @@ _WHERE = {
     "GetConsumerInfo": "store.ops",
     "GetStreamInfo": "store.ops",
     "MsgHead": "store.ops",
+    "PauseConsumer": "store.ops",
+    "PauseState": "store.pausing",
     "JetStreamError": "store.errors",
     "Op": "store.ops",
     "OpResult": "store.ops",
@@ -118,6 +122,8 @@ __all__ = [
     "GetStreamInfo",
     "JetStreamError",
     "Op",
+    "PauseConsumer",
+    "PauseState",
     "OpResult",
     "PubAck",
     "Publish",

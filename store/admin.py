@@ -35,9 +35,11 @@ from store.ops import (
     DeleteMsg,
     GetConsumerInfo,
     OpResult,
+    PauseConsumer,
     PullStatus,
     PurgeStream,
 )
+from store.pausing import Pause, PauseState, normalized_until
 from store.streams import StreamRt
 from store.subjects import (
     is_literal,
@@ -474,6 +476,8 @@ def consumer_info(cat: Catalog, ctx: Ctx, c: ConsumerRt) -> ConsumerInfo | None:
     if not c.pending_known(ctx) and ctx.may_continue and not cat.closing:
         ctx.go_on(GetConsumerInfo(c.stream.name, c.name))
         return None
+    now = cat.clock()
+    remaining = c.pause.remaining(now)
     return ConsumerInfo(
         stream_name=c.stream.name,
         name=c.name,
@@ -494,8 +498,27 @@ def consumer_info(cat: Catalog, ctx: Ctx, c: ConsumerRt) -> ConsumerInfo | None:
         num_waiting=len(c.waiting),
         num_pending=c.counts.num_pending(ctx),
         push_bound=True if c.config.is_push and c.push_bound else None,
-        ts=format_time(cat.clock()),
+        paused=True if remaining is not None else None,
+        pause_remaining=remaining,
+        ts=format_time(now),
     )
+
+
+def pause_consumer(cat: Catalog, ctx: Ctx, op: PauseConsumer) -> PauseState:
+    """CONSUMER.PAUSE: the config's ``pause_until`` becomes ``op.until`` (written with the
+    consumer record, so the pause outlives a restart); a past or zero time resumes, and
+    the consumer delivers in this batch (store.pausing)."""
+    c = cat.consumer(op.stream, op.consumer)
+    try:
+        until = normalized_until(op.until)
+    except ValueError:
+        raise js_error("invalid_json", err=gojson.time_error(op.until)) from None
+    c.config = c.config.model_copy(update={"pause_until": until})
+    c.pause = Pause(c.config)
+    write_consumer_record(cat, ctx, c)
+    cat.batch.streams.add(c.stream)  # (its deadline: the pause's end)
+    cat.batch.consumers.add(c)
+    return c.pause.state(c.config, cat.clock())
 
 
 def _valid_filter(f: str) -> bool:

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from store.errors import JetStreamError
 from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo, format_time
+from store.pausing import PauseState
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -201,6 +202,16 @@ class GetConsumerInfo:
     consumer: str
 
 
+@dataclass(frozen=True, slots=True)
+class PauseConsumer:
+    """CONSUMER.PAUSE: pause until ``until`` (RFC 3339; the zero time or a past one
+    resumes). The result is a ``store.pausing.PauseState``."""
+
+    stream: str
+    consumer: str
+    until: str
+
+
 Op = (
     Publish
     | CreateStream
@@ -216,6 +227,7 @@ Op = (
     | Tick
     | GetStreamInfo
     | GetConsumerInfo
+    | PauseConsumer
 )
 
 
@@ -239,7 +251,17 @@ class PurgeResult:
     purged: int
 
 
-OpResult = PubAck | PurgeResult | JetStreamError | None | bool | StreamInfo | ConsumerInfo | int
+OpResult = (
+    PubAck
+    | PurgeResult
+    | JetStreamError
+    | None
+    | bool
+    | StreamInfo
+    | ConsumerInfo
+    | int
+    | PauseState
+)
 
 
 # -- events (emitted on the writer thread after the commit that produced them) --------------
