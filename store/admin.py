@@ -513,7 +513,9 @@ def pause_consumer(cat: Catalog, ctx: Ctx, op: PauseConsumer) -> PauseState:
         until = normalized_until(op.until)
     except ValueError:
         raise js_error("invalid_json", err=gojson.time_error(op.until)) from None
-    c.config = c.config.model_copy(update={"pause_until": until})
+    # (resumed with the zero time, the server's config has no pause_until: measured)
+    kept = None if until == gojson.ZERO_TIME else until
+    c.config = c.config.model_copy(update={"pause_until": kept})
     c.pause = Pause(c.config)
     write_consumer_record(cat, ctx, c)
     cat.batch.streams.add(c.stream)  # (its deadline: the pause's end)
