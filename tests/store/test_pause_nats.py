@@ -96,11 +96,11 @@ def test_pause_answers_as_nats_server_does(tmp_path: Path) -> None:
                 ours = _fields(_ours(store.pause_consumer, "S", name, until, extras=err_extras))
                 if theirs != ours:
                     found.append(f"pause {name} {raw!r}: server {theirs}, store {ours}")
-                for c in ("f", "p"):
-                    theirs = _fields(await _req(nc, f"$JS.API.CONSUMER.INFO.S.{c}", b""))
-                    ours = _fields(_ours(store.consumer_info, "S", c))
+                for cn in ("f", "p"):
+                    theirs = _fields(await _req(nc, f"$JS.API.CONSUMER.INFO.S.{cn}", b""))
+                    ours = _fields(_ours(store.consumer_info, "S", cn))
                     if theirs != ours:
-                        found.append(f"info {c} after {raw!r}: server {theirs}, store {ours}")
+                        found.append(f"info {cn} after {raw!r}: server {theirs}, store {ours}")
             theirs = _fields(await _req(nc, "$JS.API.CONSUMER.PAUSE.X.f", b""))
             ours = _fields(_ours(store.pause_consumer, "X", "f", "", extras=err_extras))
             if theirs != ours:
