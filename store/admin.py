@@ -414,6 +414,9 @@ def update_consumer(
         if getattr(old, field) != getattr(cfg, field):
             raise js_error("consumer_create", err=msg)
     check_stream_rules(c.stream, cfg, c)
+    # An update keeps the pause as it is, whatever pause_until it names (nats-server
+    # 2.15.1, measured): only CONSUMER.PAUSE changes it.
+    cfg = cfg.model_copy(update={"pause_until": old.pause_until})
     c.config = cfg
     c.counts.filters = cfg.filters
     c.finder.scan_floor = 0

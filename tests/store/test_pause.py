@@ -147,3 +147,13 @@ def test_the_pause_survives_a_restart(tmp_path: Path, clock: FakeClock, events: 
         s.pull("S", "c", "inbox")
         assert _seqs(events.take()) == []
         assert s.next_deadline() == T0 + 30 * SEC
+
+
+def test_an_update_keeps_the_pause(store: Store) -> None:
+    until = format_time(T0 + 10 * SEC)
+    _setup(store, pause_until=until)
+    for extra in ({}, {"pause_until": format_time(T0 + 99 * SEC)}):
+        cfg = {"durable_name": "c", "ack_policy": "explicit", "max_deliver": 5, **extra}
+        info = store.create_consumer("S", cfg, action="update").to_wire()
+        assert info["config"]["pause_until"] == until
+        assert info["pause_remaining"] == 10 * SEC
