@@ -110,14 +110,36 @@ def to_batch(
     through Python, one by one. Subjects repeat, so topics and the subject filter are
     computed once per distinct subject."""
     import numpy as np
-    import pyarrow as pa
 
-    n = len(rows)
-    if not n:
+    if not rows:
         return None
     seqs = np.frombuffer(b"".join([r[0] for r in rows]), dtype=">u8")[1::2].astype(np.int64)
-    vals = [r[1] for r in rows]
-    raw = pa.array(vals, pa.binary())  # one buffer for the numpy views
+    return records_batch(
+        stream, seqs, [r[1] for r in rows], include_headers=include_headers, keep=keep
+    )
+
+
+def records_batch(
+    stream: str,
+    seqs: Any,
+    vals: list[bytes] | None,
+    *,
+    raw: Any = None,
+    include_headers: bool = True,
+    keep: RowFilter = NO_FILTER,
+) -> Any:
+    """:func:`to_batch` of records whose seqs are ``seqs`` (numpy int64): ``vals``, or
+    ``raw``, the records as one Arrow binary array (a packed network answer, no copy)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if raw is None:
+        raw = pa.array(vals, pa.binary())  # one buffer for the numpy views
+    n = len(raw)
+    if not n:
+        return None
+    if raw.offset:  # (buffers are read from 0 below)
+        raw = pa.concat_arrays([raw])
     bufs = raw.buffers()
     offs = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1).astype(np.int64)
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
@@ -165,8 +187,10 @@ def to_batch(
         counts = np.zeros(n, np.int32)
         h_keys: list[str] = []
         h_vals: list[str] = []
+        if vals is None:
+            vals = raw.to_pylist()
         for i in with_headers.tolist():
-            block = rows[i][1][send[i] + 4 : pstart[i]]
+            block = vals[i][send[i] + 4 : pstart[i]]
             seen: set[str] = set()
             for name, value in keys.decode_headers(block):
                 if name in seen:
@@ -218,72 +242,12 @@ def to_batch(
     return batch
 
 
-def from_messages(
-    stream: str,
-    msgs: Sequence[tuple[int, int, str, tuple[tuple[str, str], ...], bytes]],
-    *,
-    include_headers: bool = True,
-    keep: RowFilter = NO_FILTER,
-) -> Any:
-    """Messages read through the broker (``pipeline.netread``: seq, time ns, subject,
-    headers, payload) as one RecordBatch of the source schema (None if ``keep`` drops all).
-    Columns as :func:`to_batch` makes them from records."""
-    import pyarrow as pa
-
-    rows = [
-        m
-        for m in msgs
-        if (keep.subject is None or keep.subject(m[2]))
-        and (keep.ts_min_ns is None or m[1] >= keep.ts_min_ns)
-        and (keep.ts_max_ns is None or m[1] <= keep.ts_max_ns)
-    ]
-    if not rows:
-        return None
-    topics: list[str] = []
-    qos: list[int | None] = []
-    retain: list[bool | None] = []
-    maps: list[list[tuple[str, str]]] = []
-    for _seq, _ts, subject, headers, _payload in rows:
-        topic = subject_to_topic(subject)
-        q: int | None = None
-        r: bool | None = None
-        first: dict[str, str] = {}
-        for name, value in headers:
-            if name in first:
-                continue
-            first[name] = value
-            if name == "Mqtt-Topic":
-                topic = _mqtt_topic(value)
-            elif name == "Mqtt-Qos":
-                q = int(value) if value in ("0", "1", "2") else None
-            elif name == "Mqtt-Retain":
-                r = value == "1"
-        topics.append(topic)
-        qos.append(q)
-        retain.append(r)
-        maps.append(list(first.items()))
-    schema = arrow_schema(include_headers)
-    columns = [
-        pa.repeat(pa.scalar(stream, pa.string()), len(rows)),
-        pa.array([m[0] for m in rows], pa.int64()),
-        pa.array([m[2] for m in rows], pa.string()),
-        pa.array(topics, pa.string()),
-        pa.array([m[1] // 1000 for m in rows], pa.int64()).cast(schema.field("ts").type),
-        pa.array([m[4] for m in rows], pa.binary()),
-        pa.array(qos, pa.int32()),
-        pa.array(retain, pa.bool_()),
-    ]
-    if include_headers:
-        columns.insert(5, pa.array(maps, schema.field("headers").type))
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
 _MAX_SHAPES: Final = 32  # distinct (subject length, header length) pairs sliced in Arrow
 _TO_END: Final = (1 << 31) - 1
 
 
 def _slice_fields(
-    raw: Any, vals: list[bytes], slen: Any, hlen: Any, send: Any, pstart: Any
+    raw: Any, vals: list[bytes] | None, slen: Any, hlen: Any, send: Any, pstart: Any
 ) -> tuple[Any, Any]:
     """The subject (string) and payload (binary) arrays of the records in ``raw``.
 
@@ -298,6 +262,8 @@ def _slice_fields(
     shape = (slen << 32) | hlen
     uniq, inv = np.unique(shape, return_inverse=True)
     if len(uniq) > _MAX_SHAPES:
+        if vals is None:
+            vals = raw.to_pylist()
         subjects = pa.array(
             [v[_HEAD_SIZE:b] for v, b in zip(vals, send.tolist(), strict=True)], pa.binary()
         )

@@ -11,14 +11,17 @@ at-least-once, never a silent loss.
 
 from __future__ import annotations
 
+import os
+import ssl
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
 DEFAULT_PORT: Final = 1883
+DEFAULT_TLS_PORT: Final = 8883
 DEFAULT_INFLIGHT: Final = 256
 
 
@@ -32,28 +35,82 @@ class BrokerAddress:
     port: int
     username: str | None = None
     password: str | None = None
+    tls: bool = False  # mqtts://
+    ca_file: str | None = None  # None: the system's trust store
+    cert_file: str | None = None  # a client certificate (PEM) and its key
+    key_file: str | None = None
+    insecure: bool = False  # no certificate or host name check (tests, never production)
 
 
-def parse_url(url: str) -> BrokerAddress:
-    """``mqtt://[user[:password]@]host[:port]`` (``mqtts`` is not supported yet)."""
+# Spark options of the TLS settings (source with url=, sink): option -> BrokerAddress field
+TLS_OPTIONS: Final = {
+    "tlsCaFile": "ca_file",
+    "tlsCertFile": "cert_file",
+    "tlsKeyFile": "key_file",
+    "tlsInsecure": "insecure",
+}
+
+
+def tls_options(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The TLS options set in ``opts`` (a Spark options map), as picklable pairs."""
+    return tuple((k, opts[k]) for k in TLS_OPTIONS if opts.get(k))
+
+
+def parse_url(url: str, tls: Mapping[str, str] | None = None) -> BrokerAddress:
+    """``mqtt://`` or ``mqtts://[user[:password]@]host[:port]`` (ports 1883 / 8883), with
+    the TLS options of :data:`TLS_OPTIONS` (``mqtts://`` only)."""
     parts = urlsplit(url)
-    if parts.scheme != "mqtt" or not parts.hostname:
+    if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
         raise ValueError(
-            f"jetmq sink: option 'url' must look like mqtt://host:port, got {url!r}"
-            + (" (TLS is not supported by the sink yet)" if parts.scheme == "mqtts" else "")
+            f"jetmq sink: option 'url' must look like mqtt://host:port or mqtts://host:port,"
+            f" got {url!r}"
         )
+    secure = parts.scheme == "mqtts"
     try:
-        port = parts.port or DEFAULT_PORT
+        port = parts.port or (DEFAULT_TLS_PORT if secure else DEFAULT_PORT)
     except ValueError:
         raise ValueError(f"jetmq sink: bad port in url {url!r}") from None
     user = unquote(parts.username) if parts.username else None
     pw = unquote(parts.password) if parts.password else None
-    return BrokerAddress(parts.hostname, port, user, pw)
+    settings: dict[str, Any] = {}
+    for option, value in (tls or {}).items():
+        field = TLS_OPTIONS.get(option)
+        if field is None or not value:
+            continue
+        if not secure:
+            raise ValueError(f"jetmq sink: option {option!r} needs an mqtts:// url, got {url!r}")
+        if field == "insecure":
+            low = value.strip().lower()
+            if low not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(
+                    f"jetmq sink: option {option!r} must be true or false, got {value!r}"
+                )
+            settings[field] = low in ("true", "1", "yes")
+        else:
+            if not os.path.isfile(value):
+                raise ValueError(f"jetmq sink: option {option!r}: no such file {value!r}")
+            settings[field] = value
+    if ("cert_file" in settings) != ("key_file" in settings):
+        raise ValueError("jetmq sink: options 'tlsCertFile' and 'tlsKeyFile' go together")
+    return BrokerAddress(parts.hostname, port, user, pw, secure, **settings)
+
+
+class _ClosingSSLSocket(ssl.SSLSocket):
+    """An SSL socket that closes itself when its handshake fails: paho 2.1 drops a socket
+    whose handshake raised without closing it."""
+
+    def do_handshake(self, block: bool = False) -> None:
+        try:
+            super().do_handshake(block)
+        except BaseException:
+            self.close()
+            raise
 
 
 def new_client(address: BrokerAddress, client_id_prefix: str) -> Any:
-    """A paho MQTT 5 client for ``address``: a unique client id, its credentials, nothing
-    queued while disconnected (the caller drives ``loop`` on its own thread)."""
+    """A paho MQTT 5 client for ``address``: a unique client id, its credentials, TLS for
+    ``mqtts://``, nothing queued while disconnected (the caller drives ``loop`` on its own
+    thread)."""
     from paho.mqtt.client import Client
     from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
@@ -65,6 +122,16 @@ def new_client(address: BrokerAddress, client_id_prefix: str) -> Any:
     client.max_queued_messages_set(0)
     if address.username is not None:
         client.username_pw_set(address.username, address.password)
+    if address.tls:
+        ctx = ssl.create_default_context(cafile=address.ca_file)
+        if address.cert_file is not None:
+            ctx.load_cert_chain(address.cert_file, address.key_file)
+        if address.insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        ctx.sslsocket_class = _ClosingSSLSocket
+        client.tls_set_context(ctx)
+        client.tls_insecure_set(address.insecure)
     return client
 
 

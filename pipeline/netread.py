@@ -3,27 +3,25 @@
 Executors anywhere reach the data this way, not only on the broker's host. One
 :class:`JsLink` per task: a paho-mqtt MQTT 5 client driven from the task's own thread
 (``client.loop``, no paho network thread), with one inbox subscription
-(``_INBOX/jetmq-spark/<id>/#``, QoS 1) for API answers and deliveries.
+(``_INBOX/jetmq-spark/<id>/#``, QoS 1) for API answers and packed reads.
 
 - Planning: ``$JS/API/STREAM/NAMES`` (paged) and ``$JS/API/STREAM/INFO/<s>`` give each
   stream's range; the stream's ``created`` time stands for its id (a stream deleted and
   re-created meanwhile has another).
-- A partition ``first..last`` of a stream is read by an ephemeral pull consumer made for it
-  (``deliver_policy by_start_sequence``, ``opt_start_seq first``, ``ack_policy none``,
-  an inactive threshold so a killed task leaves nothing behind) and pull requests
-  (``$JS/API/CONSUMER/MSG/NEXT``, ``no_wait``) until a delivery passes ``last`` or nothing
-  is pending; then the consumer is deleted. Each delivery's ack topic
-  (``$JS/ACK/<stream>/<consumer>/<delivered>/<sseq>/<cseq>/<ts>/<pending>``) gives its
-  sequence, time and what is still pending; user property ``Nats-Subject`` its subject
-  (MQTT form); the other user properties are its headers.
+- A partition ``first..last`` of a stream is read with jetmq's packed DIRECT.GET
+  (request user property ``Jetmq-Pack: 1``; docs/jetstream.md): one request per range of
+  ``pullBatch`` sequences, answered by ONE PUBLISH holding the stored records (the store's
+  record layout, decoded by :mod:`pipeline.batches` exactly as ``path=`` decodes them),
+  then a ``204 EOB`` status. Two requests are in flight per partition; an answer cut by
+  its byte bound is followed by a request for the rest of its range. Nothing is left
+  behind on the broker (no consumer), and the stream needs no ``allow_direct``.
 
-Decision: a consumer per partition rather than message gets in batches: one request
-brings up to ``batch`` messages, and the broker walks the stream once.
+Decision (measured, docs/benchmarks.md): the ephemeral pull consumer used before sent one
+MQTT PUBLISH per message (7.8k rows/s); packed answers carry thousands of records each.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import uuid
@@ -34,25 +32,19 @@ from typing import Any, Final
 
 from pipeline.mqttpub import BrokerAddress, new_client
 from pipeline.storeread import StreamMeta
-from store.topics import topic_to_subject
 
 API: Final = "$JS/API/"
-PULL_BATCH: Final = 1000
-INACTIVE_NS: Final = 120 * 10**9
+PULL_BATCH: Final = 10_000  # records asked for per packed request
+PACK_BYTES: Final = 16 << 20  # the broker's largest packed answer
+PREFETCH: Final = 2  # packed requests in flight per partition
 
 
 class NetReadError(RuntimeError):
     """The broker could not be reached or answered with a JetStream error."""
 
 
-class Message(tuple[int, int, str, tuple[tuple[str, str], ...], bytes]):
-    """(seq, time ns, subject, headers, payload): what ``batches.from_messages`` takes."""
-
-    __slots__ = ()
-
-
 class JsLink:
-    """A connected MQTT 5 client for JetStream requests and deliveries on one inbox."""
+    """A connected MQTT 5 client for JetStream requests and packed reads on one inbox."""
 
     def __init__(self, address: BrokerAddress, *, timeout: float = 30.0) -> None:
 
@@ -60,7 +52,7 @@ class JsLink:
         self.address = address
         self.inbox = f"_INBOX/jetmq-spark/{uuid.uuid4().hex}"
         self._answers: dict[bytes, Any] = {}
-        self.deliveries: deque[Any] = deque()
+        self._packs: dict[bytes, list[Any]] = {}
         self._failure: str | None = None
         self._connected = False
         self._subscribed = False
@@ -74,14 +66,22 @@ class JsLink:
         client.on_publish = self._on_publish
         self._client = client
         try:
-            client.connect(address.host, address.port, keepalive=60)
-        except OSError as exc:
-            raise NetReadError(
-                f"jetmq source: cannot connect to mqtt://{address.host}:{address.port}: {exc}"
-            ) from exc
-        self._wait(lambda: self._connected, "CONNACK")
-        client.subscribe(self.inbox + "/#", qos=1)
-        self._wait(lambda: self._subscribed, "SUBACK")
+            try:
+                client.connect(address.host, address.port, keepalive=60)
+            except OSError as exc:
+                raise NetReadError(
+                    f"jetmq source: cannot connect to {'mqtts' if address.tls else 'mqtt'}://"
+                    f"{address.host}:{address.port}: {exc}"
+                ) from exc
+            self._wait(lambda: self._connected, "CONNACK")
+            client.subscribe(self.inbox + "/#", qos=1)
+            self._wait(lambda: self._subscribed, "SUBACK")
+        except BaseException:
+            self._closed = True
+            sock = client.socket()
+            if sock is not None:
+                sock.close()
+            raise
 
     # -- paho callbacks (from client.loop, on this thread) ------------------------------------
 
@@ -112,8 +112,9 @@ class JsLink:
         corr = getattr(props, "CorrelationData", None) if props is not None else None
         if corr is not None and msg.topic.endswith("/r"):
             self._answers[bytes(corr)] = msg.payload
-        else:
-            self.deliveries.append(msg)
+        elif corr is not None and msg.topic.endswith("/p"):
+            self._packs.setdefault(bytes(corr), []).append(msg)
+        # (anything else on the inbox is not ours to read: dropped)
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -132,7 +133,14 @@ class JsLink:
             self._client.loop(0.05)
         self._check()
 
-    def publish(self, topic: str, body: bytes, reply: str, corr: bytes | None = None) -> None:
+    def publish(
+        self,
+        topic: str,
+        body: bytes,
+        reply: str,
+        corr: bytes | None = None,
+        user: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
@@ -140,6 +148,8 @@ class JsLink:
         props.ResponseTopic = reply
         if corr is not None:
             props.CorrelationData = corr
+        if user:
+            props.UserProperty = list(user)
         self._client.publish(topic, body, qos=1, properties=props)
 
     def request(self, rest: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -161,9 +171,35 @@ class JsLink:
             )
         return answer  # type: ignore[no-any-return]
 
-    def wait_delivery(self) -> None:
-        """Until a delivery (or status) arrives on the inbox; NetReadError after ``timeout``."""
-        self._wait(lambda: bool(self.deliveries), "message or status for a pull request")
+    def ask_packed(self, stream: str, body: dict[str, Any]) -> bytes:
+        """Send a packed DIRECT.GET (``Jetmq-Pack: 1``); its correlation id."""
+        self._n += 1
+        corr = b"p%d" % self._n
+        self.publish(
+            f"{API}DIRECT/GET/{stream}",
+            json.dumps(body).encode(),
+            self.inbox + "/p",
+            corr,
+            (("Jetmq-Pack", "1"),),
+        )
+        return corr
+
+    def packed_answer(self, corr: bytes) -> tuple[bytes, int]:
+        """The records and last seq of packed request ``corr`` (after its 204 EOB); a
+        refusal raises NetReadError (``503``: the stream does not exist)."""
+
+        def done() -> bool:
+            got = self._packs.get(corr) or []
+            return len(got) >= 2 or (len(got) == 1 and _status(got[0]) is not None)
+
+        self._wait(done, f"packed answer from {API}DIRECT/GET")
+        got = self._packs.pop(corr)
+        status = _status(got[0])
+        if status is not None:
+            code, why = status
+            raise NetReadError(f"jetmq source: DIRECT.GET answered {code} {why}")
+        up = dict(getattr(got[1].properties, "UserProperty", None) or ())
+        return got[0].payload, int(up.get("Nats-Last-Sequence", "0"))
 
     def close(self) -> None:
         self._closed = True
@@ -172,6 +208,15 @@ class JsLink:
             self._client.loop(0.05)
         except Exception:  # closing a broken connection: nothing to report
             pass
+
+
+def _status(msg: Any) -> tuple[str, str] | None:
+    """``(Status, Description)`` of a status message other than ``204``, else None."""
+    up = dict(getattr(msg.properties, "UserProperty", None) or ())
+    code = up.get("Status")
+    if code is None or code == "204":
+        return None
+    return code, up.get("Description", "")
 
 
 def stream_id(info: dict[str, Any]) -> int:
@@ -191,11 +236,11 @@ def list_streams(link: JsLink) -> list[dict[str, Any]]:
     return [link.request(f"STREAM/INFO/{name}") for name in names]
 
 
-def stream_metas(url: str) -> dict[str, StreamMeta]:
+def stream_metas(url: str | BrokerAddress) -> dict[str, StreamMeta]:
     """Every stream through the broker at ``url``, as the planner sees them."""
     from pipeline.mqttpub import parse_url
 
-    link = JsLink(parse_url(url))
+    link = JsLink(parse_url(url) if isinstance(url, str) else url)
     try:
         infos = list_streams(link)
     finally:
@@ -214,85 +259,55 @@ def stream_metas(url: str) -> dict[str, StreamMeta]:
     return out
 
 
-def _ack_meta(reply: str) -> tuple[int, int, int] | None:
-    """(stream seq, time ns, pending) from an ack topic, None if it is not one."""
-    parts = reply.split("/")
-    if len(parts) != 9 or parts[0] != "$JS" or parts[1] != "ACK":
-        return None
-    try:
-        return int(parts[5]), int(parts[7]), int(parts[8])
-    except ValueError:
-        return None
+def unpack(payload: bytes) -> tuple[Any, Any]:
+    """The seqs (numpy int64) and the stored records (one Arrow binary array over the
+    payload, nothing copied) of a packed answer (docs/jetstream.md)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if len(payload) < 4:
+        raise NetReadError("jetmq source: a packed answer is cut short")
+    n = int.from_bytes(payload[:4], "big")
+    head = 4 + 12 * n
+    if len(payload) < head:
+        raise NetReadError("jetmq source: a packed answer is cut short")
+    seqs = np.frombuffer(payload, dtype=">u8", count=n, offset=4).astype(np.int64)
+    lens = np.frombuffer(payload, dtype=">u4", count=n, offset=4 + 8 * n).astype(np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    total = int(lens.sum())
+    if head + total != len(payload) or total >= 1 << 31:
+        raise NetReadError("jetmq source: a packed answer's lengths do not add up")
+    np.cumsum(lens, out=offsets[1:])
+    buf = pa.py_buffer(payload)
+    raw = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), buf.slice(head)])
+    return seqs, raw
 
 
 def scan(
-    link: JsLink,
-    stream: str,
-    first: int,
-    last: int,
-    chunk: int,
-    subject_filter: str | None,
-    pull_batch: int = PULL_BATCH,
-) -> Iterator[list[Message]]:
-    """The messages of ``stream`` stored in ``first..last``, in chunks of at most ``chunk``."""
-    config: dict[str, Any] = {
-        "deliver_policy": "by_start_sequence",
-        "opt_start_seq": first,
-        "ack_policy": "none",
-        "inactive_threshold": INACTIVE_NS,
-        "mem_storage": True,
-    }
-    if subject_filter:
-        config["filter_subject"] = subject_filter
-    made = link.request(f"CONSUMER/CREATE/{stream}", {"stream_name": stream, "config": config})
-    consumer = made["name"]
-    out: list[Message] = []
-    try:
-        done = False
-        while not done:
-            want = {"batch": min(pull_batch, last - first + 1), "no_wait": True}
-            link.publish(
-                f"{API}CONSUMER/MSG/NEXT/{stream}/{consumer}",
-                json.dumps(want).encode(),
-                link.inbox + "/d",
-            )
-            got = 0
-            ended = False
-            while not ended and not done:
-                if not link.deliveries:
-                    link.wait_delivery()
-                msg = link.deliveries.popleft()
-                props = msg.properties
-                user = list(getattr(props, "UserProperty", None) or ())
-                reply = getattr(props, "ResponseTopic", None)
-                meta = _ack_meta(reply) if reply else None
-                if meta is None:  # a status (404 no messages, 408, 409): the request ended
-                    ended = True
-                    continue
-                seq, ts, pending = meta
-                got += 1
-                if seq > last:
-                    done = True
-                    break
-                subject = ""
-                headers: list[tuple[str, str]] = []
-                for k, v in user:
-                    if k == "Nats-Subject":
-                        subject = topic_to_subject(v)
-                    else:
-                        headers.append((k, v))
-                out.append(Message((seq, ts, subject, tuple(headers), bytes(msg.payload))))
-                if len(out) >= chunk:
-                    yield out
-                    out = []
-                if seq >= last or pending == 0:
-                    done = True
-                elif got == want["batch"]:
-                    ended = True  # a request whose batch is complete gets no status
-            if ended and got == 0:
-                done = True  # nothing more is stored in the range
-    finally:
-        with contextlib.suppress(NetReadError):  # else the inactive threshold removes it
-            link.request(f"CONSUMER/DELETE/{stream}/{consumer}")
-    if out:
-        yield out
+    link: JsLink, stream: str, first: int, last: int, per_request: int = PULL_BATCH
+) -> Iterator[tuple[Any, Any]]:
+    """``(seqs, records)`` (:func:`unpack`) of ``stream`` stored in ``first..last``, one answer at a time.
+
+    Packed DIRECT.GETs over seq ranges of ``per_request``, the next range asked for before
+    the current one is read (the broker answers a client's requests in order); an answer
+    cut by its byte bound is followed by a request for the rest of its range."""
+    ranges = deque(
+        (lo, min(lo + per_request - 1, last)) for lo in range(first, last + 1, per_request)
+    )
+    asked: deque[tuple[bytes, int, int]] = deque()
+
+    def ask(lo: int, hi: int) -> tuple[bytes, int, int]:
+        body = {"seq": lo, "batch": hi - lo + 1, "up_to_seq": hi, "max_bytes": PACK_BYTES}
+        return link.ask_packed(stream, body), lo, hi
+
+    while ranges or asked:
+        while ranges and len(asked) < PREFETCH:
+            asked.append(ask(*ranges.popleft()))
+        corr, _, hi = asked.popleft()
+        while True:
+            payload, lseq = link.packed_answer(corr)
+            if len(payload) > 4:
+                yield unpack(payload)
+            if len(payload) <= 4 or lseq >= hi:
+                break
+            corr, _, hi = ask(lseq + 1, hi)  # cut by max_bytes (or a gap at the end)

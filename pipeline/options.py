@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from pipeline.mqttpub import BrokerAddress
 
 DEFAULT_PARTITION_RECORDS: Final = 100_000
 DEFAULT_CHUNK: Final = 10_000  # records per read transaction and per RecordBatch
@@ -48,7 +51,14 @@ class SourceOptions:
     include_headers: bool
     chunk: int
     filter_pushdown: bool
-    pull_batch: int = 1000  # url=: messages per pull request
+    pull_batch: int = 10_000  # url=: records per packed DIRECT.GET request
+    tls: tuple[tuple[str, str], ...] = ()  # url=: the TLS options (mqttpub.TLS_OPTIONS)
+
+    def broker(self) -> BrokerAddress:
+        """The ``BrokerAddress`` of ``url`` with the TLS options."""
+        from pipeline.mqttpub import parse_url
+
+        return parse_url(self.url or "", dict(self.tls))
 
 
 def _int_option(opts: Mapping[str, str], name: str, default: int | None) -> int | None:
@@ -99,16 +109,18 @@ def _seq_bound(opts: Mapping[str, str], name: str, default: str) -> SeqBound:
 def parse_source_options(opts: Mapping[str, str]) -> SourceOptions:
     url = opts.get("url") or None
     path = opts.get("path") or ""
+    tls: tuple[tuple[str, str], ...] = ()
     if url and path:
         raise OptionError(
             "jetmq source: give either option 'path' (the broker's data directory, on its"
             " host) or option 'url' (through the broker), not both"
         )
     if url:
-        from pipeline.mqttpub import parse_url
+        from pipeline.mqttpub import parse_url, tls_options
 
+        tls = tls_options(opts)
         try:
-            parse_url(url)
+            parse_url(url, dict(tls))
         except ValueError as exc:
             raise OptionError(str(exc).replace("jetmq sink", "jetmq source")) from None
     elif not path:
@@ -150,5 +162,6 @@ def parse_source_options(opts: Mapping[str, str]) -> SourceOptions:
         include_headers=_bool_option(opts, "includeHeaders", True),
         chunk=chunk,
         filter_pushdown=_bool_option(opts, "filterPushdown", False),
-        pull_batch=_int_option(opts, "pullBatch", 1000) or 1000,
+        pull_batch=_int_option(opts, "pullBatch", 10_000) or 10_000,
+        tls=tls,
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
@@ -53,11 +53,11 @@ def parse_sink_options(opts: Mapping[str, str]) -> SinkOptions:
             'jetmq sink: option \'url\' is required, e.g. .option("url", "mqtt://127.0.0.1:1883")'
         )
     try:
-        address = parse_url(url)
+        address = parse_url(url, opts)
     except ValueError as exc:
         raise OptionError(str(exc)) from None
     if opts.get("username"):
-        address = BrokerAddress(address.host, address.port, opts["username"], opts.get("password"))
+        address = replace(address, username=opts["username"], password=opts.get("password"))
 
     def num(name: str, default: str, lo: float, hi: float) -> float:
         raw = opts.get(name) or default

@@ -69,7 +69,7 @@ def list_streams(opts: SourceOptions) -> dict[str, storeread.StreamMeta]:
         return storeread.list_streams(opts.path)
     from pipeline import netread
 
-    return netread.stream_metas(opts.url)
+    return netread.stream_metas(opts.broker())
 
 
 def _chunks(opts: SourceOptions, part: SeqRangePartition, keep: batches.RowFilter) -> Iterator[Any]:
@@ -82,28 +82,19 @@ def _chunks(opts: SourceOptions, part: SeqRangePartition, keep: batches.RowFilte
             yield len(rows), batch
         return
     from pipeline import netread
-    from pipeline.mqttpub import parse_url
 
-    link = netread.JsLink(parse_url(opts.url))
+    link = netread.JsLink(opts.broker())
     try:
         info = link.request(f"STREAM/INFO/{part.stream}")
         if netread.stream_id(info) != part.sid:
             return  # deleted and re-created since planning: not the stream planned
-        for msgs in netread.scan(
-            link,
-            part.stream,
-            part.first,
-            part.last,
-            opts.chunk,
-            opts.subject_filter,
-            opts.pull_batch,
-        ):
-            batch = batches.from_messages(
-                part.stream, msgs, include_headers=opts.include_headers, keep=keep
+        for seqs, raw in netread.scan(link, part.stream, part.first, part.last, opts.pull_batch):
+            batch = batches.records_batch(
+                part.stream, seqs, None, raw=raw, include_headers=opts.include_headers, keep=keep
             )
-            yield len(msgs), batch
+            yield len(raw), batch
     except netread.NetReadError as exc:
-        if "err_code 10059" in str(exc):  # stream not found: deleted since planning
+        if "err_code 10059" in str(exc) or "answered 503" in str(exc):  # deleted meanwhile
             return
         raise
     finally:

@@ -4,6 +4,7 @@
 #
 #   scripts/bench_broker.sh                 # MQTT 5: all six scenarios, qos1 persistent, amqtt
 #   REPEAT=1 BENCH_GROUPS="jetmq mosquitto" scripts/bench_broker.sh fanin qos1
+#   scripts/bench_broker.sh idle            # 10,000 idle clients keeping alive (bench_idle.py)
 #
 # Groups: jetmq mosquitto persist amqtt (default: all), jetmq-nobs / jetmq-obs (observability
 # off / on, below), jetmq-quietlog (no connect/disconnect log lines), and jetmq-old: the same scenarios
@@ -30,6 +31,28 @@ GATE=${GATE:---quiet-wait 240 --quiet-busy 40 --max-other 50 --max-retries 2}
 BENCH_GROUPS=${BENCH_GROUPS:-jetmq mosquitto persist amqtt}
 SCENARIOS=${*:-fanin fanout qos1 latency subs storm}
 mkdir -p "$WORK" "$OUT"
+
+# "idle" is not an mqttbench scenario: 10,000 connected clients that only keep alive (one
+# PINGREQ each per keep alive), broker CPU of jetmq (log level warning) and mosquitto
+# alternating, IDLE_ROUNDS rounds (default 3), by scripts/bench_idle.py (run it alone for
+# its options: --clients, --keepalive, --window). It runs after the other scenarios:
+#   scripts/bench_broker.sh latency idle
+IDLE=0
+rest=""
+for s in $SCENARIOS; do
+  if [ "$s" = idle ]; then IDLE=1; else rest="$rest $s"; fi
+done
+SCENARIOS=${rest# }
+run_idle() {
+  [ "$IDLE" = 1 ] || return 0
+  echo
+  python3 "$ROOT/scripts/bench_idle.py" --rounds "${IDLE_ROUNDS:-3}" --workdir "$WORK/idle" \
+      --json "$OUT/idle.json"
+}
+if [ -z "$SCENARIOS" ]; then
+  run_idle
+  exit 0
+fi
 
 command -v mosquitto >/dev/null || { echo "bench_broker: mosquitto is not installed (apt-get install mosquitto)" >&2; exit 2; }
 [ -x "$ROOT/.venv/bin/jetmq" ] || { echo "bench_broker: run ./scripts/test or ./scripts/run first" >&2; exit 2; }
@@ -94,6 +117,7 @@ if [ -n "${ROUNDS:-}" ]; then
     done
   done
   python3 "$ROOT/scripts/bench_ab.py" "$first" "$last" "$OUT"
+  run_idle
   echo "results in $OUT"
   exit 0
 fi
@@ -146,4 +170,5 @@ for g in $BENCH_GROUPS; do
 done
 echo
 python3 "$MQB" --compare "${jsons[@]}"
+run_idle
 echo "results in $OUT"

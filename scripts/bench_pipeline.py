@@ -13,6 +13,10 @@ written from the jetmq read itself, so both hold the same rows and schema. Each 
 Usage: ``.venv/bin/python scripts/bench_pipeline.py [--n 1000000] [--repeats 3]
 [--master local[2]] [--partition 100000] [--url] [--freshness 30]``.
 
+Also timed: a "floor" source with the same schema that yields one prepared RecordBatch
+over and over (no reading, no decoding): what pyspark's Python data source path costs by
+itself, the best any Python reader can do.
+
 ``--url`` starts ``jetmq serve`` on the filled data directory (a free loopback port) and
 reads it with ``option("url", ...)``; ``--freshness S`` publishes 20 messages/s for S
 seconds with paho at QoS 1 into a stream the broker captures, while a streaming query
@@ -160,6 +164,46 @@ def freshness(spark: Any, work: str, port: int, seconds: float) -> list[float]:
     return sorted(seen[k] - sent[k] for k in sent if k in seen)
 
 
+def floor_source(data: str, n: int, partition: int) -> Any:
+    """A data source with the jetmq schema that yields ONE prepared RecordBatch (the first
+    10,000 stored rows, decoded once per task) over and over, ``n`` rows in all, in as
+    many partitions as the jetmq read: what pyspark's Python data source path costs with
+    no reading at all, the floor of any reader written in Python."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    parts = max(1, -(-n // partition))
+
+    class FloorReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(parts)]
+
+        def read(self, partition: InputPartition) -> Any:
+            from pipeline import batches, storeread
+
+            meta = storeread.list_streams(data)["BENCH"]
+            rows = next(storeread.scan(data, meta.sid, 1, meta.last_seq, 10_000))
+            batch = batches.to_batch("BENCH", rows)
+            todo = n // parts
+            while todo > 0:
+                yield batch if todo >= batch.num_rows else batch.slice(0, todo)
+                todo -= batch.num_rows
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "jetmqfloor"
+
+        def schema(self) -> str:
+            from pipeline import batches
+
+            return batches.SCHEMA_DDL
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return FloorReader()
+
+    return FloorSource
+
+
 def timed(df: Any) -> float:
     t0 = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
@@ -213,16 +257,21 @@ def main() -> int:
             if args.url
             else None
         )
+        spark.dataSource.register(floor_source(data, args.n, args.partition))
+        floor = spark.read.format("jetmqfloor").load()
         timed(jet)  # warm-up: Python workers started, files in the page cache
         timed(lean)
         timed(pq)
+        timed(floor)
         t_jet: list[float] = []
         t_lean: list[float] = []
         t_pq: list[float] = []
+        t_floor: list[float] = []
         for _ in range(args.repeats):
             t_jet.append(timed(jet))
             t_pq.append(timed(pq))
             t_lean.append(timed(lean))
+            t_floor.append(timed(floor))
             if net is not None:
                 t_url.append(timed(net))
         if args.freshness:
@@ -242,7 +291,7 @@ def main() -> int:
             f" (min {min(rates):,.0f}, max {max(rates):,.0f}; {args.repeats} runs:"
             f" {', '.join(f'{t:.2f}' for t in ts)} s)"
         )
-        return med
+        return float(med)
 
     print(f"batch read of {args.n:,} messages, master {args.master}:")
     a = line("jetmq source (path=)", t_jet)
@@ -250,6 +299,8 @@ def main() -> int:
     b = line("Parquet (all columns)", t_pq)
     print(f"{'ratio jetmq / Parquet':>26}: {a / b:.2f}x (target >= 0.5x)")
     print(f"{'ratio without headers':>26}: {c / b:.2f}x")
+    f = line("floor: prepared batch", t_floor)
+    print(f"{'ratio floor / Parquet':>26}: {f / b:.2f}x (pyspark's Python source, no reading)")
     if t_url:
         u = line("jetmq source (url=)", t_url)
         print(f"{'ratio url= / Parquet':>26}: {u / b:.3f}x (target >= 0.2x)")

@@ -27,7 +27,7 @@ import radix
 from broker.core.message import AppMessage
 from broker.core.sessions import Session
 from broker.core.systopics import Outcome, reserved_prefix
-from broker.jetstream import direct
+from broker.jetstream import direct, packed
 from broker.jetstream.commit import commit
 from broker.jetstream.interest import Interest
 from broker.jetstream.outbox import Outbox
@@ -168,11 +168,15 @@ class ApiHandler:
                 result = await self._pull(num, subject, body, reply)
             elif subject.startswith(direct.PREFIX):
                 self.client.submit_open()
-                payload, headers = await trio.to_thread.run_sync(
-                    direct.direct_get, self.client.store, subject, body
+                pack = packed.wants_pack(props.user_properties)
+                answers = await trio.to_thread.run_sync(
+                    direct.direct_get, self.client.store, subject, body, pack
                 )
-                props = Properties(correlation_data=props.correlation_data, user_properties=headers)
-                self.outbox.send(reply, payload, props)
+                for payload, headers in answers:
+                    out = Properties(
+                        correlation_data=props.correlation_data, user_properties=headers
+                    )
+                    self.outbox.send(reply, payload, out)
             else:
                 self.client.submit_open()  # what this client wrote before goes first
                 answer, changed = await trio.to_thread.run_sync(self.requests.handle, subject, body)

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from broker.core.sessions import Session
-from broker.mqtt.connection import Connection, DuplicatePublish, Role
+from broker.mqtt.connection import Connection, ConnectionState, DuplicatePublish, Role
 from broker.mqtt.encoder import encode
 from broker.mqtt.errors import Answer, MQTTProtocolError
 from broker.mqtt.packet_types import ProtocolVersion
@@ -72,6 +72,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetmq.client")
 
 _V5 = ProtocolVersion.MQTT_5
+_PINGREQ = b"\xc0\x00"  # a whole PINGREQ (the same in every protocol version)
+_PINGRESP = b"\xd0\x00"
+_CONNECTED = ConnectionState.CONNECTED
 
 
 # SUBACK codes by granted QoS (an Enum call per subscription is measurable in a storm).
@@ -174,7 +177,10 @@ class ClientConnection:
     async def run(self) -> None:
         hs = self.handshake
         self.handshake = None  # the task holds it while it needs it
-        self.inbound = Inbound(self, self.out)
+        try:
+            self.inbound  # noqa: B018 - kept when the connection parked again
+        except AttributeError:
+            self.inbound = Inbound(self, self.out)
         try:
             if hs is not None and hs.early_error is not None:
                 raise hs.early_error  # a bug in connect_now: reported below
@@ -207,6 +213,8 @@ class ClientConnection:
                 if not self.closing:
                     await self._feed(b"")
                 await self._read_loop()
+            if self._parked_fd >= 0:
+                return  # parked again, idle: its next packet starts a task
             if scope.cancelled_caught and not self.closing and self.session is not None:
                 # Only the keep-alive deadline cancels the scope without closing first.
                 self.disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
@@ -230,12 +238,13 @@ class ClientConnection:
                 ):
                     await self.transport.send_all(data)
         finally:
-            self.closing = True
-            self.out.end()
-            self.detach()
-            with trio.CancelScope(shield=True):
-                await self.transport.aclose(linger=not self.peer_gone)
-            self.broker.connection_ended(self)
+            if self._parked_fd < 0:  # else parked again: the connection goes on
+                self.closing = True
+                self.out.end()
+                self.detach()
+                with trio.CancelScope(shield=True):
+                    await self.transport.aclose(linger=not self.peer_gone)
+                self.broker.connection_ended(self)
 
     def connect_now(self) -> bool:
         """Called by the accept loop before this connection has a task: True when the
@@ -282,6 +291,66 @@ class ClientConnection:
         self.detach()
         self.transport.close_now()
         self.broker.connection_ended(self)
+
+    def answer_idle(self) -> bool:
+        """Called by ``Parking`` when this parked connection's socket is readable: a lone
+        PINGREQ is answered here, without a task, and the connection stays parked."""
+        raw = self.transport.raw
+        proto = self.proto
+        if raw is None or self.closing or proto.state is not _CONNECTED or proto.buffered:
+            return False
+        try:
+            if raw.recv(3, socket.MSG_PEEK) != _PINGREQ:
+                return False  # anything else (or the end of the stream): the task reads it
+            raw.recv(2)
+        except OSError:
+            return False
+        # Connected, nothing buffered: the codec machine would turn these two bytes into
+        # one PINGREQ event and change nothing (nor does sending PINGRESP), so it is
+        # skipped here, the hot path of an idle broker.
+        broker = self.broker
+        stats = broker.stats
+        stats.bytes_received += 2
+        stats.packets_received += 1
+        out = self.out
+        if out.at_rest():  # the usual case: nothing ahead of the PINGRESP, send it now
+            data = _PINGRESP  # [MQTT-3.12.4-1]
+            stats.control_sent += 1
+            sent = self.transport.send_now(data)
+            if sent < 0:
+                out.close_soon()  # the peer is gone: the connection's task closes it
+            elif sent < len(data):  # the kernel did not take it all: the writer's job
+                stats.bytes_sent += sent
+                out.out.append(data[sent:])
+                out.kick()
+            else:
+                stats.bytes_sent += sent
+        else:
+            broker.batch = []
+            try:
+                out.send(Pingresp())  # [MQTT-3.12.4-1]
+            finally:
+                broker.flush_batch()
+        if self._parked_fd >= 0:  # still parked (a failed send closes it)
+            broker.parking.extend(
+                self._parked_fd, self.proto.keepalive_deadline(trio.current_time())
+            )
+        return True
+
+    def _park_again(self, now: float) -> bool:
+        """After a chunk that was a lone PINGREQ: when nothing is in progress, give the
+        socket back to ``Parking`` and end the task (True)."""
+        raw = self.transport.raw
+        if raw is None or self.closing or self.proto.buffered or not self.out.at_rest():
+            return False
+        scope = self._read_scope
+        self._read_scope = None
+        fd = raw.fileno()
+        if self.broker.parking.park(self, fd, self.proto.keepalive_deadline(now)):
+            self._parked_fd = fd
+            return True
+        self._read_scope = scope
+        return False
 
     def unparked(self, expired: bool) -> None:
         """Called by ``Parking`` before this connection's task starts."""
@@ -347,6 +416,8 @@ class ClientConnection:
             finally:
                 broker.flush_batch()
                 broker.store_client.chunk_done()
+            if data == _PINGREQ and self._park_again(now):
+                return
 
     async def _feed(self, data: bytes) -> bool:
         """Handle the packets ``data`` completes; True when it completed at least one."""

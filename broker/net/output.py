@@ -72,6 +72,16 @@ class Output:
         self._steps_send: trio.MemorySendChannel[Step] | None = None
         self._steps_pending = 0
 
+    def at_rest(self) -> bool:
+        """Nothing in progress: nothing unsent, no acknowledgement waiting for a commit,
+        and no writer or an idle one (the connection may park; see ``broker.net.parking``)."""
+        return (
+            not self.out
+            and self._steps_pending == 0
+            and (self.writer_scope is None or self._idle)
+            and not self._in_batch
+        )
+
     def close_soon(self) -> None:
         """Stop reading; what is queued is flushed and the connection closes."""
         self.conn.closing = True

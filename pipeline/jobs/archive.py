@@ -19,6 +19,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from pipeline.jobs.tlsflags import add_tls_flags, tls_options
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream", required=True, help="stream to archive")
@@ -35,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="mqtt://HOST:PORT",
         help="read through a running broker instead of its data directory (any executor host)",
     )
+    add_tls_flags(p)
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument(
         "--max-records-per-trigger",
@@ -85,7 +88,7 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, int]:
     out = os.path.abspath(args.to)
     reader = spark.readStream.format("jetmq").option("streams", args.stream)
     if args.url:
-        reader = reader.option("url", args.url)
+        reader = reader.option("url", args.url).options(**tls_options(args))
     else:
         reader = reader.option("path", os.path.abspath(args.path))
     if args.max_records_per_trigger:

@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from pipeline.jobs.rollstate import RollupState, StateDir, StateError
+from pipeline.jobs.tlsflags import add_tls_flags, tls_options
 
 NUMERIC: Final = ("byte", "short", "integer", "long", "float", "double", "decimal")
 _WINDOW = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
@@ -52,6 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--url", default="mqtt://127.0.0.1:1883", help="broker for --publish (mqtt://host:port)"
     )
+    add_tls_flags(p)
     p.add_argument(
         "--via-broker",
         action="store_true",
@@ -109,7 +111,7 @@ def _parsed(args: argparse.Namespace, schema: Any, reader: Any) -> Any:
 
     reader = reader.format("jetmq").option("streams", args.stream)
     if args.via_broker:
-        reader = reader.option("url", args.url)
+        reader = reader.option("url", args.url).options(**tls_options(args))
     else:
         reader = reader.option("path", os.path.abspath(args.path))
     raw = reader.option("includeHeaders", "false").load()
@@ -284,8 +286,9 @@ def source_streams(args: argparse.Namespace) -> dict[str, Any]:
 
     if getattr(args, "via_broker", False) or (args.job == "archive" and args.url):
         from pipeline import netread
+        from pipeline.mqttpub import parse_url
 
-        return netread.stream_metas(args.url)
+        return netread.stream_metas(parse_url(args.url, tls_options(args)))
     try:
         return storeread.list_streams(os.path.abspath(args.path))
     finally:  # the driver keeps no environment open (a broker may open the store here)
@@ -330,6 +333,7 @@ def _publish_rows(windows: Any, args: argparse.Namespace) -> None:
         .write.format("jetmq")
         .mode("append")
         .option("url", args.url)
+        .options(**tls_options(args))
         .save()
     )
 
@@ -405,6 +409,7 @@ def follow(spark: Any, args: argparse.Namespace) -> list[Any]:
             .writeStream.outputMode("append")
             .format("jetmq")
             .option("url", args.url)
+            .options(**tls_options(args))
             .option("checkpointLocation", os.path.join(out, "_checkpoint_publish"))
             .trigger(processingTime=trigger)
             .start()

@@ -80,14 +80,96 @@ def test_a_silent_client_is_parked_and_woken_by_its_first_packet(tmp_path: pathl
             connack = await c.next()
         assert isinstance(connack, Connack)
         assert len(broker.parking) == 1
-        await c.send(Pingreq())
+        await c.send(Subscribe(1, (Subscription(b"woken/#", 1),)))
         with trio.fail_after(5):
-            assert isinstance(await c.next(), Pingresp)
+            assert isinstance(await c.next(), Suback)
         assert len(broker.parking) == 0
         await c.send(Disconnect())
         with trio.fail_after(5):
             assert await c.next() is None
         c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def test_a_parked_client_keeps_alive_with_pingreq_and_stays_parked_mqtt_3_12_4_1(
+    tmp_path: pathlib.Path,
+) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        c = SockClient(broker, "pinger", keep_alive=20)
+        with trio.fail_after(5):
+            assert isinstance(await c.next(), Connack)
+        received = broker.stats.packets_received
+        for _ in range(5):  # 5 x 25 s: well past 1.5 x keep alive from the CONNECT
+            await trio.sleep(25)
+            await c.send(Pingreq())
+            with trio.fail_after(5):
+                assert isinstance(await c.next(), Pingresp)
+            assert len(broker.parking) == 1  # answered without a task
+        assert broker.stats.packets_received == received + 5
+        last = trio.current_time()
+        with trio.fail_after(1000):
+            disconnect = await c.next()  # keep alive counts from the last PINGREQ
+        assert isinstance(disconnect, Disconnect)
+        assert disconnect.reason_code is ReasonCode.KEEP_ALIVE_TIMEOUT
+        assert trio.current_time() - last == pytest.approx(30, abs=0.5)
+        c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def test_a_pingreq_with_more_behind_it_wakes_the_connection(tmp_path: pathlib.Path) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        c = SockClient(broker, "ping-and-sub")
+        with trio.fail_after(5):
+            assert isinstance(await c.next(), Connack)
+        await c.sock.send(
+            encode(Pingreq(), V5) + encode(Subscribe(1, (Subscription(b"more/#", 0),)), V5)
+        )
+        with trio.fail_after(5):
+            assert isinstance(await c.next(), Pingresp)
+            assert isinstance(await c.next(), Suback)
+        c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def test_a_woken_client_parks_again_after_a_lone_pingreq(tmp_path: pathlib.Path) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        sub = SockClient(broker, "sub", keep_alive=20)
+        with trio.fail_after(5):
+            assert isinstance(await sub.next(), Connack)
+        await sub.send(Subscribe(1, (Subscription(b"park/#", 1),)))
+        with trio.fail_after(5):
+            assert isinstance(await sub.next(), Suback)
+        assert len(broker.parking) == 0  # woken by the SUBSCRIBE
+        await sub.send(Pingreq())
+        with trio.fail_after(5):
+            assert isinstance(await sub.next(), Pingresp)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(broker.parking) == 1  # nothing in progress: parked again
+        # Parked, it still gets what is published to it, and its next packet wakes it.
+        pub = SockClient(broker, "pub")
+        with trio.fail_after(5):
+            assert isinstance(await pub.next(), Connack)
+        await pub.send(Publish(b"park/a", b"to a parked client", qos=1, packet_id=7))
+        with trio.fail_after(5):
+            got = await sub.next()
+        assert isinstance(got, Publish)
+        assert got.payload == b"to a parked client"
+        assert got.packet_id is not None
+        await sub.send(Subscribe(2, (Subscription(b"other/#", 0),)))
+        with trio.fail_after(5):
+            assert isinstance(await sub.next(), Suback)
+        # Keep alive still counts from the last packet.
+        last = trio.current_time()
+        with trio.fail_after(1000):
+            disconnect = await sub.next()
+        assert isinstance(disconnect, Disconnect)
+        assert disconnect.reason_code is ReasonCode.KEEP_ALIVE_TIMEOUT
+        assert trio.current_time() - last == pytest.approx(30, abs=0.5)
+        sub.close()
+        pub.close()
 
     run_with_broker(tmp_path, body)
 
@@ -156,6 +238,9 @@ class _Conn:
 
     def unparked(self, expired: bool) -> None:
         self.expired.append(expired)
+
+    def answer_idle(self) -> bool:
+        return False
 
     async def run(self) -> None:
         self.started.set()

@@ -58,7 +58,10 @@ def test_broker_down_is_one_line_and_exit_1(argv: tuple[str, ...]) -> None:
 def test_a_bad_server_address_is_refused() -> None:
     out = jetmq("pub", "a", "b", "--server", "http://127.0.0.1:1")
     assert out.returncode == 1
-    assert out.stderr.strip() == "jetmq: server 'http://127.0.0.1:1': only mqtt:// and mqtts:// are supported"
+    assert (
+        out.stderr.strip()
+        == "jetmq: server 'http://127.0.0.1:1': only mqtt:// and mqtts:// are supported"
+    )
 
 
 def test_pub_sub_round_trip(served: str) -> None:

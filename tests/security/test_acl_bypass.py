@@ -282,6 +282,10 @@ def test_jetstream_api_and_ack_topics_of_another_users_consumer(
         bob.publish(b"$JS/API/CONSUMER/DELETE/ORDERS/C", b"", 1, 3,
                     response_topic="inbox/bob/r")  # fmt: skip
         assert bob.expect(Puback).reason_code is DENIED
+        # the packed bulk read (jetmq extension) is a DIRECT.GET: the same ACL
+        bob.publish(b"$JS/API/DIRECT/GET/ORDERS", b'{"seq": 1, "batch": 10}', 1, 4,
+                    response_topic="inbox/bob/p", user_properties=(("Jetmq-Pack", "1"),))  # fmt: skip
+        assert bob.expect(Puback).reason_code is DENIED
         assert bob.nothing_within(0.3)
 
         info = api(alice, b"CONSUMER/INFO/ORDERS/C", {}, 5)

@@ -528,7 +528,8 @@ def test_header_blocks(store: Store) -> None:
     block = b'NATS/1.0\r\nMqtt-Topic: "a/b"\r\nMqtt-Qos: 1\r\n\r\n'
     one = store.submit([Publish("hb.1", b"x", pairs), Publish("hb.1", b"x", block)])
     a, b = one.result(timeout=10)
-    assert isinstance(a, PubAck) and isinstance(b, PubAck)
+    assert isinstance(a, PubAck)
+    assert isinstance(b, PubAck)
     got = list(store.iter_msgs("HB"))
     assert got[0].headers == got[1].headers == pairs
     for bad in (
@@ -538,11 +539,14 @@ def test_header_blocks(store: Store) -> None:
         "NATS/1.0\r\nK: é\r\n\r\n".encode(),
     ):
         res = store.submit([Publish("hb.2", b"y", bad)]).result(timeout=10)[0]
-        assert isinstance(res, JetStreamError) and res.err_code == 10003, bad
+        assert isinstance(res, JetStreamError), bad
+        assert res.err_code == 10003, bad
     dup = b"NATS/1.0\r\nNats-Msg-Id: m1\r\n\r\n"
     first, second = store.submit([Publish("hb.3", b"z", dup), Publish("hb.3", b"z", dup)]).result(
         timeout=10
     )
-    assert isinstance(first, PubAck) and isinstance(second, PubAck)
-    assert second.duplicate and second.seq == first.seq
+    assert isinstance(first, PubAck)
+    assert isinstance(second, PubAck)
+    assert second.duplicate
+    assert second.seq == first.seq
     assert store.stream_info("HB").state.messages == 3
