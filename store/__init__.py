@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         Op,
         OpResult,
         PauseConsumer,
+        PauseState,
         PubAck,
         Publish,
         Pull,
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
         Tick,
         WithdrawPulls,
     )
-    from store.pausing import PauseState
 
 _WHERE = {
     "Ack": "store.ops",
@@ -81,7 +81,7 @@ _WHERE = {
     "GetStreamInfo": "store.ops",
     "MsgHead": "store.ops",
     "PauseConsumer": "store.ops",
-    "PauseState": "store.pausing",
+    "PauseState": "store.ops",
     "JetStreamError": "store.errors",
     "Op": "store.ops",
     "OpResult": "store.ops",

@@ -36,10 +36,11 @@ from store.ops import (
     GetConsumerInfo,
     OpResult,
     PauseConsumer,
+    PauseState,
     PullStatus,
     PurgeStream,
 )
-from store.pausing import Pause, PauseState, normalized_until
+from store.pausing import Pause, advisory, normalized_until
 from store.streams import StreamRt
 from store.subjects import (
     is_literal,
@@ -288,6 +289,8 @@ def create_consumer(
         return create_consumer_more(cat, ctx, walk)
     cid = cat.next_id(ctx)
     c = ConsumerRt(st, name, cid, cfg, ctx.now)
+    if c.pause.until > ctx.now:
+        ctx.events.append(advisory(ctx, st.name, name, True, c.pause.text))
     if placed is None:
         initial_position(cat, ctx, st, c, last)
     else:
@@ -516,14 +519,18 @@ def pause_consumer(cat: Catalog, ctx: Ctx, op: PauseConsumer) -> PauseState:
         until = normalized_until(op.until)
     except ValueError:
         raise js_error("invalid_json", err=gojson.time_error(op.until)) from None
+    was_paused = c.pause.until > ctx.now
     # (resumed with the zero time, the server's config has no pause_until: measured)
     kept = None if until == gojson.ZERO_TIME else until
     c.config = c.config.model_copy(update={"pause_until": kept})
-    c.pause = Pause(c.config)
+    c.pause = Pause(c.config, ctx.now)
     write_consumer_record(cat, ctx, c)
     cat.batch.streams.add(c.stream)  # (its deadline: the pause's end)
     cat.batch.consumers.add(c)
-    return c.pause.state(c.config, cat.clock())
+    state = c.pause.state(c.config, cat.clock())
+    if state.paused or was_paused:  # (no advisory for resuming what was not paused)
+        ctx.events.append(advisory(ctx, c.stream.name, c.name, state.paused, state.pause_until))
+    return state
 
 
 def _valid_filter(f: str) -> bool:

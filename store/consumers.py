@@ -84,7 +84,7 @@ class ConsumerRt:
         self.more = False  # the last deliver() stopped at its budget with work left
         self.counts = PendingCounts(stream, self, config.filters)
         self.finder = NextMessage(stream, self.counts)  # the next new message to deliver
-        self.pause = Pause(config)  # until when it delivers nothing (store.pausing)
+        self.pause = Pause(config, created_ns)  # until when it delivers nothing (store.pausing)
 
     def pending_known(self, ctx: Ctx) -> bool:
         """Whether num_pending is known (else counted on: the consumer is due now)."""
@@ -245,7 +245,7 @@ class ConsumerRt:
         waiting = self.waiting
         finder = self.finder
         self.more = False
-        if self.pause.until and self.pause.holds(ctx.now):
+        if self.pause.until and self.pause.holds(ctx, self.stream.name, self.name):
             return False
         self._expire_overdue_acks(ctx)
         if (
@@ -408,7 +408,7 @@ class ConsumerRt:
         first message instead); 408 "Requests Pending" when the requests already waiting
         would take everything there is. None: it is queued. (While num_pending is being
         counted in slices, there is taken to be enough for it.)"""
-        if self.pause.until and self.pause.holds(ctx.now):
+        if self.pause.until and self.pause.holds(ctx, self.stream.name, self.name):
             return None if expires else (404, "No Messages")  # (as nats-server, measured)
         self._expire_overdue_acks(ctx)
         queued = len(self._queued_for_redelivery())

@@ -18,7 +18,6 @@ from typing import NamedTuple
 
 from store.errors import JetStreamError
 from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo, format_time
-from store.pausing import PauseState
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -247,6 +246,21 @@ class PubAck(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class PauseState:
+    """A ``PauseConsumer``'s result: nats-server's ``consumer_pause_response`` fields."""
+
+    paused: bool
+    pause_until: str
+    pause_remaining: int | None
+
+    def to_wire(self) -> dict[str, object]:
+        out: dict[str, object] = {"paused": self.paused, "pause_until": self.pause_until}
+        if self.pause_remaining is not None:
+            out["pause_remaining"] = self.pause_remaining
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class PurgeResult:
     purged: int
 
@@ -317,15 +331,18 @@ class PullStatus:
 
 @dataclass(frozen=True, slots=True)
 class Advisory:
-    """``max_deliver`` reached, message terminated, consumer deleted by inactivity."""
+    """``max_deliver`` reached, message terminated, consumer deleted by inactivity, a
+    consumer paused or resumed."""
 
-    kind: str  # "max_deliver" | "terminated" | "consumer_deleted"
+    kind: str  # "max_deliver" | "terminated" | "consumer_deleted" | "pause"
     stream: str
     consumer: str
     stream_seq: int = 0
     deliveries: int = 0
     reason: str = ""
     time_ns: int = 0
+    paused: bool = False  # "pause": paused (True) or resumed, and the pause_until
+    pause_until: str = ""
 
     def to_wire(self, advisory_id: str) -> tuple[str, dict[str, object]]:
         """``(subject, body)`` of the nats-server advisory (spec §1.9.5)."""
@@ -348,6 +365,10 @@ class Advisory:
                 "deliveries": self.deliveries,
                 "reason": self.reason,
             }
+        elif self.kind == "pause":
+            subject = f"$JS.EVENT.ADVISORY.CONSUMER.PAUSE.{self.stream}.{self.consumer}"
+            body = {"type": "io.nats.jetstream.advisory.v1.consumer_pause", **base}
+            body |= {"paused": self.paused, "pause_until": self.pause_until}
         else:
             subject = f"$JS.EVENT.ADVISORY.CONSUMER.DELETED.{self.stream}.{self.consumer}"
             body = {"type": "io.nats.jetstream.advisory.v1.consumer_action", **base}

@@ -11,25 +11,31 @@ stop and ack-wait redeliveries wait; at the pause's end the consumer is due (its
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from store.ctx import Ctx
 from store.gojson import ZERO_TIME, parse_time
 from store.models import ConsumerConfig, format_time
+from store.ops import Advisory, PauseState
 
 
 class Pause:
     """Until when (Unix ns; 0: not paused) a consumer delivers nothing."""
 
-    __slots__ = ("until",)
+    __slots__ = ("text", "until")
 
-    def __init__(self, config: ConsumerConfig) -> None:
+    def __init__(self, config: ConsumerConfig, now: int = 0) -> None:
+        self.text = config.pause_until or ZERO_TIME
         self.until = parse_time(config.pause_until) if config.pause_until else 0
+        if self.until <= now:  # (a past time: not paused, no advisory when it "ends")
+            self.until = 0
 
-    def holds(self, now: int) -> bool:
-        """Paused at ``now``; a pause that has ended is forgotten (its deadline too)."""
-        if self.until > now:
+    def holds(self, ctx: Ctx, stream: str, consumer: str) -> bool:
+        """Paused now; a pause that has ended is forgotten (its deadline too), with the
+        resumed advisory nats-server sends then (measured)."""
+        if self.until > ctx.now:
             return True
-        self.until = 0
+        if self.until:
+            self.until = 0
+            ctx.events.append(advisory(ctx, stream, consumer, False, self.text))
         return False
 
     def remaining(self, now: int) -> int | None:
@@ -41,21 +47,13 @@ class Pause:
         return PauseState(remaining is not None, config.pause_until or ZERO_TIME, remaining)
 
 
-@dataclass(frozen=True, slots=True)
-class PauseState:
-    paused: bool
-    pause_until: str
-    pause_remaining: int | None
-
-    def to_wire(self) -> dict[str, object]:
-        out: dict[str, object] = {"paused": self.paused, "pause_until": self.pause_until}
-        if self.pause_remaining is not None:
-            out["pause_remaining"] = self.pause_remaining
-        return out
-
-
 def normalized_until(text: str) -> str:
     """``pause_until`` as the server echoes it: UTC, the zero time for none (ValueError
     if it is no RFC 3339 time)."""
     ns = parse_time(text)
     return format_time(ns) if ns else ZERO_TIME
+
+
+def advisory(ctx: Ctx, stream: str, consumer: str, paused: bool, until: str) -> Advisory:
+    """nats-server's ``consumer_pause`` advisory (measured against 2.15.1)."""
+    return Advisory("pause", stream, consumer, time_ns=ctx.now, paused=paused, pause_until=until)

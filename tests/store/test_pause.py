@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from store import Delivery, JetStreamError, PullStatus, Store
+from store import Advisory, Delivery, JetStreamError, PullStatus, Store
 from store.models import format_time
 from tests.store.conftest import SEC, T0, Events, FakeClock
 
@@ -157,3 +157,45 @@ def test_an_update_keeps_the_pause(store: Store) -> None:
         info = store.create_consumer("S", cfg, action="update").to_wire()
         assert info["config"]["pause_until"] == until
         assert info["pause_remaining"] == 10 * SEC
+
+
+def _advisories(evs: list[Any]) -> list[tuple[str, dict[str, object]]]:
+    out = []
+    for e in evs:
+        if isinstance(e, Advisory) and e.kind == "pause":
+            subject, body = e.to_wire("id")
+            out.append((subject, {k: body[k] for k in ("type", "paused", "pause_until")}))
+    return out
+
+
+def test_pause_advisories_as_nats_server(store: Store, events: Events, clock: FakeClock) -> None:
+    """As measured on nats-server 2.15.1: at a create with a future pause, each pause, a
+    resume of a paused consumer (not of one that is not), and when a pause ends."""
+    subject = "$JS.EVENT.ADVISORY.CONSUMER.PAUSE.S.c"
+    kind = "io.nats.jetstream.advisory.v1.consumer_pause"
+    first, later = format_time(T0 + 60 * SEC), format_time(T0 + 90 * SEC)
+    _setup(store, n=0, pause_until=first)
+    assert _advisories(events.take()) == [
+        (subject, {"type": kind, "paused": True, "pause_until": first})
+    ]
+    store.pause_consumer("S", "c", later)
+    assert _advisories(events.take()) == [
+        (subject, {"type": kind, "paused": True, "pause_until": later})
+    ]
+    store.pause_consumer("S", "c", ZERO)
+    assert _advisories(events.take()) == [
+        (subject, {"type": kind, "paused": False, "pause_until": ZERO})
+    ]
+    store.pause_consumer("S", "c", ZERO)
+    store.pause_consumer("S", "c", "2001-01-01T00:00:00Z")
+    assert _advisories(events.take()) == []
+    soon = format_time(T0 + 2 * SEC)
+    store.pause_consumer("S", "c", soon)
+    events.take()
+    clock.advance(2 * SEC)
+    store.tick().result(timeout=10)
+    assert _advisories(events.take()) == [
+        (subject, {"type": kind, "paused": False, "pause_until": soon})
+    ]
+    store.tick().result(timeout=10)
+    assert _advisories(events.take()) == []
