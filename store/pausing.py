@@ -5,8 +5,9 @@ it delivers nothing, read from the consumer's config ``pause_until`` (so it pers
 with the consumer record and survives a restart). While paused, pull requests wait (a
 ``no_wait`` one is answered 404 "No Messages", as the server answers), push deliveries
 stop and ack-wait redeliveries wait; at the pause's end the consumer is due (its
-``next_deadline``) and delivers again. :class:`PauseState` is the answer of a
-``PauseConsumer`` operation: nats-server's ``consumer_pause_response`` fields.
+``next_deadline``) and delivers again. :func:`advisory` makes the ``consumer_pause``
+advisory (a pause, a resume, a pause's end). The ``PauseConsumer`` operation is
+``store.admin.pause_consumer``; its result, ``store.ops.PauseState``.
 """
 
 from __future__ import annotations

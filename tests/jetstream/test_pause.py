@@ -61,12 +61,18 @@ def test_a_paused_pull_consumer_delivers_nothing_until_resumed(js: JsClient) -> 
 def test_delivery_resumes_at_pause_until(js: JsClient) -> None:
     _setup(js, 1)
     js.subscribe("in/#", 1)
+    js.subscribe("$JS/EVENT/ADVISORY/#", 0)
     until = time.time() + 1.0
     out = js.request(PAUSE, {"pause_until": _rfc3339(until)})
     assert out["paused"] is True
     _pull(js, {"batch": 1, "expires": 30_000_000_000})
     assert js.next_msg("in/1", timeout=10).payload == b"m0"
     assert time.time() >= until - 0.01  # (not before the pause ended)
+    topic = "$JS/EVENT/ADVISORY/CONSUMER/PAUSE/S/C"
+    paused, resumed = (json.loads(js.next_msg(topic, timeout=10).payload) for _ in range(2))
+    assert paused["type"] == "io.nats.jetstream.advisory.v1.consumer_pause"
+    assert (paused["paused"], resumed["paused"]) == (True, False)
+    assert paused["pause_until"] == resumed["pause_until"] == out["pause_until"]
 
 
 def test_pause_errors_answer_as_nats_server(js: JsClient) -> None:
