@@ -114,6 +114,17 @@ def add_consumer_parser(parser: argparse.ArgumentParser, common: Common) -> None
         p.add_argument("name")
         p.add_argument("--force", "-f", action="store_true")
         p.set_defaults(run=run)
+    p = verbs.add_parser("pause", help="pause a consumer until a time (RFC 3339)")
+    common(p)
+    p.add_argument("stream")
+    p.add_argument("name")
+    p.add_argument("--until", required=True, help="RFC 3339, e.g. 2030-01-01T00:00:00Z")
+    p.set_defaults(run=_consumer_pause)
+    p = verbs.add_parser("resume", help="resume a paused consumer")
+    common(p)
+    p.add_argument("stream")
+    p.add_argument("name")
+    p.set_defaults(run=_consumer_pause)
     p = verbs.add_parser("next", help="fetch (and ack) messages from a pull consumer")
     common(p)
     p.add_argument("stream")
@@ -250,6 +261,24 @@ async def _consumer_rm(args: argparse.Namespace) -> int:
     async with _connect(args) as c:
         ok = await _js(c, args).delete_consumer(args.stream, args.name)
     _dump({"success": ok}) if args.json else print(f"Deleted consumer {args.stream} > {args.name}")
+    return 0
+
+
+async def _consumer_pause(args: argparse.Namespace) -> int:
+    """``pause --until TIME`` / ``resume``: the server's consumer_pause_response."""
+    async with _connect(args) as c:
+        js = _js(c, args)
+        until = getattr(args, "until", None)
+        if until is None:
+            state = await js.resume_consumer(args.stream, args.name)
+        else:
+            state = await js.pause_consumer(args.stream, args.name, until)
+    if args.json:
+        _dump(state.to_wire())
+    elif state.paused:
+        print(f"Paused consumer {args.stream} > {args.name} until {state.pause_until}")
+    else:
+        print(f"Consumer {args.stream} > {args.name} is not paused")
     return 0
 
 

@@ -229,6 +229,15 @@ class JetStreamContext:
     async def delete_consumer(self, stream: str, consumer: str) -> bool:
         return await self.api.delete_consumer(stream, consumer)
 
+    async def pause_consumer(self, stream: str, consumer: str, until: str) -> PauseState:
+        """CONSUMER.PAUSE until ``until`` (RFC 3339): nothing is delivered until then."""
+        data = await self.api.call(f"CONSUMER/PAUSE/{stream}/{consumer}", {"pause_until": until})
+        return _pause_state(data)
+
+    async def resume_consumer(self, stream: str, consumer: str) -> PauseState:
+        """CONSUMER.PAUSE with an empty body: the consumer delivers again."""
+        return _pause_state(await self.api.call(f"CONSUMER/PAUSE/{stream}/{consumer}"))
+
     async def consumer_names(self, stream: str) -> list[str]:
         return [str(n) for n in await self._paged(f"CONSUMER/NAMES/{stream}", "consumers", {})]
 
@@ -452,3 +461,28 @@ class JetStreamContext:
 
 def _topic(subject: str) -> str:
     return subject_to_topic(subject)
+
+
+@dataclass(frozen=True, slots=True)
+class PauseState:
+    """A ``consumer_pause_response``: paused or not, until when (RFC 3339), how long
+    still (ns; None when not paused)."""
+
+    paused: bool
+    pause_until: str
+    pause_remaining: int | None
+
+    def to_wire(self) -> dict[str, object]:
+        out: dict[str, object] = {"paused": self.paused, "pause_until": self.pause_until}
+        if self.pause_remaining is not None:
+            out["pause_remaining"] = self.pause_remaining
+        return out
+
+
+def _pause_state(data: dict[str, Any]) -> PauseState:
+    rem = data.get("pause_remaining")
+    return PauseState(
+        bool(data.get("paused")),
+        str(data.get("pause_until") or "0001-01-01T00:00:00Z"),
+        int(rem) if rem is not None else None,
+    )

@@ -35,9 +35,12 @@ from store.ops import (
     DeleteMsg,
     GetConsumerInfo,
     OpResult,
+    PauseConsumer,
+    PauseState,
     PullStatus,
     PurgeStream,
 )
+from store.pausing import Pause, advisory, normalized_until
 from store.streams import StreamRt
 from store.subjects import (
     is_literal,
@@ -286,6 +289,8 @@ def create_consumer(
         return create_consumer_more(cat, ctx, walk)
     cid = cat.next_id(ctx)
     c = ConsumerRt(st, name, cid, cfg, ctx.now)
+    if c.pause.until > ctx.now:
+        ctx.events.append(advisory(ctx, st.name, name, True, c.pause.text))
     if placed is None:
         initial_position(cat, ctx, st, c, last)
     else:
@@ -412,6 +417,9 @@ def update_consumer(
         if getattr(old, field) != getattr(cfg, field):
             raise js_error("consumer_create", err=msg)
     check_stream_rules(c.stream, cfg, c)
+    # An update keeps the pause as it is, whatever pause_until it names (nats-server
+    # 2.15.1, measured): only CONSUMER.PAUSE changes it.
+    cfg = cfg.model_copy(update={"pause_until": old.pause_until})
     c.config = cfg
     c.counts.filters = cfg.filters
     c.finder.scan_floor = 0
@@ -474,6 +482,8 @@ def consumer_info(cat: Catalog, ctx: Ctx, c: ConsumerRt) -> ConsumerInfo | None:
     if not c.pending_known(ctx) and ctx.may_continue and not cat.closing:
         ctx.go_on(GetConsumerInfo(c.stream.name, c.name))
         return None
+    now = cat.clock()
+    remaining = c.pause.remaining(now)
     return ConsumerInfo(
         stream_name=c.stream.name,
         name=c.name,
@@ -494,8 +504,33 @@ def consumer_info(cat: Catalog, ctx: Ctx, c: ConsumerRt) -> ConsumerInfo | None:
         num_waiting=len(c.waiting),
         num_pending=c.counts.num_pending(ctx),
         push_bound=True if c.config.is_push and c.push_bound else None,
-        ts=format_time(cat.clock()),
+        paused=True if remaining is not None else None,
+        pause_remaining=remaining,
+        ts=format_time(now),
     )
+
+
+def pause_consumer(cat: Catalog, ctx: Ctx, op: PauseConsumer) -> PauseState:
+    """CONSUMER.PAUSE: the config's ``pause_until`` becomes ``op.until`` (written with the
+    consumer record, so the pause outlives a restart); a past or zero time resumes, and
+    the consumer delivers in this batch (store.pausing)."""
+    c = cat.consumer(op.stream, op.consumer)
+    try:
+        until = normalized_until(op.until)
+    except ValueError:
+        raise js_error("invalid_json", err=gojson.time_error(op.until)) from None
+    was_paused = c.pause.until > ctx.now
+    # (resumed with the zero time, the server's config has no pause_until: measured)
+    kept = None if until == gojson.ZERO_TIME else until
+    c.config = c.config.model_copy(update={"pause_until": kept})
+    c.pause = Pause(c.config, ctx.now)
+    write_consumer_record(cat, ctx, c)
+    cat.batch.streams.add(c.stream)  # (its deadline: the pause's end)
+    cat.batch.consumers.add(c)
+    state = c.pause.state(c.config, cat.clock())
+    if state.paused or was_paused:  # (no advisory for resuming what was not paused)
+        ctx.events.append(advisory(ctx, c.stream.name, c.name, state.paused, state.pause_until))
+    return state
 
 
 def _valid_filter(f: str) -> bool:

@@ -52,6 +52,8 @@ from store.ops import (
     MsgHead,
     Op,
     OpResult,
+    PauseConsumer,
+    PauseState,
     PubAck,
     Publish,
     Pull,
@@ -392,6 +394,11 @@ class Store:
     def consumer_info(self, stream: str, consumer: str) -> ConsumerInfo:
         info: ConsumerInfo = self._call(GetConsumerInfo(stream, consumer))
         return info
+
+    def pause_consumer(self, stream: str, consumer: str, until: str) -> PauseState:
+        """Pause until ``until`` (RFC 3339); the zero time or a past one resumes."""
+        state: PauseState = self._call(PauseConsumer(stream, consumer, until))
+        return state
 
     # -- read path (any thread) ----------------------------------------------------------
 

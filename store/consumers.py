@@ -1,11 +1,10 @@
 """Consumers inside a write transaction: delivery, acks, redelivery, pull requests (spec §1.6-1.9).
 
-Writer thread only. A :class:`ConsumerRt` is the writer's copy of one consumer: its
-config, its delivered / ack-floor positions, the pending map
-``stream seq -> (first delivery's consumer seq, delivery count, ack deadline, exhausted)``
-(mirrored in the ``pending`` database), the redelivery queue (a heap of stream seqs:
-redeliveries go out in stream order, before new messages) and the waiting pull requests
-(store.pulls).
+Writer thread only. A :class:`ConsumerRt` is the writer's copy of one consumer: its config,
+delivered / ack-floor positions, the pending map ``stream seq -> (first delivery's cseq,
+delivery count, ack deadline, exhausted)`` (mirrored in the ``pending`` database), the
+redelivery queue (a heap of stream seqs: in stream order, before new messages), the
+waiting pull requests (store.pulls) and its pause (store.pausing).
 
 ``pending`` is a dict whose insertion order is stream order: a new delivery always has a
 higher stream seq than anything pending, and a redelivery updates its entry in place. So
@@ -23,6 +22,7 @@ from store.ctx import Ctx
 from store.models import ConsumerConfig
 from store.nextmsg import NextMessage
 from store.ops import Advisory, Delivery, StoredMsg, ack_subject
+from store.pausing import Pause
 from store.pulls import PullQueue, PullRequest
 from store.streams import StreamRt
 
@@ -84,6 +84,7 @@ class ConsumerRt:
         self.more = False  # the last deliver() stopped at its budget with work left
         self.counts = PendingCounts(stream, self, config.filters)
         self.finder = NextMessage(stream, self.counts)  # the next new message to deliver
+        self.pause = Pause(config, created_ns)  # until when it delivers nothing (store.pausing)
 
     def pending_known(self, ctx: Ctx) -> bool:
         """Whether num_pending is known (else counted on: the consumer is due now)."""
@@ -244,6 +245,8 @@ class ConsumerRt:
         waiting = self.waiting
         finder = self.finder
         self.more = False
+        if self.pause.until and self.pause.holds(ctx, self.stream.name, self.name):
+            return False
         self._expire_overdue_acks(ctx)
         if (
             self.counts.num_pending_cache is None
@@ -405,6 +408,8 @@ class ConsumerRt:
         first message instead); 408 "Requests Pending" when the requests already waiting
         would take everything there is. None: it is queued. (While num_pending is being
         counted in slices, there is taken to be enough for it.)"""
+        if self.pause.until and self.pause.holds(ctx, self.stream.name, self.name):
+            return None if expires else (404, "No Messages")  # (as nats-server, measured)
         self._expire_overdue_acks(ctx)
         queued = len(self._queued_for_redelivery())
         if not queued and self._next_new(ctx) is None and not self.more:
@@ -523,11 +528,9 @@ class ConsumerRt:
 
     def expire_acks(self, ctx: Ctx) -> bool:
         """Move pending messages whose ack deadline passed to the redelivery queue (those
-        delivered max_deliver times too: :meth:`deliver` drops them, as nats-server does:
-        until a delivery is attempted they stay ack-pending) — but with ``max_deliver``
-        1 the message is dropped here, as its ack wait ends (as nats-server 2.15.1:
-        measured, test_redelivery_nats.py; its check at that moment counts a message's
-        deliveries as its redeliveries, or 1, which reaches max_deliver only then)."""
+        delivered max_deliver times too: :meth:`deliver` drops them, as nats-server does)
+        — but with ``max_deliver`` 1 one is dropped here, as its ack wait ends (as
+        nats-server 2.15.1: measured, test_redelivery_nats.py)."""
         changed = False
         drop_now = self.config.max_deliver == 1
         while self.deadlines and self.deadlines[0][0] <= ctx.now:
@@ -557,17 +560,14 @@ class ConsumerRt:
 
     def expire_requests(self, ctx: Ctx) -> None:
         """Pull requests that expired end; waiting ones get their idle heartbeats."""
-        self.waiting.expire(
-            ctx, self.stream.name, self.name, self.delivered_cseq, self.delivered_sseq
-        )
+        w = self.waiting
+        w.expire(ctx, self.stream.name, self.name, self.delivered_cseq, self.delivered_sseq)
 
     def inactive_deadline(self) -> int:
-        """When this consumer is deleted for inactivity (0 = never): ``inactive_threshold``
-        after its last activity (creation, a pull request or the end of the last one
-        waiting, an ack) or the end of the last ack wait of its pending messages,
-        whichever is later; never while a pull request waits or a push consumer is
-        bound. (nats-server 2.15.1 keeps a consumer whose messages wait for their acks
-        past its threshold, measured; it deletes at a check up to a second later.)"""
+        """When it is deleted for inactivity (0 = never): ``inactive_threshold`` after its
+        last activity (creation, a pull request or the end of the last one waiting, an ack)
+        or its pending messages' last ack wait's end, whichever is later; never while a pull
+        waits or a push consumer is bound (nats-server 2.15.1, measured)."""
         th = self.config.inactive_threshold or 0
         if th <= 0:
             return 0
@@ -594,7 +594,7 @@ class ConsumerRt:
             break
         if self.waiting:
             best = self.waiting.next_due(best)
-        ia = self.inactive_deadline()
-        if ia and (not best or ia < best):
-            best = ia
+        for due in (self.inactive_deadline(), self.pause.until):
+            if due and (not best or due < best):
+                best = due
         return best

@@ -52,6 +52,7 @@ from store.ops import (
     GetConsumerInfo,
     GetStreamInfo,
     OpResult,
+    PauseConsumer,
     PubAck,
     Publish,
     Pull,
@@ -304,6 +305,8 @@ class Engine:
                 return admin.consumer_info(
                     self.catalog, ctx, self.catalog.consumer(op.stream, op.consumer)
                 )
+            case PauseConsumer():
+                return admin.pause_consumer(self.catalog, ctx, op)
             case PurgeMore():
                 return slices.purge_more(self.catalog, ctx, op)
             case CreateConsumerMore():

@@ -350,7 +350,7 @@ class ConsumerConfig(_Wire):
     num_replicas: int = 0
     mem_storage: bool | None = None
     metadata: dict[str, str] | None = None
-    pause_until: str | None = None  # only the zero time: pausing is not done here
+    pause_until: str | None = None  # RFC 3339: paused until then (store.pausing)
     # Known to nats-server 2.15.1, not done here: refused when set (normalized).
     direct: bool | None = None
     sourcing: bool | None = None
@@ -556,8 +556,8 @@ class ConsumerConfig(_Wire):
                 paused = parse_time(self.pause_until)
             except ValueError:
                 raise js_error("invalid_json", err=gojson.time_error(self.pause_until)) from None
-            if paused:
-                raise unsupported("pausing consumers is")
+            if paused < 0:  # (before 1970: no pause, echoed as the zero time)
+                upd["pause_until"] = gojson.ZERO_TIME
         return upd
 
 
@@ -587,4 +587,6 @@ class ConsumerInfo(_Wire):
     num_waiting: int
     num_pending: int
     push_bound: bool | None = None
+    paused: bool | None = None
+    pause_remaining: int | None = None
     ts: str

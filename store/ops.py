@@ -201,6 +201,16 @@ class GetConsumerInfo:
     consumer: str
 
 
+@dataclass(frozen=True, slots=True)
+class PauseConsumer:
+    """CONSUMER.PAUSE: pause until ``until`` (RFC 3339; the zero time or a past one
+    resumes). The result is a ``store.pausing.PauseState``."""
+
+    stream: str
+    consumer: str
+    until: str
+
+
 Op = (
     Publish
     | CreateStream
@@ -216,6 +226,7 @@ Op = (
     | Tick
     | GetStreamInfo
     | GetConsumerInfo
+    | PauseConsumer
 )
 
 
@@ -235,11 +246,36 @@ class PubAck(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class PauseState:
+    """A ``PauseConsumer``'s result: nats-server's ``consumer_pause_response`` fields."""
+
+    paused: bool
+    pause_until: str
+    pause_remaining: int | None
+
+    def to_wire(self) -> dict[str, object]:
+        out: dict[str, object] = {"paused": self.paused, "pause_until": self.pause_until}
+        if self.pause_remaining is not None:
+            out["pause_remaining"] = self.pause_remaining
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class PurgeResult:
     purged: int
 
 
-OpResult = PubAck | PurgeResult | JetStreamError | None | bool | StreamInfo | ConsumerInfo | int
+OpResult = (
+    PubAck
+    | PurgeResult
+    | JetStreamError
+    | None
+    | bool
+    | StreamInfo
+    | ConsumerInfo
+    | int
+    | PauseState
+)
 
 
 # -- events (emitted on the writer thread after the commit that produced them) --------------
@@ -295,15 +331,18 @@ class PullStatus:
 
 @dataclass(frozen=True, slots=True)
 class Advisory:
-    """``max_deliver`` reached, message terminated, consumer deleted by inactivity."""
+    """``max_deliver`` reached, message terminated, consumer deleted by inactivity, a
+    consumer paused or resumed."""
 
-    kind: str  # "max_deliver" | "terminated" | "consumer_deleted"
+    kind: str  # "max_deliver" | "terminated" | "consumer_deleted" | "pause"
     stream: str
     consumer: str
     stream_seq: int = 0
     deliveries: int = 0
     reason: str = ""
     time_ns: int = 0
+    paused: bool = False  # "pause": paused (True) or resumed, and the pause_until
+    pause_until: str = ""
 
     def to_wire(self, advisory_id: str) -> tuple[str, dict[str, object]]:
         """``(subject, body)`` of the nats-server advisory (spec §1.9.5)."""
@@ -326,6 +365,10 @@ class Advisory:
                 "deliveries": self.deliveries,
                 "reason": self.reason,
             }
+        elif self.kind == "pause":
+            subject = f"$JS.EVENT.ADVISORY.CONSUMER.PAUSE.{self.stream}.{self.consumer}"
+            body = {"type": "io.nats.jetstream.advisory.v1.consumer_pause", **base}
+            body |= {"paused": self.paused, "pause_until": self.pause_until}
         else:
             subject = f"$JS.EVENT.ADVISORY.CONSUMER.DELETED.{self.stream}.{self.consumer}"
             body = {"type": "io.nats.jetstream.advisory.v1.consumer_action", **base}

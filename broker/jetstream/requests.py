@@ -37,6 +37,7 @@ MAX_REQUEST_BYTES: Final = 1024 * 1024  # nats-server's max_payload
 _ERROR_EXTRAS: Final[dict[str, Json]] = {
     "stream_info_response": {"total": 0, "offset": 0, "limit": 0},
     "stream_purge_response": {"purged": 0},
+    "consumer_pause_response": {"paused": False, "pause_until": gojson.ZERO_TIME},
 }
 _CHANGES: Final = frozenset(
     (
@@ -81,6 +82,7 @@ _GET_FIELDS: Final[dict[str, gojson.GoType]] = {
     "up_to_seq": gojson.UINT64,
     "up_to_time": gojson.TIME,
 }
+_PAUSE_FIELDS: Final[dict[str, gojson.GoType]] = {"pause_until": gojson.TIME}
 _DELETE_FIELDS: Final[dict[str, gojson.GoType]] = {"seq": gojson.UINT64, "no_erase": gojson.BOOL}
 _CONSUMER_REQUEST: Final[dict[str, gojson.GoType]] = {
     "stream_name": gojson.STRING,
@@ -163,6 +165,7 @@ class Requests:
             ("CONSUMER", "DELETE"): ("consumer_delete_response", self._consumer_delete),
             ("CONSUMER", "NAMES"): ("consumer_names_response", self._consumer_names),
             ("CONSUMER", "LIST"): ("consumer_list_response", self._consumer_list),
+            ("CONSUMER", "PAUSE"): ("consumer_pause_response", self._consumer_pause),
         }
 
     # -- dispatch ------------------------------------------------------------------------------
@@ -499,6 +502,14 @@ class Requests:
         _empty(body)
         self.store.delete_consumer(stream, name)
         return {"success": True}
+
+    def _consumer_pause(self, args: list[str], body: bytes) -> Json:
+        """``{"pause_until": "<RFC 3339>"}``; an empty body or the zero time resumes."""
+        stream, name = self._two(args)
+        req = _body(body, _PAUSE_FIELDS, "JSApiConsumerPauseRequest")
+        return self.store.pause_consumer(
+            stream, name, req.get("pause_until") or gojson.ZERO_TIME
+        ).to_wire()
 
     def _consumer_names(self, args: list[str], body: bytes) -> Json:
         stream = _user(self._one(args))

@@ -117,7 +117,6 @@ def test_persist_mode_async_is_echoed_and_still_durable(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
-        ({"pause_until": "2030-01-01T00:00:00Z"}, "pausing consumers is not supported"),
         (
             {"priority_policy": "overflow", "priority_groups": ["g"]},
             "priority groups are not supported",
