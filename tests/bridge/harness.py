@@ -7,7 +7,10 @@ import asyncio
 import contextlib
 import pathlib
 import queue
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -20,6 +23,7 @@ from nats.aio.msg import Msg
 from broker.config import BrokerConfig, load_config
 from broker.net.runtime import Broker
 from broker.net.server import serve
+from tests.broker.pahoclient import Paho
 
 T = TypeVar("T")
 TIMEOUT = 20.0
@@ -163,3 +167,52 @@ class NatsClient:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Until ``cond()`` holds (polled every 20 ms), at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def serve_process(config: pathlib.Path) -> tuple[subprocess.Popen[str], int]:
+    """``jetmq serve --config`` as a child process, once it listens: (process, port). Its
+    output stays readable on ``stdout``; end it with :func:`end_process`."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker", "serve", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "listening on 127.0.0.1:" in line:
+            return proc, int(line.rsplit(":", 1)[1].split()[0])
+    end_process(proc)
+    raise AssertionError("jetmq serve ended before it listened")
+
+
+def end_process(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    proc.wait(30)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def forwards(port: int, nc: NatsClient, topic: str, subject: str) -> bytes:
+    """Publish to ``topic`` until ``subject`` receives it (the bridge may still be
+    connecting to NATS); the payload received."""
+    got = nc.subscribe(subject)
+    pub = Paho(port, f"pub-{topic.replace('/', '-')}")
+    pub.connect()
+    try:
+        deadline = time.monotonic() + 20
+        while got.empty():
+            assert time.monotonic() < deadline, f"{topic} was never forwarded"
+            pub.publish(topic, "hello", qos=1)
+            time.sleep(0.2)
+        return bytes(got.get().data)
+    finally:
+        pub.disconnect()

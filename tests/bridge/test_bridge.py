@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 
-from tests.bridge.harness import BridgedBroker, NatsClient, bridge_config
+from tests.bridge.harness import BridgedBroker, NatsClient, bridge_config, wait_for
 from tests.broker.pahoclient import Paho, props
 from tests.natsserver import NatsServer
 
@@ -31,20 +31,6 @@ def start_broker(tmp_path: pathlib.Path) -> Iterator[Callable[..., BridgedBroker
     yield start
     for b in started:
         b.stop()
-
-
-@pytest.fixture
-def nc(nats_server: NatsServer) -> Iterator[NatsClient]:
-    client = NatsClient(nats_server.url)
-    yield client
-    client.close()
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def connected(b: BridgedBroker) -> None:

@@ -7,34 +7,24 @@ from __future__ import annotations
 
 import pathlib
 import signal
-import subprocess
-import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tests.bridge.harness import BridgedBroker, NatsClient, bridge_config
+from tests.bridge.harness import (
+    BridgedBroker,
+    NatsClient,
+    bridge_config,
+    end_process,
+    forwards,
+    serve_process,
+    wait_for,
+)
 from tests.broker.pahoclient import Paho
 from tests.natsserver import NatsServer
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def nc(nats_server: NatsServer) -> Iterator[NatsClient]:
-    client = NatsClient(nats_server.url)
-    yield client
-    client.close()
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def reload(b: BridgedBroker, data: pathlib.Path, bridge: dict[str, Any] | None) -> None:
@@ -187,38 +177,16 @@ def test_sighup_applies_new_bridge_rules(
         )
 
     write("first/#")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "serve", "--config", str(cfg)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc, port = serve_process(cfg)
     try:
         assert proc.stdout is not None
-        port = 0
-        for line in proc.stdout:
-            if "listening on 127.0.0.1:" in line:
-                port = int(line.rsplit(":", 1)[1].split()[0])
-                break
-        assert port
-        got = nc.subscribe("second.>")
         write("second/#")
         proc.send_signal(signal.SIGHUP)
         for line in proc.stdout:
             if "SIGHUP: configuration" in line:
                 assert line.strip() == "jetmq: SIGHUP: configuration reloaded", line
                 break
-        pub = Paho(port, "hup-pub")
-        pub.connect()
-        deadline = time.monotonic() + 20
-        while got.empty():  # the new bridge connects to NATS in the background
-            assert time.monotonic() < deadline, "the new rule never forwarded"
-            pub.publish("second/x", "after SIGHUP", qos=1)
-            time.sleep(0.2)
-        assert got.get().data == b"after SIGHUP"
-        pub.disconnect()
+        # the new bridge connects to NATS in the background: forwards() retries
+        assert forwards(port, nc, "second/x", "second.x") == b"hello"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        end_process(proc)

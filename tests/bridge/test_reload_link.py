@@ -7,43 +7,23 @@ from __future__ import annotations
 
 import pathlib
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 
 import pytest
 
-from tests.bridge.harness import BridgedBroker, NatsClient, bridge_config
-from tests.bridge.test_reload import bridge_of, reload, wait_for
+from tests.bridge.harness import (
+    BridgedBroker,
+    NatsClient,
+    bridge_config,
+    end_process,
+    forwards,
+    serve_process,
+    wait_for,
+)
+from tests.bridge.test_reload import bridge_of, reload
 from tests.broker.pahoclient import Paho
 from tests.natsserver import NatsServer
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def nc(nats_server: NatsServer) -> Iterator[NatsClient]:
-    client = NatsClient(nats_server.url)
-    yield client
-    client.close()
-
-
-def forwards(port: int, nc: NatsClient, topic: str, subject: str) -> bytes:
-    """Publish to ``topic`` until ``subject`` receives it (the bridge may still be
-    connecting to NATS); the payload received."""
-    got = nc.subscribe(subject)
-    pub = Paho(port, f"pub-{topic.replace('/', '-')}")
-    pub.connect()
-    try:
-        deadline = time.monotonic() + 20
-        while got.empty():
-            assert time.monotonic() < deadline, f"{topic} was never forwarded"
-            pub.publish(topic, "hello", qos=1)
-            time.sleep(0.2)
-        return bytes(got.get().data)
-    finally:
-        pub.disconnect()
 
 
 @pytest.mark.slow
@@ -56,20 +36,9 @@ def test_a_broken_bridge_section_keeps_the_running_bridge(
         f'[bridge]\nservers = ["{nats_server.url}"]\nname = "edge-1"\n'
     )
     cfg.write_text(head + '[[bridge.forward]]\nfilter = "first/#"\n')
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "serve", "--config", str(cfg)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc, port = serve_process(cfg)
     try:
         assert proc.stdout is not None
-        port = 0
-        for line in proc.stdout:
-            if "listening on 127.0.0.1:" in line:
-                port = int(line.rsplit(":", 1)[1].split()[0])
-                break
-        assert port
         assert forwards(port, nc, "first/a", "first.a") == b"hello"
         cfg.write_text(head + '[[bridge.forward]]\nfilter = "second/#"\nmode = "bogus"\n')
         proc.send_signal(signal.SIGHUP)
@@ -85,10 +54,7 @@ def test_a_broken_bridge_section_keeps_the_running_bridge(
         # The running bridge still has its old rule.
         assert forwards(port, nc, "first/b", "first.b") == b"hello"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        end_process(proc)
 
 
 def test_changed_servers_move_the_link(
