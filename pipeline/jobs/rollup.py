@@ -354,8 +354,9 @@ def _totals(spark: Any, sd: StateDir, state: RollupState) -> dict[str, int]:
 
 
 def follow(spark: Any, args: argparse.Namespace) -> list[Any]:
-    """Start the ``--follow`` queries (the windows into ``DIR``; with ``--publish`` also to
-    the broker) and return them running; the caller waits and stops them."""
+    """Start the ``--follow`` queries (the windows into ``DIR`` first, the payloads that do
+    not parse into ``DIR/_corrupt``; with ``--publish`` the windows to the broker too) and
+    return them running; the caller waits and stops them."""
     from pyspark.sql import functions as F
 
     duration = window_duration(args.window)
@@ -400,6 +401,19 @@ def follow(spark: Any, args: argparse.Namespace) -> list[Any]:
         .queryName(f"jetmq-rollup-{args.stream}")
         .start()
     ]
+    # The payloads that did not parse, as the batch runs keep them (DIR/_corrupt), appended
+    # by a query of their own (a file sink per path: the windows' sink owns DIR).
+    queries.append(
+        parsed.filter(bad)
+        .select("stream", "seq", "topic", "ts", "_corrupt")
+        .writeStream.outputMode("append")
+        .format("parquet")
+        .option("path", os.path.join(out, "_corrupt"))
+        .option("checkpointLocation", os.path.join(out, "_checkpoint_corrupt"))
+        .trigger(processingTime=trigger)
+        .queryName(f"jetmq-rollup-{args.stream}-corrupt")
+        .start()
+    )
     if args.publish:
         queries.append(
             windows.select(

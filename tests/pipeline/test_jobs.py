@@ -303,7 +303,7 @@ def test_rollup_follow_emits_windows_past_the_watermark_and_counts_late_data(
     clock, sent = _stored_telemetry(data_dir, 150)  # 0:00 - 4:58
     out = tmp_path / "follow"
     args = _rollup_args(data_dir, out, "--follow", "--watermark", "1m", "--trigger", "1s")
-    (q,) = rollup.follow(spark, args)
+    q, corrupt = rollup.follow(spark, args)
     try:
         q.processAllAvailable()
         assert rollup.late_groups(q.recentProgress) == 0
@@ -321,8 +321,17 @@ def test_rollup_follow_emits_windows_past_the_watermark_and_counts_late_data(
         _assert_windows(spark, out, final)  # the late messages changed no window
         # Spark counts late data after its partial aggregation, not per message
         assert 1 <= rollup.late_groups(q.recentProgress) <= 3
+        # the payloads that did not parse are kept, as the batch runs keep them
+        corrupt.processAllAvailable()
+        bad = spark.read.parquet(str(out / "_corrupt")).orderBy("seq").collect()
+        # (seqs 151-153: the three late messages, stored before message 150)
+        want = [i + 1 if i < 150 else i + 4 for i in range(240) if i % 50 == 13]
+        assert [r.seq for r in bad] == want
+        assert {r._corrupt for r in bad} == {"garbage{", '{"temp": '}
+        assert {r.topic for r in bad} <= {f"tele/dev{d}" for d in range(4)}
     finally:
         q.stop()
+        corrupt.stop()
     with pytest.raises(rollstate.StateError, match="holds a --follow roll-up"):
         rollup.run(spark, _rollup_args(data_dir, out))
     storeread.close_all()
