@@ -158,10 +158,7 @@ class Inbound:
             broker.hub.apply_publish(msg, deliveries, plan)
             if p.qos:
                 stats.publish_ack.observe_zero()
-                if p.qos == 1 and code is ReasonCode.SUCCESS and pid:
-                    self.out.send_puback(pid)
-                else:
-                    self.out.send(self._ack(p, code))
+                self._acknowledge(p, code)
             return
         await self._after_plan(p, msg, deliveries, plan, code, captured, len(extra))
 
@@ -202,10 +199,8 @@ class Inbound:
                     broker.persist.qos2_released(session, pid)
                 if p.qos:
                     self.out.send(self._ack(p, o.code, o.reason, o.user_properties))
-            elif p.qos == 1 and code is ReasonCode.SUCCESS and pid:
-                self.out.send_puback(pid)
             elif p.qos:
-                self.out.send(self._ack(p, code))
+                self._acknowledge(p, code)
 
         def not_stored() -> None:
             # Not stored, so not delivered. MQTT 5 is told (0x80, the exchange ends); a
@@ -216,6 +211,15 @@ class Inbound:
                 self.out.storage_failed()
 
         await self.out.step(None if plan.empty else plan.wait, then, not_stored)
+
+    def _acknowledge(self, p: Publish, code: ReasonCode) -> None:
+        """PUBACK/PUBREC of a routed QoS 1/2 PUBLISH (a plain success PUBACK from the
+        codec's shortcut)."""
+        if p.qos == 1 and code is ReasonCode.SUCCESS:
+            assert p.packet_id is not None
+            self.out.send_puback(p.packet_id)
+        else:
+            self.out.send(self._ack(p, code))
 
     async def _answer_later(self, p: Publish, pending: Pending) -> None:
         """A system topic's answer that waits for its work (a commit): the PUBACK/PUBREC,
