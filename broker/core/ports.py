@@ -78,6 +78,13 @@ class Plan(Protocol):
 
     def when_committed(self, fn: Callable[[bool], None]) -> None: ...
 
+    def settled(self) -> bool | None:
+        """``committed()``, with the results in place once the commit succeeded."""
+
+    def on_finish(self, fn: Callable[[bool], None]) -> None:
+        """Call ``fn(ok)`` on the trio thread when the commit's outcome arrives, without
+        submitting the open batch (the reader's chunk end does). Only while in flight."""
+
     async def wait(self) -> None:
         """Until committed; raises the store client's error if the commit failed."""
 

@@ -208,10 +208,10 @@ class ClientConnection:
                 # sent (not handled if the session was taken over before this task ran).
                 if hs is not None:
                     for packet in hs.behind_connect:
-                        await self._handle(packet)
+                        self._handle(packet)
                     hs = None
                 if not self.closing:
-                    await self._feed(b"")
+                    self._feed(b"")
                 await self._read_loop()
             if self._parked_fd >= 0:
                 return  # parked again, idle: its next packet starts a task
@@ -411,26 +411,28 @@ class ClientConnection:
             broker.stats.bytes_received += len(data)
             broker.batch = []
             try:
-                if await self._feed(bytes(data)):
+                if self._feed(bytes(data)):
                     heard = now
             finally:
                 broker.flush_batch()
                 broker.store_client.chunk_done()
             if data == _PINGREQ and self._park_again(now):
                 return
+            if self.out.congested():
+                await self.out.uncongested()  # steps waiting for commits: read no more
 
-    async def _feed(self, data: bytes) -> bool:
+    def _feed(self, data: bytes) -> bool:
         """Handle the packets ``data`` completes; True when it completed at least one."""
         try:
             events = self.proto.receive_data(data)
         except MQTTProtocolError as exc:
             for event in exc.packets:
-                await self._handle(event)
+                self._handle(event)
             self._protocol_error(exc)
             return bool(exc.packets)
         self.broker.stats.packets_received += len(events)
         for event in events:
-            await self._handle(event)
+            self._handle(event)
             if self.closing:
                 break
         return bool(events)
@@ -446,22 +448,22 @@ class ClientConnection:
             self.out.out.append(encode(Disconnect(exc.reason_code, props), _V5))
         self.out.close_soon()
 
-    async def _handle(self, event: Packet | DuplicatePublish) -> None:
+    def _handle(self, event: Packet | DuplicatePublish) -> None:
         inbound = self.inbound
         if isinstance(event, Publish):
-            await inbound.on_publish(event)
+            inbound.on_publish(event)
         elif isinstance(event, Puback | Pubcomp):
             inbound.copy_acknowledged(event.packet_id)
         elif isinstance(event, Pubrec):
-            await inbound.on_pubrec(event)
+            inbound.on_pubrec(event)
         elif isinstance(event, Pubrel):
-            await inbound.on_pubrel(event)
+            inbound.on_pubrel(event)
         elif isinstance(event, DuplicatePublish):
-            await inbound.duplicate_publish(event)
+            inbound.duplicate_publish(event)
         elif isinstance(event, Subscribe):
-            await inbound.on_subscribe(event)
+            inbound.on_subscribe(event)
         elif isinstance(event, Unsubscribe):
-            await inbound.on_unsubscribe(event)
+            inbound.on_unsubscribe(event)
         elif isinstance(event, Pingreq):
             self.out.send(Pingresp())  # [MQTT-3.12.4-1]
         elif isinstance(event, Disconnect):

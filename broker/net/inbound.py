@@ -107,7 +107,7 @@ class Inbound:
                 return ReasonCode.PAYLOAD_FORMAT_INVALID, "payload is not UTF-8 as its format says"
         return None
 
-    async def on_publish(self, p: Publish) -> None:
+    def on_publish(self, p: Publish) -> None:
         session = self.conn.session
         assert session is not None
         stats = self.conn.broker.stats
@@ -115,11 +115,11 @@ class Inbound:
         stats.publish_bytes_received += len(p.payload)
         access = session.access
         if access is not None and not access.may_write(p.topic):
-            await self._not_authorised(p)
+            self._not_authorised(p)
             return
         rate = self.conn.broker.config.limits.max_publish_rate
         if rate and self._over_rate(rate):
-            await self._over_publish_rate(p)
+            self._over_publish_rate(p)
             return
         if p.topic[:1] == b"$":
             handler = self.conn.broker.hub.systopics.handler_for(p.topic)
@@ -128,13 +128,13 @@ class Inbound:
                 if isinstance(code, ReasonCode):
                     rc = code
                     if p.qos:
-                        await self.out.step(None, lambda: self.out.send(self._ack(p, rc)))
+                        self.out.step(None, lambda: self.out.send(self._ack(p, rc)))
                     return
-                await self._answer_later(p, code)
+                self._answer_later(p, code)
                 return
         refusal = self._publish_refusal(p)
         if refusal is not None:
-            await self._refuse_publish(p, *refusal)
+            self._refuse_publish(p, *refusal)
             return
         broker = self.conn.broker
         pid = p.packet_id
@@ -149,7 +149,7 @@ class Inbound:
         try:
             deliveries, plan = broker.hub.plan_publish(msg, extra)
         except radix.TopicError as exc:
-            await self._refuse_publish(p, ReasonCode.TOPIC_NAME_INVALID, f"invalid topic: {exc}")
+            self._refuse_publish(p, ReasonCode.TOPIC_NAME_INVALID, f"invalid topic: {exc}")
             return
         code = ReasonCode.SUCCESS if deliveries else ReasonCode.NO_MATCHING_SUBSCRIBERS
         if plan.empty and captured is None and self.out.idle():
@@ -160,9 +160,9 @@ class Inbound:
                 stats.publish_ack.observe_zero()
                 self._acknowledge(p, code)
             return
-        await self._after_plan(p, msg, deliveries, plan, code, captured, len(extra))
+        self._after_plan(p, msg, deliveries, plan, code, captured, len(extra))
 
-    async def _after_plan(
+    def _after_plan(
         self,
         p: Publish,
         msg: AppMessage,
@@ -210,7 +210,7 @@ class Inbound:
             elif p.qos:
                 self.out.storage_failed()
 
-        await self.out.step(None if plan.empty else plan.wait, then, not_stored)
+        self.out.step(None if plan.empty else plan, then, not_stored)
 
     def _acknowledge(self, p: Publish, code: ReasonCode) -> None:
         """PUBACK/PUBREC of a routed QoS 1/2 PUBLISH (a plain success PUBACK from the
@@ -221,7 +221,7 @@ class Inbound:
         else:
             self.out.send(self._ack(p, code))
 
-    async def _answer_later(self, p: Publish, pending: Pending) -> None:
+    def _answer_later(self, p: Publish, pending: Pending) -> None:
         """A system topic's answer that waits for its work (a commit): the PUBACK/PUBREC,
         in pipeline order, carries its outcome."""
         got: list[Outcome] = []
@@ -238,16 +238,16 @@ class Inbound:
             if p.qos:
                 self.out.send(self._ack(p, ReasonCode.UNSPECIFIED_ERROR, NOT_STORED))
 
-        await self.out.step(wait, then, failed)
+        self.out.step(wait, then, failed)
 
-    async def _over_publish_rate(self, p: Publish) -> None:
+    def _over_publish_rate(self, p: Publish) -> None:
         """Past ``max_publish_rate``: PUBACK/PUBREC 0x97 Quota exceeded for QoS 1/2 (v5);
         QoS 0 (which has no acknowledgement) and 3.1.x: DISCONNECT 0x96 Message rate too
         high (3.1.x: a close)."""
         if p.qos and self.conn.version is _V5:
             reason = "max_publish_rate exceeded"
             ack = self._ack(p, ReasonCode.QUOTA_EXCEEDED, reason)
-            await self.out.step(None, lambda: self.out.send(ack))
+            self.out.step(None, lambda: self.out.send(ack))
             return
         session = self.conn.session
         log.warning(
@@ -256,7 +256,7 @@ class Inbound:
         )
         self.conn.disconnect(ReasonCode.MESSAGE_RATE_TOO_HIGH, "max_publish_rate exceeded")
 
-    async def _not_authorised(self, p: Publish) -> None:
+    def _not_authorised(self, p: Publish) -> None:
         """A PUBLISH the ACL denies: PUBACK/PUBREC 0x87 (v5); 3.1.x cannot be told, so it
         is acknowledged and dropped, as mosquitto does. Logged once per connection."""
         if not self.told_reserved:
@@ -276,20 +276,20 @@ class Inbound:
         else:
             code = ReasonCode.NOT_AUTHORIZED
         reason = None if code is ReasonCode.UNSPECIFIED_ERROR else "not authorised (ACL)"
-        await self.out.step(None, lambda: self.out.send(self._ack(p, code, reason)))
+        self.out.step(None, lambda: self.out.send(self._ack(p, code, reason)))
 
-    async def duplicate_publish(self, event: DuplicatePublish) -> None:
+    def duplicate_publish(self, event: DuplicatePublish) -> None:
         pid = event.publish.packet_id
         assert pid is not None
         # Still awaiting PUBREL: answer again, deliver nothing [MQTT-4.3.3-10].
-        await self.out.step(None, lambda: self.out.send(Pubrec(pid)))
+        self.out.step(None, lambda: self.out.send(Pubrec(pid)))
 
-    async def _refuse_publish(self, p: Publish, code: ReasonCode, reason: str) -> None:
+    def _refuse_publish(self, p: Publish, code: ReasonCode, reason: str) -> None:
         """Not delivered: PUBACK/PUBREC with the reason (v5, QoS > 0), else DISCONNECT
         with it; a 3.1.x client cannot be told why, so it is acknowledged (for a reserved
         ``$`` topic) or disconnected (for anything malformed)."""
         if p.qos and self.conn.version is _V5:
-            await self.out.step(None, lambda: self.out.send(self._ack(p, code, reason)))
+            self.out.step(None, lambda: self.out.send(self._ack(p, code, reason)))
             return
         if code is ReasonCode.TOPIC_NAME_INVALID and reserved_prefix(p.topic) is not None:
             # 3.1.x has no way to refuse a PUBLISH but a close; mosquitto acknowledges a
@@ -304,7 +304,7 @@ class Inbound:
                     reason,
                 )
             if p.qos:
-                await self.out.step(None, lambda: self.out.send(self._ack(p, ReasonCode.SUCCESS)))
+                self.out.step(None, lambda: self.out.send(self._ack(p, ReasonCode.SUCCESS)))
             return
         self.conn.disconnect(code, reason)
 
@@ -329,13 +329,13 @@ class Inbound:
         )
         return Puback(pid, code, props) if p.qos == 1 else Pubrec(pid, code, props)
 
-    async def on_pubrel(self, p: Pubrel) -> None:
+    def on_pubrel(self, p: Pubrel) -> None:
         session = self.conn.session
         assert session is not None
         known = p.packet_id in session.state.inbound_qos2
         fut = self.conn.broker.persist.qos2_released(session, p.packet_id) if known else None
         wait = None if fut is None else (lambda: wait_future(fut))
-        await self.out.step(wait, lambda: self.out.send(self.conn.proto.pubcomp_for(p, known)))
+        self.out.step(wait, lambda: self.out.send(self.conn.proto.pubcomp_for(p, known)))
 
     # == outbound acknowledgements ================================================================
 
@@ -349,7 +349,7 @@ class Inbound:
             if session.queue:
                 self.out.output_ready()  # the window has room for a queued copy
 
-    async def on_pubrec(self, p: Pubrec) -> None:
+    def on_pubrec(self, p: Pubrec) -> None:
         session = self.conn.session
         assert session is not None
         pid = p.packet_id
@@ -368,11 +368,11 @@ class Inbound:
             assert fut is not None
             persist.stages_committed(entries, await wait_future(fut))
 
-        await self.out.step(None if fut is None else recorded, lambda: self.out.send(Pubrel(pid)))
+        self.out.step(None if fut is None else recorded, lambda: self.out.send(Pubrel(pid)))
 
     # == subscriptions ============================================================================
 
-    async def on_subscribe(self, p: Subscribe) -> None:
+    def on_subscribe(self, p: Subscribe) -> None:
         broker = self.conn.broker
         cfg = broker.config.mqtt
         session = self.conn.session
@@ -457,7 +457,7 @@ class Inbound:
             self.out.send(Suback(pid, tuple(codes)))
             self._send_retained(session, granted)
 
-        await self.out.step(wait, then)
+        self.out.step(wait, then)
 
     def _send_retained(
         self, session: Session, granted: list[tuple[SubscriptionRecord, bytes, bool]]
@@ -508,7 +508,7 @@ class Inbound:
             <= limits.max_queued_bytes
         )
 
-    async def on_unsubscribe(self, p: Unsubscribe) -> None:
+    def on_unsubscribe(self, p: Unsubscribe) -> None:
         broker = self.conn.broker
         session = self.conn.session
         assert session is not None
@@ -527,7 +527,7 @@ class Inbound:
         fut = broker.persist.remove_subscriptions(session, removed) if session.stored else None
         wait = None if fut is None else (lambda: wait_future(fut))
         pid = p.packet_id
-        await self.out.step(wait, lambda: self.out.send(Unsuback(pid, tuple(codes))))
+        self.out.step(wait, lambda: self.out.send(Unsuback(pid, tuple(codes))))
 
     def on_disconnect(self, p: Disconnect) -> None:
         session = self.conn.session

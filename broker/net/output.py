@@ -8,9 +8,11 @@ One ``Output`` per connection, composed into :class:`broker.net.connection.Clien
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import trio
 
@@ -23,14 +25,19 @@ from broker.net.transport import Transport
 from broker.persist.client import StorageError, wait_future
 
 if TYPE_CHECKING:
+    from broker.core.ports import Plan
     from broker.net.link import Link
+
+log = logging.getLogger("jetmq.client")
 
 _CLOSED = ConnectionState.CLOSED
 FILL_BATCH = 256  # packets moved from a session queue per flush
 FLUSH_TIMEOUT = 2.0
 
-# (wait for a commit, then do this, or do that if the commit failed: None = disconnect)
-Step = tuple[Callable[[], Awaitable[Any]] | None, Callable[[], None], Callable[[], None] | None]
+# What a step waits for: nothing, a store plan's commit (a callback) or an async callable.
+Wait: TypeAlias = "Plan | Callable[[], Awaitable[Any]] | None"
+# (wait for this, then do this, or do that if the wait failed: None = disconnect)
+Step = tuple[Wait, Callable[[], None], Callable[[], None] | None]
 NOT_STORED = "the broker could not store it"
 
 
@@ -41,10 +48,11 @@ class Output:
     writer_done: trio.Event
 
     __slots__ = (
+        "_armed",
         "_idle",
         "_in_batch",
-        "_steps_pending",
-        "_steps_send",
+        "_room",
+        "_steps",
         "_wake",
         "conn",
         "host",
@@ -68,16 +76,18 @@ class Output:
         # The writer, started on first need (an idle connection never has one), and its
         # two events, made with it: _wake and writer_done exist once writer_scope does.
         self.writer_scope: trio.CancelScope | None = None
-        # The ordered pipeline is created on first need (most connections never wait).
-        self._steps_send: trio.MemorySendChannel[Step] | None = None
-        self._steps_pending = 0
+        # The ordered pipeline, created on first need (most connections never wait): steps
+        # in arrival order; _armed: a callback or task will pump the head step.
+        self._steps: collections.deque[Step] | None = None
+        self._armed = False
+        self._room: trio.Event | None = None  # the reader waits for the steps to shrink
 
     def at_rest(self) -> bool:
         """Nothing in progress: nothing unsent, no acknowledgement waiting for a commit,
         and no writer or an idle one (the connection may park; see ``broker.net.parking``)."""
         return (
             not self.out
-            and self._steps_pending == 0
+            and not self._steps
             and (self.writer_scope is None or self._idle)
             and not self._in_batch
         )
@@ -90,11 +100,14 @@ class Output:
             self._wake.set()
 
     def end(self) -> None:
-        """The connection is gone: no writer, no more steps."""
+        """The connection is gone: no writer. Steps already queued still run when their
+        waits end (a commit is applied; what they send is dropped)."""
         if self.writer_scope is not None:
             self.writer_scope.cancel()
-        if self._steps_send is not None:
-            self._steps_send.close()
+        room = self._room
+        if room is not None:
+            self._room = None
+            room.set()
 
     async def flush_on_close(self) -> None:
         """Send what is left when the connection closes (the caller bounds the time)."""
@@ -337,58 +350,102 @@ class Output:
     # == the ordered pipeline ===================================================================
 
     def idle(self) -> bool:
-        """No step is waiting for a commit: a step without one would run at once."""
-        return self._steps_pending == 0
+        """No step is waiting: a step with nothing to wait for would run at once."""
+        return not self._steps
 
-    async def step(
-        self,
-        wait: Callable[[], Awaitable[Any]] | None,
-        then: Callable[[], None],
-        failed: Callable[[], None] | None = None,
+    def congested(self) -> bool:
+        """So many steps wait that the reader should stop reading (it awaits
+        :meth:`uncongested`): a client that floods requests whose commits lag."""
+        steps = self._steps
+        return steps is not None and len(steps) >= self.host.config.mqtt.receive_maximum + 256
+
+    async def uncongested(self) -> None:
+        while self.congested() and not self.conn.closing:
+            event = self._room = trio.Event()
+            await event.wait()
+
+    def step(
+        self, wait: Wait, then: Callable[[], None], failed: Callable[[], None] | None = None
     ) -> None:
-        """Run ``then`` once ``wait`` (a commit) is done, in the order of the steps; if the
-        commit failed, ``failed`` instead (None: the connection is closed, 0x80)."""
-        if wait is None and self._steps_pending == 0:
-            then()
-            return
-        # About to wait (maybe): what this chunk produced so far goes out now, so no
-        # other task's output is held while this one is suspended.
-        self.host.flush_batch()
-        if self._steps_send is None:
-            if self.conn.closing:
+        """Run ``then`` once ``wait`` is done, in the order of the steps; if it failed,
+        ``failed`` instead (None: the connection is closed, 0x80). ``wait``: None
+        (nothing), a store plan (its commit: a callback, no task), or an async callable
+        (awaited by a task of the broker's nursery). Never suspends the caller."""
+        steps = self._steps
+        if not steps:
+            if wait is None:
+                then()
                 return
-            send, recv = trio.open_memory_channel[Step](self.host.config.mqtt.receive_maximum + 256)
-            self._steps_send = send
-            self.host.spawn(self.pipeline, recv)
-        self._steps_pending += 1
-        try:
-            # No checkpoint per packet: the rest of the chunk joins the same store batch.
-            try:
-                self._steps_send.send_nowait((wait, then, failed))
-            except trio.WouldBlock:
-                await self._steps_send.send((wait, then, failed))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            self._steps_pending -= 1
+            if steps is None:
+                steps = self._steps = collections.deque()
+        steps.append((wait, then, failed))
+        if len(steps) == 1:
+            self._pump()
 
-    async def pipeline(self, steps: trio.MemoryReceiveChannel[Step]) -> None:
-        """Owned by the broker's nursery: a commit already submitted is applied even if
-        this connection dies meanwhile (its acknowledgements are then not sent)."""
-        async with steps:
-            async for step in steps:
-                # Steps whose commit is already done run without a checkpoint each: a
-                # scheduler pass per acknowledgement made this the bottleneck.
-                while True:
-                    wait, then, failed = step
-                    if wait is not None:
-                        try:
-                            await wait()
-                        except StorageError:
-                            then = failed or self.storage_failed
-                    then()
-                    self._steps_pending -= 1
-                    try:
-                        step = steps.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                    except trio.EndOfChannel:
-                        return  # the connection is gone and every step has run
+    def _pump(self) -> None:
+        """Run the steps at the head whose wait is over; for the first that is not, make
+        sure something calls back when it is (its plan's batch, or a task)."""
+        steps = self._steps
+        assert steps is not None
+        while steps:
+            wait, then, failed = steps[0]
+            if wait is not None:
+                if self._armed:
+                    return
+                if callable(wait):
+                    self._armed = True
+                    self.host.spawn(self._await_head, wait)
+                    return
+                ok = wait.settled()
+                if ok is None:
+                    self._armed = True
+                    wait.on_finish(self._finished)
+                    return
+                if not ok:
+                    then = failed or self.storage_failed
+            steps.popleft()
+            then()
+        room = self._room
+        if room is not None:
+            self._room = None
+            room.set()
+
+    def _finished(self, _ok: bool) -> None:
+        """(trio thread, a store batch's completion) The head step's commit is done: run
+        what it allows, sending the output straight from here (no task woken)."""
+        self._armed = False
+        self._pump_guarded()
+
+    async def _await_head(self, wait: Callable[[], Awaitable[Any]]) -> None:
+        """The task of a head step whose wait is an async callable; owned by the broker's
+        nursery, so a commit already submitted is applied even if this connection dies
+        meanwhile (its acknowledgements are then not sent)."""
+        try:
+            await wait()
+        except StorageError:
+            steps = self._steps
+            assert steps is not None
+            _wait, _then, failed = steps[0]
+            steps[0] = (None, failed or self.storage_failed, None)
+        else:
+            steps = self._steps
+            assert steps is not None
+            steps[0] = (None, steps[0][1], None)
+        self._armed = False
+        self._pump_guarded()
+
+    def _pump_guarded(self) -> None:
+        """:meth:`_pump` outside a reader's chunk: its output goes out at the end, one write
+        per connection; a bug closes this connection only."""
+        host = self.host
+        outer = host.batch is None
+        if outer:
+            host.batch = []
+        try:
+            self._pump()
+        except Exception:
+            log.exception("internal error after a commit; closing the client's connection")
+            self.conn.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+        finally:
+            if outer:
+                host.flush_batch()

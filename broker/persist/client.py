@@ -249,6 +249,29 @@ class PublishPlan:
             return None
         return batch.error is None
 
+    def settled(self) -> bool | None:
+        """:meth:`committed`, with :attr:`results` in place once the commit succeeded."""
+        batch = self.batch
+        if batch is None:
+            return True
+        done = batch.done
+        if done is not None:
+            if not self.results and self.count:
+                self.results = done[self.offset : self.offset + self.count]
+            return True
+        if not batch.finished:
+            return None
+        return batch.error is None
+
+    def on_finish(self, fn: Callable[[bool], None]) -> None:
+        """Call ``fn(ok)`` on the trio thread when this plan's batch is finished, without
+        submitting it (a reader submits at its chunk's end, or the callback queued when
+        the batch was opened does). Only while the batch is in flight."""
+        batch = self.batch
+        assert batch is not None
+        assert not batch.finished
+        batch.callbacks.append(fn)
+
     def when_committed(self, fn: Callable[[bool], None]) -> None:
         """Call ``fn(ok)`` on the trio thread once this plan's commit is done (submitting
         the open batch now); its results are in place by then. Never called from here
