@@ -63,7 +63,8 @@ from broker.mqtt.reason_codes import ReasonCode
 from broker.net.handshake import Handshake, log_disconnect, log_over_limit
 from broker.net.inbound import Inbound
 from broker.net.output import FLUSH_TIMEOUT, Output
-from broker.net.transport import Transport
+from broker.net.parking import LEFT, PINGED, SERVED
+from broker.net.transport import READ_SIZE, Transport
 
 if TYPE_CHECKING:
     from broker.config import ListenerSpec
@@ -123,10 +124,12 @@ class ClientConnection:
     __slots__ = (
         "_parked_fd",
         "_read_scope",
+        "_serving",
         "broker",
         "close_reason",
         "closing",
         "handshake",
+        "heard",
         "inbound",
         "listener",
         "out",
@@ -166,7 +169,9 @@ class ClientConnection:
         self.peer = "-"  # the client's address once connected, for the log lines
         self.close_reason = ""  # why the connection ends (the disconnect log line)
         self._read_scope: trio.CancelScope | None = None
-        self._parked_fd = -1  # the socket, while the connection is parked (no task yet)
+        self._parked_fd = -1  # the socket, while the connection is parked (no task)
+        self._serving = False  # the parking watcher is handling a chunk of this connection
+        self.heard = 0.0  # when the last complete packet arrived (keep alive counts from it)
         self.out = Output(self, self.transport)
         self.handshake: Handshake | None = Handshake(self, self.out)
         # self.inbound is made when the connection's task starts: a client parked since
@@ -202,6 +207,7 @@ class ClientConnection:
                         await hs.refuse(refusal[0], refusal[1], connect.protocol_version)
                         return
                     scope.deadline = math.inf
+                    self.heard = trio.current_time()
                     hs.accept(connect)
                     hs.resend_inflight()
                 # Packets the client pipelined after CONNECT were held until CONNACK was
@@ -257,8 +263,8 @@ class ClientConnection:
         raw = self.transport.raw
         assert raw is not None
         fd = raw.fileno()
-        deadline = self.proto.keepalive_deadline(trio.current_time())
-        if self.broker.parking.park(self, fd, deadline):
+        self.heard = now = trio.current_time()
+        if self.broker.parking.park(self, fd, self.proto.keepalive_deadline(now)):
             self._parked_fd = fd
             self.handshake = None  # done with: an idle connection keeps what it needs
             return True
@@ -277,7 +283,7 @@ class ClientConnection:
         """End the read loop (a parked connection gets its task, which then closes)."""
         if self._read_scope is not None:
             self._read_scope.cancel()
-        elif self._parked_fd >= 0:
+        elif self._parked_fd >= 0 and not self._serving:  # (serve() decides when it ends)
             self.broker.parking.unpark(self, self._parked_fd)
 
     def abandoned(self) -> None:
@@ -292,22 +298,60 @@ class ClientConnection:
         self.transport.close_now()
         self.broker.connection_ended(self)
 
-    def answer_idle(self) -> bool:
-        """Called by ``Parking`` when this parked connection's socket is readable: a lone
-        PINGREQ is answered here, without a task, and the connection stays parked."""
+    def deadline(self) -> float | None:
+        """Called by ``Parking``: the keep-alive deadline, from the last complete packet."""
+        return self.proto.keepalive_deadline(self.heard)
+
+    def serve(self, now: float) -> int:
+        """Called by ``Parking`` in a round (``Broker.begin_round``: output and store writes
+        gathered for the round) when this parked connection's socket is readable: what it
+        holds is read and handled here, as the connection's task would (see
+        ``broker.net.parking``)."""
         raw = self.transport.raw
-        proto = self.proto
-        if raw is None or self.closing or proto.state is not _CONNECTED or proto.buffered:
-            return False
+        assert raw is not None
         try:
-            if raw.recv(3, socket.MSG_PEEK) != _PINGREQ:
-                return False  # anything else (or the end of the stream): the task reads it
-            raw.recv(2)
+            data = raw.recv(READ_SIZE)
+        except BlockingIOError:
+            return SERVED  # nothing after all
         except OSError:
-            return False
-        # Connected, nothing buffered: the codec machine would turn these two bytes into
-        # one PINGREQ event and change nothing (nor does sending PINGRESP), so it is
-        # skipped here, the hot path of an idle broker.
+            self.peer_gone = True
+            self.close_reason = self.close_reason or "connection reset"
+            return self._leave()
+        if not data:
+            self.peer_gone = True
+            self.close_reason = self.close_reason or "closed by the client without DISCONNECT"
+            return self._leave()  # closed without DISCONNECT: the will goes out
+        proto = self.proto
+        if data == _PINGREQ and proto.state is _CONNECTED and not proto.buffered:
+            self._pinged()
+            self.heard = now
+            return PINGED
+        self.broker.stats.bytes_received += len(data)
+        try:
+            self.inbound  # noqa: B018 - made on first need
+        except AttributeError:
+            self.inbound = Inbound(self, self.out)
+        self._serving = True
+        try:
+            if self._feed(data):
+                self.heard = now
+        except Exception:
+            _internal_errors.report(self)
+            self.close_reason = self.close_reason or "internal error (0x83)"
+            self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+        finally:
+            self._serving = False
+        if self.closing:
+            return self._leave()
+        if self.out.congested():  # reading waits for commits: the task's job
+            self.broker.parking.unpark(self, self._parked_fd)
+            return LEFT
+        return SERVED
+
+    def _pinged(self) -> None:
+        """A lone PINGREQ on a connected socket with nothing buffered: the codec machine
+        would turn these two bytes into one PINGREQ and change nothing (nor does sending
+        PINGRESP), so it is skipped: the hot path of an idle broker."""
         broker = self.broker
         stats = broker.stats
         stats.bytes_received += 2
@@ -326,27 +370,40 @@ class ClientConnection:
             else:
                 stats.bytes_sent += sent
         else:
-            broker.batch = []
-            try:
-                out.send(Pingresp())  # [MQTT-3.12.4-1]
-            finally:
-                broker.flush_batch()
-        if self._parked_fd >= 0:  # still parked (a failed send closes it)
-            broker.parking.extend(
-                self._parked_fd, self.proto.keepalive_deadline(trio.current_time())
-            )
-        return True
+            out.send(Pingresp())  # [MQTT-3.12.4-1] (sent at the round's end)
 
-    def _park_again(self, now: float) -> bool:
-        """After a chunk that was a lone PINGREQ: when nothing is in progress, give the
-        socket back to ``Parking`` and end the task (True)."""
+    def _leave(self) -> int:
+        """Serving found the connection closing or the peer gone: close it here when
+        nothing needs a wait (the peer is gone or said goodbye, no writer busy; what is
+        left goes out best effort), else start the task that flushes and lingers."""
+        self.closing = True
+        out = self.out
+        fd = self._parked_fd
+        if not self.peer_gone or out.writer_scope is not None:
+            self.broker.parking.unpark(self, fd)
+            return LEFT
+        if out.out:
+            data = b"".join(out.out)
+            out.out = []
+            self.transport.send_now(data)
+        self.broker.parking.forget(self, fd)
+        self._parked_fd = -1
+        out.end()
+        self.detach()
+        self.transport.close_now()
+        self.broker.connection_ended(self)
+        return LEFT
+
+    def _park_again(self) -> bool:
+        """After a chunk read by this connection's task: give the socket to ``Parking``
+        and end the task (True) when it may be served there."""
         raw = self.transport.raw
-        if raw is None or self.closing or self.proto.buffered or not self.out.at_rest():
+        if raw is None or self.closing or self.out.congested():
             return False
         scope = self._read_scope
         self._read_scope = None
         fd = raw.fileno()
-        if self.broker.parking.park(self, fd, self.proto.keepalive_deadline(now)):
+        if self.broker.parking.park(self, fd, self.proto.keepalive_deadline(self.heard)):
             self._parked_fd = fd
             return True
         self._read_scope = scope
@@ -389,11 +446,13 @@ class ClientConnection:
         scope = self._read_scope
         assert scope is not None
         receive = self.transport.receive
-        heard = trio.current_time()  # the CONNECT (or the parked wait) was just handled
         while not self.closing:
+            if self.out.congested():
+                await self.out.uncongested()  # steps waiting for commits: read no more
+                continue
             # Counted from the last COMPLETE packet: a client trickling a packet a byte at
             # a time does not keep its connection alive [MQTT-3.1.2-22].
-            deadline = proto.keepalive_deadline(heard)
+            deadline = proto.keepalive_deadline(self.heard)
             if deadline is not None:
                 scope.deadline = deadline
             try:
@@ -412,14 +471,12 @@ class ClientConnection:
             broker.batch = []
             try:
                 if self._feed(bytes(data)):
-                    heard = now
+                    self.heard = now
             finally:
                 broker.flush_batch()
                 broker.store_client.chunk_done()
-            if data == _PINGREQ and self._park_again(now):
+            if self._park_again():
                 return
-            if self.out.congested():
-                await self.out.uncongested()  # steps waiting for commits: read no more
 
     def _feed(self, data: bytes) -> bool:
         """Handle the packets ``data`` completes; True when it completed at least one."""

@@ -1,23 +1,29 @@
-"""Parking: connected clients that have sent nothing since their CONNECT, without a task.
+"""Parking: the connected clients served without a task of their own.
 
-A trio task per connection costs about 40 µs to start and to wait for its first read
-(measured under a connection storm: the broker's CPU per connect fell from ≈115 µs to
-≈75 µs without it). Most clients send nothing right after CONNACK, so a connection
-whose CONNECT the accept loop answered (``ClientConnection.connect_now``) is *parked*:
-its socket goes into one epoll set watched by one task, with its keep-alive deadline
-in a heap. When the socket becomes readable (data or EOF), when its keep-alive
-deadline passes, or when the broker must close it (takeover, shutdown, a failed
-send), the connection is unparked: its own task starts and carries on as if it had
-been waiting on the socket all along. Output to a parked connection needs no task (it
-is sent directly, or by a writer task started on demand).
+A trio task per connection costs a wake-up per packet read (epoll, reschedule, the task's
+step, re-arming its socket, moving its keep-alive deadline: ≈ 35-45 µs on this machine
+kind), and about 40 µs to start. So a plain-TCP connection, once connected, is *parked*:
+its socket is in one epoll set watched by one task, its keep-alive deadline in a heap.
+When sockets become readable the watcher serves them in the order epoll reports them,
+synchronously: it reads what each holds and hands it to the connection
+(``Parkable.serve``), which decodes and handles the packets (a PUBLISH is routed, its
+acknowledgement sent or queued behind its commit) exactly as its own task would; their
+output is written at the end of each connection's chunk. One wake-up of the trio loop
+serves every socket that is ready, and every PUBLISH read in one round joins one store
+batch (one commit).
 
-Idle clients keep alive with PINGREQ: a readable parked socket that holds exactly one
-PINGREQ is answered by the watcher (``Parkable.answer_idle``), which keeps the
-connection parked with its deadline moved on (``extend``), and a connection whose task
-reads a chunk that is only a PINGREQ, with nothing in progress, parks again. So a
-client that only keeps alive costs a share of one watcher round (PINGREQs gather for
-``IDLE_GATHER_SECONDS`` between rounds) and three syscalls per keep-alive period, with
-no task (measured: ``scripts/bench_idle.py``).
+A connection leaves the set (*unparked*: its own task starts and carries on as if it had
+been waiting on the socket all along) only to close with a flush or a linger, when its
+keep-alive deadline passes, when so many of its acknowledgements wait for commits that
+reading must stop (``Output.congested``), or when a bug is met while serving it. A
+connection whose task reads a chunk parks again. Output to a parked connection needs no
+task (it is sent directly, or by a writer task started on demand).
+
+Idle clients keep alive with PINGREQ: a chunk that is exactly one PINGREQ is answered
+without the codec machine, and after a round that answered only PINGREQs, on a broker that
+served no other packet for ``IDLE_QUIET_SECONDS``, the watcher waits
+``IDLE_GATHER_SECONDS`` before it looks again, so one wake-up serves several PINGREQs
+(measured: ``scripts/bench_idle.py``).
 """
 
 from __future__ import annotations
@@ -44,42 +50,70 @@ IDLE_GATHER_SECONDS = 0.025
 
 class Parkable(Protocol):
     def unparked(self, expired: bool) -> None:
-        """About to be served: the socket is readable, or (``expired``) keep alive ran out."""
+        """About to get its own task: to close, keep alive ran out (``expired``), or its
+        reading must wait."""
 
-    def answer_idle(self) -> bool:
-        """The socket is readable: answer what it holds without a task if that is a lone
-        PINGREQ (True; the connection calls ``extend``), else False (start the task)."""
+    def serve(self, now: float) -> int:
+        """The socket is readable: read and handle what it holds. ``SERVED`` (still
+        parked), ``PINGED`` (it held a lone PINGREQ, answered; still parked) or ``LEFT``
+        (it unparked itself, or closed)."""
+
+    def deadline(self) -> float | None:
+        """The current keep-alive deadline (from the last complete packet), None: none."""
 
     async def run(self) -> None:
         """The connection's own task."""
 
     def abandoned(self) -> None:
-        """Closed without being served (the broker stops, or waking it failed): close at
+        """Closed without being served (the broker stops, or serving it failed): close at
         once, without a task."""
 
 
-class Parking:
-    """The parked connections of one broker, and the task that watches them."""
+LEFT, SERVED, PINGED = 0, 1, 2
 
-    def __init__(self, spawn: Callable[[Parkable], None]) -> None:
+# Sockets served per round at most before the watcher lets other tasks run (writers,
+# pipelines, timers): a round of 10,000 ready sockets would hold the loop for a second.
+ROUND_EVENTS = 512
+# The watcher gathers PINGREQs only on a broker that served nothing else for this long:
+# a packet that arrives during a gathering wait waits for it.
+IDLE_QUIET_SECONDS = 1.0
+
+
+class Parking:
+    """The parked connections of one broker, and the task that watches and serves them."""
+
+    def __init__(
+        self,
+        spawn: Callable[[Parkable], None],
+        begin_round: Callable[[], None],
+        end_round: Callable[[], None],
+    ) -> None:
         self._spawn = spawn  # starts a connection's own task
+        # A round's output is gathered and written at its end, one write per connection,
+        # and its store writes are one batch, submitted at its end.
+        self._begin_round = begin_round
+        self._end_round = end_round
         self._epoll = select.epoll()
         self._parked: dict[int, tuple[Parkable, int]] = {}  # socket fd -> (connection, tag)
-        # (when, tag, fd): a heap of keep-alive deadlines. An entry is live while its fd is
-        # parked under the same tag; entries of unparked connections are dropped lazily
-        # (no reference to the connection is kept) and the heap is rebuilt when they
-        # outnumber the live ones.
+        # (when, tag, fd): a heap of keep-alive deadlines, at most one live entry per
+        # parked connection. An entry is live while its fd is parked under the same tag;
+        # entries of unparked connections are dropped lazily (no reference to the
+        # connection is kept). A live entry that comes due asks its connection for the
+        # current deadline (moved by every complete packet) and is pushed again if it
+        # moved: nothing is done per packet but the connection noting the time.
         self._deadlines: list[tuple[float, int, int]] = []
         self._tags = itertools.count(1)
         self._scope: trio.CancelScope | None = None  # the watcher's current wait
         self._last_round = -math.inf  # when the watcher last answered a PINGREQ
+        self._last_data = -math.inf  # when it last served anything else
         self._closed = False
 
     def __len__(self) -> int:
         return len(self._parked)
 
     def park(self, conn: Parkable, fd: int, deadline: float | None) -> bool:
-        """Watch ``fd`` for ``conn``; False if it cannot be parked (start its task)."""
+        """Watch and serve ``fd`` for ``conn``; False if it cannot be parked (it keeps
+        its task)."""
         if self._closed:
             return False
         try:
@@ -89,28 +123,18 @@ class Parking:
         tag = next(self._tags)
         self._parked[fd] = (conn, tag)
         if deadline is not None:
-            deadlines = self._deadlines
-            if len(deadlines) > 2 * len(self._parked) + 64:
-                deadlines[:] = [d for d in deadlines if self._live(d)]
-                heapq.heapify(deadlines)
-            heapq.heappush(deadlines, (deadline, tag, fd))
-            scope = self._scope
-            if scope is not None and deadline < scope.deadline:
-                scope.deadline = deadline
+            self._push(deadline, tag, fd)
         return True
 
-    def extend(self, fd: int, deadline: float | None) -> None:
-        """A parked connection heard from: its keep-alive deadline moves to ``deadline``."""
-        parked = self._parked.get(fd)
-        if parked is None or deadline is None:
-            return
-        tag = next(self._tags)  # the old deadline's entry is dead from now on
-        self._parked[fd] = (parked[0], tag)
+    def _push(self, deadline: float, tag: int, fd: int) -> None:
         deadlines = self._deadlines
         if len(deadlines) > 2 * len(self._parked) + 64:
             deadlines[:] = [d for d in deadlines if self._live(d)]
             heapq.heapify(deadlines)
         heapq.heappush(deadlines, (deadline, tag, fd))
+        scope = self._scope
+        if scope is not None and deadline < scope.deadline:
+            scope.deadline = deadline
 
     def _live(self, entry: tuple[float, int, int]) -> bool:
         parked = self._parked.get(entry[2])
@@ -118,13 +142,20 @@ class Parking:
 
     def unpark(self, conn: Parkable, fd: int, *, expired: bool = False) -> bool:
         """Stop watching ``fd`` and start ``conn``'s task; False if it was not parked."""
+        if not self.forget(conn, fd):
+            return False
+        conn.unparked(expired)
+        self._spawn(conn)
+        return True
+
+    def forget(self, conn: Parkable, fd: int) -> bool:
+        """Stop watching ``fd`` (its connection closes without a task); False if it was
+        not parked."""
         parked = self._parked.get(fd)
         if parked is None or parked[0] is not conn:
             return False
         del self._parked[fd]
         self._epoll.unregister(fd)
-        conn.unparked(expired)
-        self._spawn(conn)
         return True
 
     async def run(self) -> None:
@@ -134,8 +165,7 @@ class Parking:
         while True:
             while deadlines and not self._live(deadlines[0]):
                 heapq.heappop(deadlines)  # unparked meanwhile
-            # One cancel scope per deadline that passes, not per wake-up: an idle broker's
-            # wake-ups are mostly a PINGREQ each, answered below.
+            # One cancel scope per deadline that passes, not per wake-up.
             with trio.CancelScope(deadline=deadlines[0][0] if deadlines else math.inf) as scope:
                 self._scope = scope
                 while True:
@@ -144,13 +174,13 @@ class Parking:
                         continue
                     now = trio.current_time()
                     gap, self._last_round = now - self._last_round, now
-                    if gap >= IDLE_GATHER_SECONDS:
-                        continue  # slow keep-alive traffic: served as it comes
-                    # PINGREQs come faster than one round per IDLE_GATHER_SECONDS: let
-                    # them gather and serve what is ready without waiting on the epoll set
-                    # again (one wake-up of the trio loop for several; a parked client's
-                    # other packets wait at most this long, once), until a round finds
-                    # no PINGREQ. Slower traffic would pay the timed wait for nothing.
+                    if gap >= IDLE_GATHER_SECONDS or now - self._last_data < IDLE_QUIET_SECONDS:
+                        continue  # slow keep-alive traffic, or a busy broker: served as it comes
+                    # PINGREQs come faster than one round per IDLE_GATHER_SECONDS on a broker
+                    # that does nothing else: let them gather and serve what is ready without
+                    # waiting on the epoll set again (one wake-up of the trio loop for several;
+                    # a packet arriving meanwhile waits at most this long), until a round
+                    # finds no PINGREQ or something else.
                     while True:
                         await trio.sleep(IDLE_GATHER_SECONDS)
                         if not self._serve_ready():
@@ -160,27 +190,46 @@ class Parking:
             now = trio.current_time()
             while deadlines and deadlines[0][0] <= now:
                 entry = heapq.heappop(deadlines)
-                if self._live(entry):
-                    self._wake(self._parked[entry[2]][0], entry[2], expired=True)
+                if not self._live(entry):
+                    continue
+                conn = self._parked[entry[2]][0]
+                deadline = conn.deadline()
+                if deadline is not None and deadline > now:
+                    heapq.heappush(deadlines, (deadline, entry[1], entry[2]))
+                else:
+                    self._wake(conn, entry[2], expired=True)
 
     def _serve_ready(self) -> bool:
-        """Serve the parked sockets that are readable; True if a PINGREQ was answered."""
-        answered = False
-        for fd, _events in self._epoll.poll(0):
-            parked = self._parked.get(fd)
-            if parked is not None:
-                answered = self._readable(parked[0], fd) or answered
-        return answered
-
-    def _readable(self, conn: Parkable, fd: int) -> bool:
-        """True when ``conn`` answered a PINGREQ and stays parked."""
+        """Serve the parked sockets that are readable; True if the round answered
+        PINGREQs and nothing else."""
+        ready = self._epoll.poll(0, ROUND_EVENTS)
+        if not ready:
+            return False
+        pinged = served = False
+        now = trio.current_time()
+        self._begin_round()
         try:
-            if conn.answer_idle():
-                return True
-        except Exception:
-            log.exception("internal error while answering a parked connection; waking it")
-        self._wake(conn, fd, expired=False)
-        return False
+            for fd, _events in ready:
+                parked = self._parked.get(fd)
+                if parked is None:
+                    continue  # left earlier in this round
+                conn = parked[0]
+                try:
+                    code = conn.serve(now)
+                except Exception:
+                    log.exception("internal error while serving a parked connection; waking it")
+                    self._wake(conn, fd, expired=False)
+                    served = True
+                    continue
+                if code == PINGED:
+                    pinged = True
+                else:
+                    served = True
+        finally:
+            self._end_round()
+        if served:
+            self._last_data = now
+        return pinged and not served
 
     def _wake(self, conn: Parkable, fd: int, *, expired: bool) -> None:
         try:

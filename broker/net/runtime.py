@@ -67,7 +67,12 @@ class TrioTimers:
     def call_later(self, delay: float, fn: Callable[[], None]) -> _Timer:
         assert self._nursery is not None, "timers used before the broker was attached"
         timer = _Timer()
-        self._nursery.start_soon(self._run, timer, delay, fn)
+        try:
+            self._nursery.start_soon(self._run, timer, delay, fn)
+        except RuntimeError:
+            # The nursery is closed: the broker stopped, and the connections still parked
+            # close after it (``Parking.close``); nothing fires any more.
+            timer.cancel()
         return timer
 
     @staticmethod
@@ -102,7 +107,7 @@ class Broker:
         # sends it at the end of the chunk (see Output.output_ready).
         self.batch: list[Callable[[], None]] | None = None
         # Connected clients that have sent nothing since their CONNECT (no task yet).
-        self.parking = Parking(self._start_parked)
+        self.parking = Parking(self._start_parked, self._begin_round, self._end_round)
         # The CONNACK properties of an MQTT 5 client that asked for nothing special.
         self.connack_properties: Properties | None = None
         # The CONNECT seam: None answers CONNECTs in the accept loop when they are there.
@@ -195,6 +200,16 @@ class Broker:
     def _start_parked(self, conn: Parkable) -> None:
         assert self._nursery is not None
         self._nursery.start_soon(conn.run)
+
+    def _begin_round(self) -> None:
+        """The parking watcher serves ready sockets: gather their output."""
+        if self.batch is None:
+            self.batch = []
+
+    def _end_round(self) -> None:
+        """The round is over: its output goes out, its store writes to the store."""
+        self.flush_batch()
+        self.store_client.chunk_done()
 
     def flush_batch(self) -> None:
         """Send what the current input chunk produced, one write per connection."""

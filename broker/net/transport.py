@@ -134,8 +134,10 @@ class Transport:
 
     def close_now(self) -> None:
         """Close at once (a parked connection abandoned at shutdown)."""
-        if self.raw is not None:
-            self.raw.close()
+        raw = self.raw
+        if raw is not None and raw.fileno() != -1:
+            trio.lowlevel.notify_closing(raw)  # forget trio's registration of the fd, if any
+            raw.close()
 
     async def aclose(self, *, linger: bool) -> None:
         """Close. With ``linger`` (the broker closes first: a DISCONNECT, a refusal,

@@ -73,20 +73,24 @@ def test_packets_pipelined_behind_the_connect_are_handled_after_the_connack(
     run_with_broker(tmp_path, body)
 
 
-def test_a_silent_client_is_parked_and_woken_by_its_first_packet(tmp_path: pathlib.Path) -> None:
+def test_a_parked_client_is_served_without_a_task_and_closed_by_its_disconnect(
+    tmp_path: pathlib.Path,
+) -> None:
     async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
         c = SockClient(broker, "quiet")
         with trio.fail_after(5):
             connack = await c.next()
         assert isinstance(connack, Connack)
         assert len(broker.parking) == 1
-        await c.send(Subscribe(1, (Subscription(b"woken/#", 1),)))
+        await c.send(Subscribe(1, (Subscription(b"served/#", 1),)))
         with trio.fail_after(5):
             assert isinstance(await c.next(), Suback)
-        assert len(broker.parking) == 0
+        assert len(broker.parking) == 1  # served by the watcher: still parked
         await c.send(Disconnect())
         with trio.fail_after(5):
             assert await c.next() is None
+        assert len(broker.parking) == 0
+        assert not broker.connections  # closed there, without a task
         c.close()
 
     run_with_broker(tmp_path, body)
@@ -134,7 +138,9 @@ def test_a_pingreq_with_more_behind_it_wakes_the_connection(tmp_path: pathlib.Pa
     run_with_broker(tmp_path, body)
 
 
-def test_a_woken_client_parks_again_after_a_lone_pingreq(tmp_path: pathlib.Path) -> None:
+def test_a_parked_client_is_served_and_keeps_alive_from_its_last_packet(
+    tmp_path: pathlib.Path,
+) -> None:
     async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
         sub = SockClient(broker, "sub", keep_alive=20)
         with trio.fail_after(5):
@@ -142,13 +148,12 @@ def test_a_woken_client_parks_again_after_a_lone_pingreq(tmp_path: pathlib.Path)
         await sub.send(Subscribe(1, (Subscription(b"park/#", 1),)))
         with trio.fail_after(5):
             assert isinstance(await sub.next(), Suback)
-        assert len(broker.parking) == 0  # woken by the SUBSCRIBE
         await sub.send(Pingreq())
         with trio.fail_after(5):
             assert isinstance(await sub.next(), Pingresp)
         await trio.testing.wait_all_tasks_blocked()
-        assert len(broker.parking) == 1  # nothing in progress: parked again
-        # Parked, it still gets what is published to it, and its next packet wakes it.
+        assert len(broker.parking) == 1
+        # Parked, it gets what is published to it, and its packets are served there.
         pub = SockClient(broker, "pub")
         with trio.fail_after(5):
             assert isinstance(await pub.next(), Connack)
@@ -158,10 +163,12 @@ def test_a_woken_client_parks_again_after_a_lone_pingreq(tmp_path: pathlib.Path)
         assert isinstance(got, Publish)
         assert got.payload == b"to a parked client"
         assert got.packet_id is not None
+        await trio.sleep(10)
         await sub.send(Subscribe(2, (Subscription(b"other/#", 0),)))
         with trio.fail_after(5):
             assert isinstance(await sub.next(), Suback)
-        # Keep alive still counts from the last packet.
+        assert len(broker.parking) == 2  # the publisher too
+        # Keep alive counts from the last packet.
         last = trio.current_time()
         with trio.fail_after(1000):
             disconnect = await sub.next()
@@ -232,15 +239,19 @@ def test_shutdown_wakes_parked_connections_mqtt_server_shutting_down(
 
 
 class _Conn:
-    def __init__(self) -> None:
+    def __init__(self, until: float | None = None) -> None:
         self.expired: list[bool] = []
         self.started = trio.Event()
+        self.until = until
 
     def unparked(self, expired: bool) -> None:
         self.expired.append(expired)
 
-    def answer_idle(self) -> bool:
-        return False
+    def serve(self, now: float) -> int:
+        raise RuntimeError("serving failed")  # the watcher wakes the connection
+
+    def deadline(self) -> float | None:
+        return self.until
 
     async def run(self) -> None:
         self.started.set()
@@ -249,10 +260,14 @@ class _Conn:
         self.expired.append(True)
 
 
+def _nothing() -> None:
+    pass
+
+
 def test_parking_itself_unpark_close_and_sockets_it_cannot_watch() -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            parking = Parking(lambda conn: nursery.start_soon(conn.run))
+            parking = Parking(lambda conn: nursery.start_soon(conn.run), _nothing, _nothing)
             a, b = socket.socketpair()
             conn = _Conn()
             assert not parking.park(conn, -1, None)  # not a descriptor
@@ -276,11 +291,11 @@ def test_parking_itself_unpark_close_and_sockets_it_cannot_watch() -> None:
 def test_deadlines_of_unparked_connections_do_not_pile_up() -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            parking = Parking(lambda conn: nursery.start_soon(conn.run))
+            parking = Parking(lambda conn: nursery.start_soon(conn.run), _nothing, _nothing)
             nursery.start_soon(parking.run)
             a, b = socket.socketpair()
-            keeper = _Conn()
-            assert parking.park(keeper, b.fileno(), trio.current_time() + 50)
+            keeper = _Conn(trio.current_time() + 50)
+            assert parking.park(keeper, b.fileno(), trio.current_time() + 20)  # then moved
             for _ in range(1000):  # parked and woken before their deadline, many times
                 conn = _Conn()
                 assert parking.park(conn, a.fileno(), trio.current_time() + 10)
@@ -308,7 +323,7 @@ def test_a_bug_waking_one_connection_closes_it_and_spares_the_others(
 ) -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            parking = Parking(lambda conn: nursery.start_soon(conn.run))
+            parking = Parking(lambda conn: nursery.start_soon(conn.run), _nothing, _nothing)
             nursery.start_soon(parking.run)
             a, b = socket.socketpair()
             c, d = socket.socketpair()
@@ -329,4 +344,5 @@ def test_a_bug_waking_one_connection_closes_it_and_spares_the_others(
             s.close()
 
     trio.run(main)
+    assert "internal error while serving a parked connection" in caplog.text
     assert "internal error while waking a parked connection" in caplog.text
