@@ -192,6 +192,8 @@ class ClientConnection:
             with trio.CancelScope() as scope:
                 self._read_scope = scope
                 if hs is not None and self.session is None:  # not connected by connect_now
+                    if self.closing:
+                        return  # the connect timeout ran out while parked, or shutdown
                     connect_timeout = self.broker.config.mqtt.connect_timeout
                     scope.deadline = trio.current_time() + connect_timeout
                     connect = await hs.read_connect()
@@ -253,20 +255,26 @@ class ClientConnection:
                 self.broker.connection_ended(self)
 
     def connect_now(self) -> bool:
-        """Called by the accept loop before this connection has a task: True when the
-        CONNECT was answered on the spot and the connection is parked (see
-        ``broker.net.parking``): its task starts when the client sends something, keep
-        alive runs out, or the broker closes it. False: start the task."""
-        assert self.handshake is not None
-        if not self.handshake.connect_inline():
+        """Called by the accept loop before this connection has a task: True when it is
+        parked (see ``broker.net.parking``), its CONNECT answered on the spot or not all
+        there yet (the watcher answers it when it comes); its task starts only when the
+        broker must wait for it. False: start the task."""
+        hs = self.handshake
+        assert hs is not None
+        self.heard = now = trio.current_time()
+        if hs.connect_inline():
+            deadline = self.proto.keepalive_deadline(now)
+        elif hs.pending and self.transport.raw is not None:  # not all of the CONNECT yet
+            deadline = now + self.broker.config.mqtt.connect_timeout
+        else:
             return False
         raw = self.transport.raw
         assert raw is not None
         fd = raw.fileno()
-        self.heard = now = trio.current_time()
-        if self.broker.parking.park(self, fd, self.proto.keepalive_deadline(now)):
+        if self.broker.parking.park(self, fd, deadline):
             self._parked_fd = fd
-            self.handshake = None  # done with: an idle connection keeps what it needs
+            if not hs.pending:
+                self.handshake = None  # done with: an idle connection keeps what it needs
             return True
         return False
 
@@ -299,7 +307,10 @@ class ClientConnection:
         self.broker.connection_ended(self)
 
     def deadline(self) -> float | None:
-        """Called by ``Parking``: the keep-alive deadline, from the last complete packet."""
+        """Called by ``Parking``: the keep-alive deadline, from the last complete packet
+        (before the CONNECT: the connect timeout, from the accept)."""
+        if self.session is None:
+            return self.heard + self.broker.config.mqtt.connect_timeout
         return self.proto.keepalive_deadline(self.heard)
 
     def serve(self, now: float) -> int:
@@ -307,6 +318,20 @@ class ClientConnection:
         gathered for the round) when this parked connection's socket is readable: what it
         holds is read and handled here, as the connection's task would (see
         ``broker.net.parking``)."""
+        hs = self.handshake
+        if hs is not None:  # parked before its CONNECT came
+            if hs.connect_inline():
+                self.handshake = None
+                self.heard = now
+                parking = self.broker.parking
+                parking.reschedule(self._parked_fd, self.proto.keepalive_deadline(now))
+                return SERVED
+            if hs.pending and not self.closing:
+                return SERVED  # still not all of it
+            # A refusal, an error, a check that takes time, packets behind the CONNECT, or
+            # the end of the stream: the task's handshake answers.
+            self.broker.parking.unpark(self, self._parked_fd)
+            return LEFT
         raw = self.transport.raw
         assert raw is not None
         try:
@@ -413,7 +438,10 @@ class ClientConnection:
         """Called by ``Parking`` before this connection's task starts."""
         self._parked_fd = -1
         self.transport.drained = False  # woken because the socket is readable (or to close)
-        if expired:
+        if expired and self.session is None:
+            self.closing = True  # no CONNECT within connect_timeout [MQTT-3.1.0-1]
+            self.close_reason = self.close_reason or "no CONNECT in time"
+        elif expired:
             self.disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
 
     def taken_over(self) -> None:
@@ -423,8 +451,9 @@ class ClientConnection:
 
     def server_shutdown(self) -> None:
         if self.session is None:  # still in the CONNECT handshake: just stop
-            if self._read_scope is not None:
-                self._read_scope.cancel()
+            self.closing = True
+            self.close_reason = self.close_reason or "the server is shutting down"
+            self.stop_reading()
             return
         self.disconnect(ReasonCode.SERVER_SHUTTING_DOWN, "the server is shutting down")
 

@@ -110,7 +110,7 @@ def log_disconnect(conn: Link, client_id: str) -> None:
 class Handshake:
     """CONNECT to CONNACK, for one connection (see module docstring)."""
 
-    __slots__ = ("behind_connect", "conn", "early", "early_error", "out")
+    __slots__ = ("behind_connect", "conn", "early", "early_error", "out", "pending")
 
     def __init__(self, conn: Link, out: Output) -> None:
         self.conn = conn
@@ -118,6 +118,9 @@ class Handshake:
         # What connect_inline read but left to the task; a bug it ran into.
         self.early: Connect | MQTTProtocolError | None = None
         self.early_error: Exception | None = None
+        # connect_inline found no CONNECT yet, or part of one, and nothing wrong: the
+        # connection may wait parked for the rest.
+        self.pending = False
         # Packets decoded with the CONNECT (a server in CONNECTING decodes AUTH only):
         # handled once the CONNACK is out, like anything else the client pipelined.
         self.behind_connect: Sequence[Event] = ()
@@ -139,9 +142,11 @@ class Handshake:
 
         True: connected here with nothing more to read (``connect_now`` parks it).
         """
+        self.pending = False
         try:
             data = self.conn.transport.recv_now()
-            if not data:  # nothing yet, or gone: the task finds out
+            if not data:  # nothing yet (None), or gone: the task finds out
+                self.pending = data is None
                 return False
             self.conn.broker.stats.bytes_received += len(data)
             try:
@@ -150,6 +155,7 @@ class Handshake:
                 self.early = exc
                 return False
             if not events:
+                self.pending = True  # part of the CONNECT: the codec keeps it
                 return False
             connect = events[0]
             assert isinstance(connect, Connect)

@@ -126,6 +126,17 @@ class Parking:
             self._push(deadline, tag, fd)
         return True
 
+    def reschedule(self, fd: int, deadline: float | None) -> None:
+        """A parked connection's deadline changed other than by a packet heard (its
+        CONNECT came: keep alive replaces the connect timeout): the old entry is dead."""
+        parked = self._parked.get(fd)
+        if parked is None:
+            return
+        tag = next(self._tags)
+        self._parked[fd] = (parked[0], tag)
+        if deadline is not None:
+            self._push(deadline, tag, fd)
+
     def _push(self, deadline: float, tag: int, fd: int) -> None:
         deadlines = self._deadlines
         if len(deadlines) > 2 * len(self._parked) + 64:

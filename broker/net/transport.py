@@ -59,16 +59,18 @@ class Transport:
         self.drained = False  # the last read emptied the socket: wait before the next recv
 
     def recv_now(self) -> bytes | None:
-        """What the socket holds right now, without waiting (the accept loop's read of a
-        CONNECT): None when there is nothing yet, no raw socket, or an error (the task
-        finds out); ``b""`` at end of stream."""
+        """What the socket holds right now, without waiting (the read of a CONNECT by the
+        accept loop or the parking watcher): None when there is nothing yet or no raw
+        socket; ``b""`` at end of stream or on an error (the task finds out)."""
         raw = self.raw
         if raw is None:
             return None
         try:
             data = raw.recv(READ_SIZE)
-        except OSError:
+        except BlockingIOError:
             return None
+        except OSError:
+            return b""  # reset: the task's own read says so
         self.drained = len(data) < READ_SIZE
         return data
 

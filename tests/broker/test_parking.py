@@ -42,13 +42,33 @@ V5 = ProtocolVersion.MQTT_5
 def test_a_connect_split_across_writes_is_answered(tmp_path: pathlib.Path) -> None:
     async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
         c = SockClient(broker, "split", written=7)
-        assert len(broker.parking) == 0  # half a CONNECT: the connection's task reads on
+        assert len(broker.parking) == 1  # half a CONNECT: parked until the rest comes
         await c.sock.send(c.rest)
         with trio.fail_after(5):
             connack = await c.next()
         assert isinstance(connack, Connack)
         assert connack.reason_code is ReasonCode.SUCCESS
+        assert len(broker.parking) == 1  # answered by the watcher, parked
         c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def test_no_connect_within_connect_timeout_closes_a_parked_socket_mqtt_3_1_0_1(
+    tmp_path: pathlib.Path,
+) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        started = trio.current_time()
+        c = SockClient(broker, "slow", written=0)
+        assert len(broker.parking) == 1
+        with trio.fail_after(100):
+            assert await c.next() is None  # closed, nothing sent
+        assert trio.current_time() - started == pytest.approx(
+            broker.config.mqtt.connect_timeout, abs=0.5
+        )
+        c.close()  # its task lingers until the client closes
+        await trio.testing.wait_all_tasks_blocked()
+        assert not broker.connections
 
     run_with_broker(tmp_path, body)
 
