@@ -4,24 +4,25 @@
 :class:`~broker.net.inbound.Inbound` (what it does with each packet) and an
 :class:`~broker.net.output.Output` (what it sends).
 
-Tasks per connection (the reader is the connection's own task; the others are
-started in the broker's nursery when first needed, and the reader ends them):
+A plain-TCP connection is served without a task of its own while it is parked (see
+``broker.net.parking``): the watcher hands it each chunk (``serve``). Otherwise (TLS,
+WebSocket, or while the broker must wait for it) its own task reads:
 
-* the reader (this task): reads up to 64 KiB, feeds the codec machine, handles
-  each event; one cancel scope covers the CONNECT timeout, keep alive (the
-  machine's deadline, counted from the last complete packet [MQTT-3.1.2-22]) and
-  a close requested from elsewhere. Output produced while handling a chunk is
-  sent by this task at the chunk's end, straight to the socket, when nothing is
-  ahead of it;
-* the writer, started the first time output has to wait (the kernel did not
-  take it all, a copy needs a commit first, or output arrives outside a
-  chunk): waits for a wake-up, moves queued QoS 1/2 copies into the client's
-  Receive Maximum window [MQTT-3.3.4-9], and sends everything pending in ONE
-  write (coalesced writes). An idle connection never has one;
-* the pipeline: acknowledgements that depend on a store commit (PUBACK, PUBREC,
-  PUBCOMP, SUBACK, UNSUBACK, PUBREL of stored copies) run in arrival order after
-  their commit, and so do the deliveries of the PUBLISH they acknowledge. Steps
-  with nothing to wait for run at once when the pipeline is empty.
+* the reader (its task): reads up to 64 KiB, feeds the codec machine, handles each
+  event; one cancel scope covers the CONNECT timeout, keep alive (the machine's
+  deadline, counted from the last complete packet [MQTT-3.1.2-22]) and a close
+  requested from elsewhere. Output produced while handling a chunk is sent at the
+  chunk's end, straight to the socket, when nothing is ahead of it;
+* the writer, started in the broker's nursery the first time output has to wait (the
+  kernel did not take it all, a copy needs a commit first, or output arrives outside
+  a chunk): waits for a wake-up, moves queued QoS 1/2 copies into the client's
+  Receive Maximum window [MQTT-3.3.4-9], and sends everything pending in ONE write
+  (coalesced writes). An idle connection never has one;
+* the ordered pipeline (``Output.step``): acknowledgements that depend on a store
+  commit (PUBACK, PUBREC, PUBCOMP, SUBACK, UNSUBACK, PUBREL of stored copies) run in
+  arrival order after their commit, and so do the deliveries of the PUBLISH they
+  acknowledge, from the commit's callback. Steps with nothing to wait for run at once
+  when the pipeline is empty.
 
 Error handling: anything the peer sends wrong arrives as ``MQTTProtocolError``
 from the machine and becomes CONNACK / DISCONNECT with its reason code (3.1.x:
