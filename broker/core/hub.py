@@ -103,7 +103,8 @@ class Hub:
         """The session is over: will, subscriptions, queued copies and stored state go."""
         self.sessions.fire_will(session)
         self._redispatch_shared(session)
-        self.router.unsubscribe_all(session.num)
+        if session.subscriptions:  # (it also empties the route cache)
+            self.router.unsubscribe_all(session.num)
         self.sessions.forget(session)
         dropped = [*session.outgoing.values(), *session.queue]
         session.outgoing.clear()

@@ -47,7 +47,7 @@ def _raw_socket(stream: trio.abc.Stream) -> socket.socket | None:
 class Transport:
     """One connection's bytes in and out (see module docstring)."""
 
-    __slots__ = ("drained", "raw", "stream")
+    __slots__ = ("drained", "raw", "stream", "watched")
 
     def __init__(self, transport: socket.socket | trio.abc.Stream) -> None:
         self.stream: trio.abc.Stream | None
@@ -57,6 +57,7 @@ class Transport:
         else:
             self.stream, self.raw = transport, _raw_socket(transport)
         self.drained = False  # the last read emptied the socket: wait before the next recv
+        self.watched = False  # a task waited on the raw socket through trio (see close_now)
 
     def recv_now(self) -> bytes | None:
         """What the socket holds right now, without waiting (the read of a CONNECT by the
@@ -83,6 +84,7 @@ class Transport:
             assert self.stream is not None
             return await self.stream.receive_some(READ_SIZE)
         waited = False
+        self.watched = True
         if self.drained:
             self.drained = False
             await trio.lowlevel.wait_readable(raw)
@@ -122,6 +124,7 @@ class Transport:
             await self.stream.send_all(data)
             return
         view = memoryview(data)
+        self.watched = True
         while view:
             try:
                 sent = raw.send(view)
@@ -138,7 +141,8 @@ class Transport:
         """Close at once (a parked connection abandoned at shutdown)."""
         raw = self.raw
         if raw is not None and raw.fileno() != -1:
-            trio.lowlevel.notify_closing(raw)  # forget trio's registration of the fd, if any
+            if self.watched:  # trio may hold a registration of the fd: forget it
+                trio.lowlevel.notify_closing(raw)
             raw.close()
 
     async def aclose(self, *, linger: bool) -> None:
