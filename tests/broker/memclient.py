@@ -92,6 +92,7 @@ class SockClient:
         cut = len(wire) if written is None else written
         ours.sendall(wire[:cut])
         self.rest = wire[cut:]
+        self.raw = ours  # for writes that must not yield to the broker's tasks
         self.sock = trio.socket.from_stdlib_socket(ours)
         self.inbox: list[Packet] = []
         broker.spawn_connection(prepare_socket(theirs))

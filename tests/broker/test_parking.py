@@ -20,14 +20,17 @@ from broker.mqtt.encoder import encode
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import (
     Connack,
+    Connect,
     Disconnect,
     Pingreq,
     Pingresp,
+    Puback,
     Publish,
     Suback,
     Subscribe,
     Subscription,
 )
+from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
 from broker.net.parking import Parking
 from broker.net.runtime import Broker
@@ -154,6 +157,42 @@ def test_a_pingreq_with_more_behind_it_wakes_the_connection(tmp_path: pathlib.Pa
             assert isinstance(await c.next(), Pingresp)
             assert isinstance(await c.next(), Suback)
         c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def test_the_publishes_read_in_one_round_share_one_commit(tmp_path: pathlib.Path) -> None:
+    """Four parked publishers whose QoS 1 PUBLISHes (stored for a persistent subscriber)
+    are all readable when the watcher looks: one round, one store batch, four PUBACKs."""
+
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        keep = Properties(session_expiry_interval=3600)
+        sub = SockClient(broker, "keeper", connect=Connect(V5, "keeper", False, 0, properties=keep))
+        with trio.fail_after(5):
+            assert isinstance(await sub.next(), Connack)
+        await sub.send(Subscribe(1, (Subscription(b"round/#", 1),)))
+        with trio.fail_after(5):
+            assert isinstance(await sub.next(), Suback)
+        pubs = [SockClient(broker, f"pub-{i}") for i in range(4)]
+        for p in pubs:
+            with trio.fail_after(5):
+                assert isinstance(await p.next(), Connack)
+        await trio.testing.wait_all_tasks_blocked()
+        commits = broker.store_client.commit_seconds.count
+        for i, p in enumerate(pubs):  # no checkpoint in between: all ready for one round
+            p.raw.sendall(encode(Publish(b"round/x", b"%d" % i, qos=1, packet_id=1), V5))
+        for p in pubs:
+            with trio.fail_after(5):
+                ack = await p.next()
+            assert isinstance(ack, Puback)
+            assert ack.reason_code is ReasonCode.SUCCESS
+        with trio.fail_after(5):
+            got = {(await sub.next()).payload for _ in pubs}  # type: ignore[union-attr]
+        assert got == {b"0", b"1", b"2", b"3"}
+        assert broker.store_client.commit_seconds.count - commits == 1
+        assert len(broker.parking) == 5  # nobody needed a task
+        for c in (sub, *pubs):
+            c.close()
 
     run_with_broker(tmp_path, body)
 
