@@ -46,6 +46,7 @@ __all__ = [
     "WireType",
     "decode_properties",
     "encode_properties",
+    "publish_properties",
 ]
 
 
@@ -258,6 +259,59 @@ EMPTY_PROPERTIES = Properties()
 _FIELD_NAMES = tuple(f.name for f in fields(Properties))
 assert set(_FIELD_NAMES) == {row.name for row in PROPERTY_TABLE}
 _ALL_VALUES = operator.attrgetter(*(row.name for row in PROPERTY_TABLE))
+
+
+class _PropertiesBuilder:
+    """:func:`publish_properties`' fast way to make a :class:`Properties`: the frozen
+    dataclass's ``__init__`` sets its 27 fields through ``object.__setattr__`` (about 5 us);
+    this class has the same ``__slots__`` layout, its slots are assigned directly, and the
+    object becomes a real, frozen ``Properties`` by ``__class__`` assignment (as
+    ``packets._PublishBuilder`` does for ``Publish``)."""
+
+    __slots__ = _FIELD_NAMES
+
+
+def publish_properties(
+    payload_format_indicator: int | None = None,
+    message_expiry_interval: int | None = None,
+    content_type: str | None = None,
+    response_topic: str | None = None,
+    correlation_data: bytes | None = None,
+    user_properties: tuple[tuple[str, str], ...] = (),
+) -> Properties:
+    """``Properties(...)`` with these PUBLISH properties and nothing else, made about ten
+    times faster (JetStream builds one per delivered message)."""
+    p: Any = _PropertiesBuilder.__new__(_PropertiesBuilder)
+    p.payload_format_indicator = payload_format_indicator
+    p.message_expiry_interval = message_expiry_interval
+    p.content_type = content_type
+    p.response_topic = response_topic
+    p.correlation_data = correlation_data
+    p.subscription_identifiers = ()
+    p.session_expiry_interval = None
+    p.assigned_client_identifier = None
+    p.server_keep_alive = None
+    p.authentication_method = None
+    p.authentication_data = None
+    p.request_problem_information = None
+    p.will_delay_interval = None
+    p.request_response_information = None
+    p.response_information = None
+    p.server_reference = None
+    p.reason_string = None
+    p.receive_maximum = None
+    p.topic_alias_maximum = None
+    p.topic_alias = None
+    p.maximum_qos = None
+    p.retain_available = None
+    p.user_properties = user_properties
+    p.maximum_packet_size = None
+    p.wildcard_subscription_available = None
+    p.subscription_identifier_available = None
+    p.shared_subscription_available = None
+    p.__class__ = Properties
+    out: Properties = p
+    return out
 
 
 def decode_properties(reader: Reader, context: Context) -> Properties:
