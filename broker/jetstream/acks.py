@@ -42,8 +42,36 @@ _U64: Final = (1 << 64) - 1
 MAX_ACK_BYTES: Final = 4096
 
 
+_PLAIN_ACKS: Final = frozenset((b"+ACK", b"", b"+OK"))
+_ACK = AckKind.ACK
+
+
+def _plain_ack(topic: bytes) -> Ack | None:
+    """The common case, a plain ack to a v1 ack topic whose numbers are plain digits, read
+    straight off the bytes; None: anything else (``parse`` decides)."""
+    t = topic.split(b"/")
+    if len(t) != 9 or b"." in topic or t[0] != b"$JS" or t[1] != b"ACK":
+        return None
+    _, _, stream, consumer, d, s, c, ts, p = t
+    if not (stream and consumer and d.isdigit() and s.isdigit() and c.isdigit()):
+        return None
+    if not (ts.isdigit() and p.isdigit()):
+        return None
+    seq = int(s)
+    if not 0 < seq <= _U64 or max(int(d), int(c), int(ts), int(p)) > _U64:
+        return None
+    try:
+        return Ack(stream.decode(), consumer.decode(), seq, _ACK, 0, "", "", 1, int(c))
+    except UnicodeDecodeError:
+        return None
+
+
 def parse(topic: bytes, payload: bytes, next_reply: str) -> Ack | str:
     """The ack operation, or why the topic or payload is not an ack."""
+    if payload in _PLAIN_ACKS:
+        ack = _plain_ack(topic)
+        if ack is not None:
+            return ack
     if len(payload) > MAX_ACK_BYTES:
         return "an ack is at most 4096 bytes"
     try:

@@ -9,8 +9,8 @@ import pytest
 
 from broker.mqtt.codec import Decoder, encode
 from broker.mqtt.packet_types import PacketType, ProtocolVersion
-from broker.mqtt.packets import Publish
-from broker.mqtt.properties import PROPERTY_TABLE, Context, PropertyId, WireType
+from broker.mqtt.packets import Publish, new_publish
+from broker.mqtt.properties import PROPERTY_TABLE, Context, Properties, PropertyId, WireType
 from broker.mqtt.reason_codes import (
     REASON_CODE_TABLE,
     ReasonCode,
@@ -85,6 +85,19 @@ def test_fast_publish_is_a_real_frozen_publish() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         decoded.qos = 2  # type: ignore[misc]
     assert dataclasses.replace(decoded, qos=0, packet_id=None) == Publish(b"t", b"p", 0, True)
+
+
+def test_new_publish_is_a_real_frozen_publish() -> None:
+    props = Properties(response_topic="r")
+    made = new_publish(b"t", b"p", 1, True, props)
+    expected = Publish(b"t", b"p", 1, True, properties=props)
+    assert type(made) is Publish
+    assert made == expected
+    assert hash(made) == hash(expected)
+    assert repr(made) == repr(expected)
+    assert new_publish(b"t", b"") == Publish(b"t")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.qos = 2  # type: ignore[misc]
 
 
 def test_properties_repr_shows_only_what_is_set() -> None:
