@@ -152,6 +152,19 @@ class Puback:
     properties: Properties = EMPTY_PROPERTIES
 
 
+class _PubackBuilder:
+    """The decoder's fast way to make a :class:`Puback` (as :class:`_PublishBuilder`): a
+    consumer acknowledging QoS 1 deliveries sends one per message."""
+
+    __slots__ = ("packet_id", "reason_code", "properties")  # noqa: RUF023 (Puback's order)
+    packet_id: int
+    reason_code: ReasonCode
+    properties: Properties
+
+
+assert _PubackBuilder.__slots__ == Puback.__slots__  # the layouts must stay identical
+
+
 @dataclass(frozen=True, slots=True)
 class Pubrec:
     TYPE = PacketType.PUBREC
