@@ -47,21 +47,20 @@ _ACK = AckKind.ACK
 
 
 def _plain_ack(topic: bytes) -> Ack | None:
-    """The common case, a plain ack to a v1 ack topic whose numbers are plain digits, read
-    straight off the bytes; None: anything else (``parse`` decides)."""
+    """The common case, a plain ack to a v1 ack topic whose numbers are at most 19 plain
+    digits (so below 2**64), read straight off the bytes; None: anything else (``parse``
+    decides, with the same answer for these)."""
     t = topic.split(b"/")
     if len(t) != 9 or b"." in topic or t[0] != b"$JS" or t[1] != b"ACK":
         return None
-    _, _, stream, consumer, d, s, c, ts, p = t
-    if not (stream and consumer and d.isdigit() and s.isdigit() and c.isdigit()):
+    nums = t[4:]
+    if not all(map(bytes.isdigit, nums)) or max(map(len, nums)) > 19 or not t[2] or not t[3]:
         return None
-    if not (ts.isdigit() and p.isdigit()):
-        return None
-    seq = int(s)
-    if not 0 < seq <= _U64 or max(int(d), int(c), int(ts), int(p)) > _U64:
+    seq = int(t[5])
+    if not seq:
         return None
     try:
-        return Ack(stream.decode(), consumer.decode(), seq, _ACK, 0, "", "", 1, int(c))
+        return Ack(t[2].decode(), t[3].decode(), seq, _ACK, 0, "", "", 1, int(t[6]))
     except UnicodeDecodeError:
         return None
 
