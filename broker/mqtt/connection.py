@@ -226,13 +226,6 @@ class Connection:
                     # Hot path: PUBLISH is allowed in CONNECTED for both roles.
                     append(self._receive_publish(packet))
                     continue
-                if connected and type(packet) is Puback:
-                    # Hot path as well (a consumer of QoS 1 messages): what _receive does.
-                    entry = self.session.outbound.get(packet.packet_id)
-                    if entry is not None and entry.stage is Stage.AWAIT_PUBACK:
-                        del self.session.outbound[packet.packet_id]
-                    append(packet)
-                    continue
                 append(self._receive(packet))
                 if self.closed:
                     break
