@@ -259,6 +259,15 @@ EMPTY_PROPERTIES = Properties()
 _FIELD_NAMES = tuple(f.name for f in fields(Properties))
 assert set(_FIELD_NAMES) == {row.name for row in PROPERTY_TABLE}
 _ALL_VALUES = operator.attrgetter(*(row.name for row in PROPERTY_TABLE))
+_DIAGNOSTICS = operator.attrgetter("reason_string", "user_properties")
+_NOT_DIAGNOSTICS = operator.attrgetter(
+    *(row.name for row in PROPERTY_TABLE if row.name not in ("reason_string", "user_properties"))
+)
+_NO_DIAGNOSTICS = _NOT_DIAGNOSTICS(EMPTY_PROPERTIES)
+_REASON_CONTEXTS = _BY_ID[PropertyId.REASON_STRING].contexts
+_REASON_ID = encode_varint(PropertyId.REASON_STRING)
+_USER_ID = encode_varint(PropertyId.USER_PROPERTY)
+assert _BY_ID[PropertyId.USER_PROPERTY].contexts == frozenset(Context)
 
 
 class _PropertiesBuilder:
@@ -392,6 +401,18 @@ def encode_property_items(
     """The encoded properties without the length prefix. Raises LocalProtocolError if one
     is not allowed in ``context`` (a local bug, never peer input). Callers skip
     ``EMPTY_PROPERTIES`` themselves (the hot path never gets here with it)."""
+    if not skip and _NOT_DIAGNOSTICS(props) == _NO_DIAGNOSTICS:
+        # Only a Reason String and User Properties (an acknowledgement's, JetStream's
+        # PUBACK of a captured message): what the walk below gives for them.
+        reason, user = _DIAGNOSTICS(props)
+        out = b""
+        if reason is not None:
+            if context not in _REASON_CONTEXTS:
+                raise LocalProtocolError(f"property REASON_STRING is not allowed in {context.name}")
+            out = _REASON_ID + encode_string(reason)
+        if user:  # (allowed everywhere)
+            out += b"".join([_USER_ID + encode_string(k) + encode_string(v) for k, v in user])
+        return out
     parts: list[bytes] = []
     # One C call reads every field (a getattr per row was most of the cost: JetStream's
     # PUBACKs and deliveries carry properties on every message).
