@@ -19,6 +19,7 @@ from typing import TypeAlias
 from store import keys
 from store.counting import PendingCounts
 from store.ctx import Ctx
+from store.headerblock import decode_headers_shared
 from store.models import ConsumerConfig
 from store.nextmsg import NextMessage
 from store.ops import Advisory, Delivery, StoredMsg, ack_subject
@@ -26,8 +27,7 @@ from store.pausing import Pause
 from store.pulls import PullQueue, PullRequest
 from store.streams import StreamRt
 
-# A stream as the writer keeps it: its consumers are ConsumerRt.
-Stream: TypeAlias = "StreamRt[ConsumerRt]"
+Stream: TypeAlias = "StreamRt[ConsumerRt]"  # a stream as the writer keeps it
 
 NEVER = keys.MAX_U64
 UNACKED_DELETED = "Unacknowledged message was deleted"  # nats-server's +TERM reason
@@ -140,13 +140,9 @@ class ConsumerRt:
         )
 
     def _put_pending(self, ctx: Ctx, seq: int, e: PendingEntry) -> None:
-        ctx.txn.put(
-            keys.pending_key(self.cid, seq),
-            keys.pack_pending(
-                e.cseq, e.count, e.deadline, keys.PENDING_EXHAUSTED if e.exhausted else 0
-            ),
-            db=ctx.db(keys.DB_PENDING),
-        )
+        flags = keys.PENDING_EXHAUSTED if e.exhausted else 0
+        value = keys.pack_pending(e.cseq, e.count, e.deadline, flags)
+        ctx.pending_cur.put(keys.pending_key(self.cid, seq), value)
 
     def _drop_pending(self, ctx: Ctx, seq: int) -> PendingEntry | None:
         e = self.pending.pop(seq, None)
@@ -343,7 +339,7 @@ class ConsumerRt:
                 else:
                     self.update_ack_floor()
             t, subj, hdr, payload = keys.unpack_msg(rec)
-            headers = keys.decode_headers(hdr)
+            headers = decode_headers_shared(hdr)
             if cfg.headers_only:
                 headers = (*headers, ("Nats-Msg-Size", str(len(payload))))
                 payload = b""
@@ -483,6 +479,10 @@ class ConsumerRt:
         if not self.num_ack_pending:
             self.ack_sseq, self.ack_cseq = self.delivered_sseq, self.delivered_cseq
         elif e.cseq == self.ack_cseq + 1:
+            nxt = self.pending.get(seq + 1)  # acks in order: no walk over the dict's empty front
+            if nxt is not None and not nxt.exhausted:
+                self.ack_cseq, self.ack_sseq = max(0, nxt.cseq - 1), seq
+                return
             self.ack_cseq, self.ack_sseq = e.cseq, seq
             for q, p in self.pending.items():  # in stream order
                 if q > seq and not p.exhausted:

@@ -51,9 +51,11 @@ class Ctx:
     msgs_db: Any = field(init=False)
     subjects_db: Any = field(init=False)
     subjcount_db: Any = field(init=False)
+    pending_db: Any = field(init=False)
     msgs_cur: Any = field(init=False)
     subjects_cur: Any = field(init=False)
     subjcount_cur: Any = field(init=False)
+    pending_cur: Any = field(init=False)
 
     def __post_init__(self) -> None:
         self.msgs_db = self.dbs[keys.DB_MSGS]
@@ -62,6 +64,8 @@ class Ctx:
         self.msgs_cur = self.txn.cursor(db=self.msgs_db)
         self.subjects_cur = self.txn.cursor(db=self.subjects_db)
         self.subjcount_cur = self.txn.cursor(db=self.subjcount_db)
+        self.pending_db = self.dbs[keys.DB_PENDING]
+        self.pending_cur = self.txn.cursor(db=self.pending_db)
 
     def db(self, name: bytes) -> Any:
         return self.dbs[name]

@@ -30,3 +30,20 @@ def decode_headers(block: bytes) -> tuple[tuple[str, str], ...]:
             raise RecordError(f"malformed header line {line!r}")
         out.append((k.strip(), v.strip()))
     return tuple(out)
+
+
+# The last block decoded by decode_headers_shared and its headers.
+_last: tuple[bytes, tuple[tuple[str, str], ...]] = (b"", ())
+
+
+def decode_headers_shared(block: bytes) -> tuple[tuple[str, str], ...]:
+    """``decode_headers(block)``, the same tuple again while the blocks repeat (a stream's
+    messages mostly share theirs: deliveries decode each block once, and the broker's
+    per-headers caches see one object)."""
+    global _last
+    last = _last
+    if last[0] == block:
+        return last[1]
+    out = decode_headers(block)
+    _last = (block, out)
+    return out

@@ -47,9 +47,7 @@ class NextMessage:
         if start > st.last_seq:
             return None
         if not self.counts.filters:
-            for seq, rec in st.seqs_from(ctx, start):
-                return seq, rec
-            return None
+            return st.first_from(ctx, start)
         if all(is_literal(f) for f in self.counts.filters):
             best = 0
             for f in self.counts.filters:

@@ -168,6 +168,17 @@ class StreamRt(Generic[C]):
         raw = ctx.txn.get(keys.msg_key(self.sid, seq), db=ctx.db(keys.DB_MSGS))
         return bytes(raw) if raw is not None else None
 
+    def first_from(self, ctx: Ctx, start: int) -> tuple[int, bytes] | None:
+        """``(seq, record)`` of the first stored message with seq >= start, or None: one
+        lookup on the batch's message cursor (a consumer's next message, per delivery)."""
+        cur = ctx.msgs_cur
+        if not cur.set_range(_pack_msg_key(self.sid, start)):
+            return None
+        k = cur.key()
+        if k[:8] != self.sid_b:
+            return None
+        return keys.read_u64(k, 8), cur.value()
+
     def seqs_from(self, ctx: Ctx, start: int) -> Generator[tuple[int, bytes], None, None]:
         """``(seq, record)`` of stored messages with seq >= start, ascending."""
         cur = ctx.txn.cursor(db=ctx.db(keys.DB_MSGS))

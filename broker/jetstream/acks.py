@@ -42,8 +42,35 @@ _U64: Final = (1 << 64) - 1
 MAX_ACK_BYTES: Final = 4096
 
 
+_PLAIN_ACKS: Final = frozenset((b"+ACK", b"", b"+OK"))
+_ACK = AckKind.ACK
+
+
+def _plain_ack(topic: bytes) -> Ack | None:
+    """The common case, a plain ack to a v1 ack topic whose numbers are at most 19 plain
+    digits (so below 2**64), read straight off the bytes; None: anything else (``parse``
+    decides, with the same answer for these)."""
+    t = topic.split(b"/")
+    if len(t) != 9 or b"." in topic or t[0] != b"$JS" or t[1] != b"ACK":
+        return None
+    nums = t[4:]
+    if not all(map(bytes.isdigit, nums)) or max(map(len, nums)) > 19 or not t[2] or not t[3]:
+        return None
+    seq = int(t[5])
+    if not seq:
+        return None
+    try:
+        return Ack(t[2].decode(), t[3].decode(), seq, _ACK, 0, "", "", 1, int(t[6]))
+    except UnicodeDecodeError:
+        return None
+
+
 def parse(topic: bytes, payload: bytes, next_reply: str) -> Ack | str:
     """The ack operation, or why the topic or payload is not an ack."""
+    if payload in _PLAIN_ACKS:
+        ack = _plain_ack(topic)
+        if ack is not None:
+            return ack
     if len(payload) > MAX_ACK_BYTES:
         return "an ack is at most 4096 bytes"
     try:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Final
 
 from broker.mqtt.packets import Publish
-from broker.mqtt.properties import Properties
+from broker.mqtt.properties import Properties, publish_properties
 from store.ops import Headers
 from store.topics import SubjectConversionError, subject_to_topic
 
@@ -103,11 +103,20 @@ def topic_of(subject: str) -> str:
     return topic
 
 
-def delivery_properties(
-    subject: str, headers: Headers, ack_topic: str | None, extra: Headers = ()
-) -> Properties:
-    """The properties of a delivered message: headers as user properties (two restored as
-    their property), ``Nats-Subject``, ``extra``, the ack topic as Response Topic."""
+Shape = tuple[int | None, str | None, Headers]
+# (subject, headers) -> what a delivery of them carries (bounded): the messages of a
+# stream mostly share a subject and headers, and one shared user-properties tuple is
+# encoded once (broker.mqtt.encoder remembers the last one).
+_SHAPES: dict[tuple[str, Headers], Shape] = {}
+_SHAPES_MAX: Final = 4096
+
+
+def _shape(subject: str, headers: Headers) -> Shape:
+    """(payload format, content type, user properties) of a delivery."""
+    key = (subject, headers)
+    shape = _SHAPES.get(key)
+    if shape is not None:
+        return shape
     content_type: str | None = None
     payload_format: int | None = None
     user: list[tuple[str, str]] = []
@@ -120,10 +129,24 @@ def delivery_properties(
             continue
         user.append((name, value))
     user.append(("Nats-Subject", topic_of(subject)))
-    user.extend(extra)
-    return Properties(
+    shape = (payload_format, content_type, tuple(user))
+    if len(_SHAPES) >= _SHAPES_MAX:
+        _SHAPES.clear()
+    _SHAPES[key] = shape
+    return shape
+
+
+def delivery_properties(
+    subject: str, headers: Headers, ack_topic: str | None, extra: Headers = ()
+) -> Properties:
+    """The properties of a delivered message: headers as user properties (two restored as
+    their property), ``Nats-Subject``, ``extra``, the ack topic as Response Topic."""
+    payload_format, content_type, user = _shape(subject, headers)
+    if extra:
+        user += extra
+    return publish_properties(
         payload_format_indicator=payload_format,
         content_type=content_type,
         response_topic=ack_topic,
-        user_properties=tuple(user),
+        user_properties=user,
     )

@@ -29,7 +29,7 @@ import radix
 from broker.core.hub import Hub
 from broker.core.message import AppMessage
 from broker.jetstream.headers import delivery_properties
-from broker.mqtt.packets import Publish
+from broker.mqtt.packets import new_publish
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from store import Advisory, Delivery, Event, PullStatus
 
@@ -77,9 +77,7 @@ class Outbox:
         qos: int = 1,
     ) -> bool:
         """Publish to ``topic``; False (logged) when it is not a valid topic name."""
-        msg = AppMessage(
-            Publish(topic.encode(), payload, qos, False, properties=properties), None, 0
-        )
+        msg = AppMessage(new_publish(topic.encode(), payload, qos, False, properties), None, 0)
         try:
             self.hub.publish_now(msg)
         except radix.TopicError as exc:

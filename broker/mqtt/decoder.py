@@ -54,6 +54,7 @@ from broker.mqtt.packets import (
     Unsuback,
     Unsubscribe,
     Will,
+    _PubackBuilder,
     _PublishBuilder,
 )
 from broker.mqtt.properties import EMPTY_PROPERTIES, Context, Properties, decode_properties
@@ -71,6 +72,7 @@ MAX_PACKET_SIZE = 1 + 4 + 268_435_455
 
 _V5 = ProtocolVersion.MQTT_5
 _PUBLISH = PacketType.PUBLISH
+_SUCCESS = ReasonCode.SUCCESS
 
 
 class Decoder:
@@ -269,6 +271,15 @@ class Decoder:
                 packet.properties = props
                 packet.__class__ = Publish  # type: ignore[assignment]
                 append(packet)  # type: ignore[arg-type]
+            elif first == 0x40 and end - p == 2 and (data[p] or data[p + 1]):
+                # ---- PUBACK, Success and no properties (§3.4.2.1's short form): inlined,
+                # a real, frozen Puback made as the Publish above ----
+                ack = new_builder(_PubackBuilder)
+                ack.packet_id = (data[p] << 8) | data[p + 1]
+                ack.reason_code = _SUCCESS
+                ack.properties = EMPTY_PROPERTIES
+                ack.__class__ = Puback  # type: ignore[assignment]
+                append(ack)  # type: ignore[arg-type]
             else:
                 append(self._decode_other(ptype, first & 0x0F, data, p, end))
                 # A CONNECT may have set the version or the gate.

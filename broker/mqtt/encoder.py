@@ -15,6 +15,7 @@ omitted when there are none (§3.4.2.2); DISCONNECT and AUTH likewise (§3.14.2.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -41,6 +42,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import (
     EMPTY_PROPERTIES,
+    PROPERTY_TABLE,
     Context,
     Properties,
     PropertyId,
@@ -291,6 +293,50 @@ def _expiry(seconds: int) -> bytes:
 
 _ALIAS_ID = encode_varint(PropertyId.TOPIC_ALIAS)
 _SUB_ID = encode_varint(PropertyId.SUBSCRIPTION_IDENTIFIER)
+_FORMAT_ID = encode_varint(PropertyId.PAYLOAD_FORMAT_INDICATOR)
+_CTYPE_ID = encode_varint(PropertyId.CONTENT_TYPE)
+_RTOPIC_ID = encode_varint(PropertyId.RESPONSE_TOPIC)
+_CORR_ID = encode_varint(PropertyId.CORRELATION_DATA)
+# The properties a PUBLISH carries that are not per recipient, in table order, and all the
+# others (which a PUBLISH may not carry, or which for_recipient adds), read in one C call.
+_PUBLISH_VALUES = operator.attrgetter(
+    "payload_format_indicator",
+    "message_expiry_interval",
+    "content_type",
+    "response_topic",
+    "correlation_data",
+    "user_properties",
+)
+_NOT_PUBLISH = operator.attrgetter(
+    *(
+        row.name
+        for row in PROPERTY_TABLE
+        if row.id
+        not in (
+            PropertyId.PAYLOAD_FORMAT_INDICATOR,
+            PropertyId.MESSAGE_EXPIRY_INTERVAL,
+            PropertyId.CONTENT_TYPE,
+            PropertyId.RESPONSE_TOPIC,
+            PropertyId.CORRELATION_DATA,
+            PropertyId.USER_PROPERTY,
+        )
+    )
+)
+_ABSENT = _NOT_PUBLISH(EMPTY_PROPERTIES)
+# The last user properties encoded, and their bytes: JetStream's deliveries of one subject
+# share one tuple (held here, so its identity cannot be reused while it is the key).
+_last_user: tuple[tuple[tuple[str, str], ...], bytes] = ((), b"")
+
+
+def _user_items(user: tuple[tuple[str, str], ...]) -> bytes:
+    """What encode_property_items gives for the user properties alone."""
+    global _last_user
+    last = _last_user
+    if last[0] is user:
+        return last[1]
+    out = b"".join([_USER_ID + encode_string(k) + encode_string(v) for k, v in user])
+    _last_user = (user, out)
+    return out
 
 
 class EncodedPublish:
@@ -330,14 +376,23 @@ class EncodedPublish:
         #    _head                   _tail                               _user
         props = publish.properties
         if version is _V5 and props is not EMPTY_PROPERTIES:
-            self._head = encode_property_items(props, Context.PUBLISH, skip=_NOT_HEAD)
-            self._tail = encode_property_items(props, Context.PUBLISH, skip=_NOT_TAIL)
-            # (What encode_property_items gives for the user properties alone, without a
-            # walk of the whole table.)
-            self._user = b"".join(
-                [_USER_ID + encode_string(k) + encode_string(v) for k, v in props.user_properties]
-            )
-            expiry = props.message_expiry_interval
+            if _NOT_PUBLISH(props) == _ABSENT:
+                # Only PUBLISH properties (the rule): what encode_property_items gives,
+                # without two walks of the whole table.
+                fmt, expiry, ctype, rtopic, corr, user = _PUBLISH_VALUES(props)
+                self._head = b"" if fmt is None else _FORMAT_ID + bytes((fmt,))
+                tail = b"" if ctype is None else _CTYPE_ID + encode_string(ctype)
+                if rtopic is not None:
+                    tail += _RTOPIC_ID + encode_string(rtopic)
+                if corr is not None:
+                    tail += _CORR_ID + encode_binary(corr)
+                self._tail = tail
+            else:  # encode_property_items names the one not allowed in a PUBLISH
+                self._head = encode_property_items(props, Context.PUBLISH, skip=_NOT_HEAD)
+                self._tail = encode_property_items(props, Context.PUBLISH, skip=_NOT_TAIL)
+                user = props.user_properties
+                expiry = props.message_expiry_interval
+            self._user = _user_items(user)
             self._low = self._head + (b"" if expiry is None else _expiry(expiry)) + self._tail
         else:
             self._head = self._tail = self._low = self._user = b""

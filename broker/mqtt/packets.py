@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 from broker.mqtt.packet_types import PacketType, ProtocolVersion
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
@@ -40,6 +41,7 @@ __all__ = [
     "Unsuback",
     "Unsubscribe",
     "Will",
+    "new_publish",
 ]
 
 
@@ -120,12 +122,47 @@ class _PublishBuilder:
 assert _PublishBuilder.__slots__ == Publish.__slots__  # the layouts must stay identical
 
 
+def new_publish(
+    topic: bytes,
+    payload: bytes,
+    qos: int = 0,
+    retain: bool = False,
+    properties: Properties = EMPTY_PROPERTIES,
+) -> Publish:
+    """``Publish(topic, payload, qos, retain, properties=properties)`` made the decoder's
+    fast way (the broker's own messages: JetStream builds one per delivery)."""
+    p: Any = _PublishBuilder.__new__(_PublishBuilder)
+    p.topic = topic
+    p.payload = payload
+    p.qos = qos
+    p.retain = retain
+    p.dup = False
+    p.packet_id = None
+    p.properties = properties
+    p.__class__ = Publish
+    out: Publish = p
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Puback:
     TYPE = PacketType.PUBACK
     packet_id: int
     reason_code: ReasonCode = ReasonCode.SUCCESS
     properties: Properties = EMPTY_PROPERTIES
+
+
+class _PubackBuilder:
+    """The decoder's fast way to make a :class:`Puback` (as :class:`_PublishBuilder`): a
+    consumer acknowledging QoS 1 deliveries sends one per message."""
+
+    __slots__ = ("packet_id", "reason_code", "properties")  # noqa: RUF023 (Puback's order)
+    packet_id: int
+    reason_code: ReasonCode
+    properties: Properties
+
+
+assert _PubackBuilder.__slots__ == Puback.__slots__  # the layouts must stay identical
 
 
 @dataclass(frozen=True, slots=True)

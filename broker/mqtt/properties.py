@@ -46,6 +46,7 @@ __all__ = [
     "WireType",
     "decode_properties",
     "encode_properties",
+    "publish_properties",
 ]
 
 
@@ -258,6 +259,68 @@ EMPTY_PROPERTIES = Properties()
 _FIELD_NAMES = tuple(f.name for f in fields(Properties))
 assert set(_FIELD_NAMES) == {row.name for row in PROPERTY_TABLE}
 _ALL_VALUES = operator.attrgetter(*(row.name for row in PROPERTY_TABLE))
+_DIAGNOSTICS = operator.attrgetter("reason_string", "user_properties")
+_NOT_DIAGNOSTICS = operator.attrgetter(
+    *(row.name for row in PROPERTY_TABLE if row.name not in ("reason_string", "user_properties"))
+)
+_NO_DIAGNOSTICS = _NOT_DIAGNOSTICS(EMPTY_PROPERTIES)
+_REASON_CONTEXTS = _BY_ID[PropertyId.REASON_STRING].contexts
+_REASON_ID = encode_varint(PropertyId.REASON_STRING)
+_USER_ID = encode_varint(PropertyId.USER_PROPERTY)
+assert _BY_ID[PropertyId.USER_PROPERTY].contexts == frozenset(Context)
+
+
+class _PropertiesBuilder:
+    """:func:`publish_properties`' fast way to make a :class:`Properties`: the frozen
+    dataclass's ``__init__`` sets its 27 fields through ``object.__setattr__`` (about 5 us);
+    this class has the same ``__slots__`` layout, its slots are assigned directly, and the
+    object becomes a real, frozen ``Properties`` by ``__class__`` assignment (as
+    ``packets._PublishBuilder`` does for ``Publish``)."""
+
+    __slots__ = _FIELD_NAMES
+
+
+def publish_properties(
+    payload_format_indicator: int | None = None,
+    message_expiry_interval: int | None = None,
+    content_type: str | None = None,
+    response_topic: str | None = None,
+    correlation_data: bytes | None = None,
+    user_properties: tuple[tuple[str, str], ...] = (),
+) -> Properties:
+    """``Properties(...)`` with these PUBLISH properties and nothing else, made about ten
+    times faster (JetStream builds one per delivered message)."""
+    p: Any = _PropertiesBuilder.__new__(_PropertiesBuilder)
+    p.payload_format_indicator = payload_format_indicator
+    p.message_expiry_interval = message_expiry_interval
+    p.content_type = content_type
+    p.response_topic = response_topic
+    p.correlation_data = correlation_data
+    p.subscription_identifiers = ()
+    p.session_expiry_interval = None
+    p.assigned_client_identifier = None
+    p.server_keep_alive = None
+    p.authentication_method = None
+    p.authentication_data = None
+    p.request_problem_information = None
+    p.will_delay_interval = None
+    p.request_response_information = None
+    p.response_information = None
+    p.server_reference = None
+    p.reason_string = None
+    p.receive_maximum = None
+    p.topic_alias_maximum = None
+    p.topic_alias = None
+    p.maximum_qos = None
+    p.retain_available = None
+    p.user_properties = user_properties
+    p.maximum_packet_size = None
+    p.wildcard_subscription_available = None
+    p.subscription_identifier_available = None
+    p.shared_subscription_available = None
+    p.__class__ = Properties
+    out: Properties = p
+    return out
 
 
 def decode_properties(reader: Reader, context: Context) -> Properties:
@@ -338,6 +401,18 @@ def encode_property_items(
     """The encoded properties without the length prefix. Raises LocalProtocolError if one
     is not allowed in ``context`` (a local bug, never peer input). Callers skip
     ``EMPTY_PROPERTIES`` themselves (the hot path never gets here with it)."""
+    if not skip and _NOT_DIAGNOSTICS(props) == _NO_DIAGNOSTICS:
+        # Only a Reason String and User Properties (an acknowledgement's, JetStream's
+        # PUBACK of a captured message): what the walk below gives for them.
+        reason, user = _DIAGNOSTICS(props)
+        out = b""
+        if reason is not None:
+            if context not in _REASON_CONTEXTS:
+                raise LocalProtocolError(f"property REASON_STRING is not allowed in {context.name}")
+            out = _REASON_ID + encode_string(reason)
+        if user:  # (allowed everywhere)
+            out += b"".join([_USER_ID + encode_string(k) + encode_string(v) for k, v in user])
+        return out
     parts: list[bytes] = []
     # One C call reads every field (a getattr per row was most of the cost: JetStream's
     # PUBACKs and deliveries carry properties on every message).

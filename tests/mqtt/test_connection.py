@@ -465,6 +465,20 @@ def test_error_keeps_events_decoded_before_it() -> None:
     assert error2.packets == (Publish(b"t", b"1"),)
 
 
+def test_puback_before_a_decoder_error_still_completes_its_message() -> None:
+    server, client = pair()
+    message = EncodedPublish(Publish(b"t", b"p"), V5)
+    first = server.next_packet_id()
+    server.send_publish(message, qos=1, retain=False, packet_id=first)
+    second = server.next_packet_id()
+    server.send_publish(message, qos=1, retain=False, packet_id=second)
+    assert server.receive_data(client.send(Puback(first))) == [Puback(first)]
+    assert set(server.session.outbound) == {second}
+    error = refused(server, client.send(Puback(second)) + b"\x00\x00")
+    assert error.packets == (Puback(second),)
+    assert not server.session.outbound
+
+
 def test_decoder_error_after_packet_the_machine_refuses() -> None:
     server, _ = pair()
     error = refused(server, encode(Connect(V5, "x"), V5) + b"\x00\x00")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 import pytest
@@ -9,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.mqtt.codec import Decoder, EncodedPublish, encode
+from broker.mqtt.errors import LocalProtocolError
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Publish
-from broker.mqtt.properties import Properties
+from broker.mqtt.properties import Properties, publish_properties
 
 from .mqtt_strategies import VERSIONS, publishes
 
@@ -104,3 +106,44 @@ def test_remaining_lifetime_replaces_the_expiry() -> None:
     expected = Properties(payload_format_indicator=1, message_expiry_interval=42)
     assert Decoder(V5).feed(later) == [Publish(b"t", b"p", properties=expected)]
     assert message.for_recipient() is message.for_recipient()
+
+
+def test_publish_properties_is_a_real_frozen_properties() -> None:
+    assert publish_properties() == Properties()
+    user = (("a", "1"), ("b", "2"))
+    made = publish_properties(1, 60, "text/plain", "re/ply", b"cd", user)
+    expected = Properties(
+        payload_format_indicator=1,
+        message_expiry_interval=60,
+        content_type="text/plain",
+        response_topic="re/ply",
+        correlation_data=b"cd",
+        user_properties=user,
+    )
+    assert type(made) is Properties
+    assert made == expected
+    assert hash(made) == hash(expected)
+    assert repr(made) == repr(expected)
+    assert dataclasses.replace(made, content_type=None) == replace(expected, content_type=None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.content_type = "x"  # type: ignore[misc]
+
+
+def test_shared_user_properties_encode_as_their_own() -> None:
+    user = (("Nats-Subject", "a/b"), ("k", "v"))
+    first = Publish(
+        b"t", b"1", properties=publish_properties(response_topic="r/1", user_properties=user)
+    )
+    second = Publish(
+        b"t", b"2", properties=publish_properties(content_type="c", user_properties=user)
+    )
+    other = Publish(b"t", b"3", properties=Properties(user_properties=(("k", "w"),)))
+    for p in (first, second, other, first):
+        wire = EncodedPublish(p, V5).for_recipient()
+        assert wire == encode(p, V5)
+        assert Decoder(V5).feed(wire) == [p]
+
+
+def test_a_property_not_allowed_in_publish_is_refused() -> None:
+    with pytest.raises(LocalProtocolError, match="REASON_STRING"):
+        EncodedPublish(Publish(b"t", properties=Properties(reason_string="no")), V5)

@@ -176,6 +176,10 @@ def test_encoder_value_errors() -> None:
         encode_string_bytes(b"x" * 0x10000)
     with pytest.raises(ValueError, match="not allowed"):
         encode_property_items(Properties(topic_alias=1), Context.CONNECT)
+    with pytest.raises(ValueError, match="REASON_STRING is not allowed in SUBSCRIBE"):
+        encode_property_items(Properties(reason_string="r"), Context.SUBSCRIBE)
+    only_user = Properties(user_properties=(("k", "v"),))
+    assert encode_property_items(only_user, Context.SUBSCRIBE) == b"\x26\x00\x01k\x00\x01v"
     with pytest.raises(ValueError, match="only once"):
         encode_property_items(Properties(subscription_identifiers=(1, 2)), Context.SUBSCRIBE)
 

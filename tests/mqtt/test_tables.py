@@ -8,9 +8,10 @@ import dataclasses
 import pytest
 
 from broker.mqtt.codec import Decoder, encode
+from broker.mqtt.errors import MQTTProtocolError
 from broker.mqtt.packet_types import PacketType, ProtocolVersion
-from broker.mqtt.packets import Publish
-from broker.mqtt.properties import PROPERTY_TABLE, Context, PropertyId, WireType
+from broker.mqtt.packets import Puback, Publish, new_publish
+from broker.mqtt.properties import PROPERTY_TABLE, Context, Properties, PropertyId, WireType
 from broker.mqtt.reason_codes import (
     REASON_CODE_TABLE,
     ReasonCode,
@@ -85,6 +86,36 @@ def test_fast_publish_is_a_real_frozen_publish() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         decoded.qos = 2  # type: ignore[misc]
     assert dataclasses.replace(decoded, qos=0, packet_id=None) == Publish(b"t", b"p", 0, True)
+
+
+@pytest.mark.parametrize("version", [ProtocolVersion.MQTT_5, ProtocolVersion.MQTT_3_1_1])
+def test_fast_puback_is_a_real_frozen_puback(version: ProtocolVersion) -> None:
+    decoded = Decoder(version).feed(b"\x40\x02\x01\x02" + encode(Puback(7), version))
+    assert decoded == [Puback(0x102), Puback(7)]
+    assert [type(p) for p in decoded] == [Puback, Puback]
+    first = decoded[0]
+    assert isinstance(first, Puback)
+    assert hash(first) == hash(Puback(0x102))
+    assert repr(first) == repr(Puback(0x102))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.packet_id = 2  # type: ignore[misc]
+    with pytest.raises(MQTTProtocolError, match="Packet Identifier 0"):
+        Decoder(version).feed(b"\x40\x02\x00\x00")
+    with pytest.raises(MQTTProtocolError, match="reserved flags"):
+        Decoder(version).feed(b"\x41\x02\x00\x01")
+
+
+def test_new_publish_is_a_real_frozen_publish() -> None:
+    props = Properties(response_topic="r")
+    made = new_publish(b"t", b"p", 1, True, props)
+    expected = Publish(b"t", b"p", 1, True, properties=props)
+    assert type(made) is Publish
+    assert made == expected
+    assert hash(made) == hash(expected)
+    assert repr(made) == repr(expected)
+    assert new_publish(b"t", b"") == Publish(b"t")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.qos = 2  # type: ignore[misc]
 
 
 def test_properties_repr_shows_only_what_is_set() -> None:
