@@ -47,7 +47,13 @@ class Publisher:
         self._thread.start()
 
     def acked(self) -> set[int]:
-        return {n for info, n in list(self._infos) if info.is_published()}
+        # A publish issued as the broker died was never sent (paho's rc says so, and its
+        # is_published() raises for it): not acknowledged.
+        return {
+            n
+            for info, n in list(self._infos)
+            if info.rc == mqtt.MQTT_ERR_SUCCESS and info.is_published()
+        }
 
     def _run(self) -> None:
         client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self._cid, protocol=mqtt.MQTTv5)
