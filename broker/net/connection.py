@@ -315,7 +315,7 @@ class ClientConnection:
         return self.proto.keepalive_deadline(self.heard)
 
     def serve(self, now: float) -> int:
-        """Called by ``Parking`` in a round (``Broker.begin_round``: output and store writes
+        """Called by ``Parking`` in a round (``Broker._begin_round``: output and store writes
         gathered for the round) when this parked connection's socket is readable: what it
         holds is read and handled here, as the connection's task would (see
         ``broker.net.parking``)."""
