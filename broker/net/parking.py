@@ -72,7 +72,7 @@ class Parkable(Protocol):
 LEFT, SERVED, PINGED = 0, 1, 2
 
 # Sockets served per round at most before the watcher lets other tasks run (writers,
-# pipelines, timers): a round of 10,000 ready sockets would hold the loop for a second.
+# commit callbacks, timers): a round of 10,000 ready sockets would hold the loop for a second.
 ROUND_EVENTS = 512
 # The watcher gathers PINGREQs only on a broker that served nothing else for this long:
 # a packet that arrives during a gathering wait waits for it.
