@@ -33,6 +33,7 @@ from client.pull import PullSubscription
 from client.push import ErrorCallback, PushSubscription, ordered_config
 from store.headerblock import decode_headers
 from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo
+from store.pausestate import PauseState
 from store.topics import subject_to_topic, topic_to_subject
 
 
@@ -461,22 +462,6 @@ class JetStreamContext:
 
 def _topic(subject: str) -> str:
     return subject_to_topic(subject)
-
-
-@dataclass(frozen=True, slots=True)
-class PauseState:
-    """A ``consumer_pause_response``: paused or not, until when (RFC 3339), how long
-    still (ns; None when not paused)."""
-
-    paused: bool
-    pause_until: str
-    pause_remaining: int | None
-
-    def to_wire(self) -> dict[str, object]:
-        out: dict[str, object] = {"paused": self.paused, "pause_until": self.pause_until}
-        if self.pause_remaining is not None:
-            out["pause_remaining"] = self.pause_remaining
-        return out
 
 
 def _pause_state(data: dict[str, Any]) -> PauseState:

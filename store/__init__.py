@@ -51,7 +51,6 @@ if TYPE_CHECKING:
         Op,
         OpResult,
         PauseConsumer,
-        PauseState,
         PubAck,
         Publish,
         Pull,
@@ -63,6 +62,7 @@ if TYPE_CHECKING:
         Tick,
         WithdrawPulls,
     )
+    from store.pausestate import PauseState
 
 _WHERE = {
     "Ack": "store.ops",
@@ -81,7 +81,7 @@ _WHERE = {
     "GetStreamInfo": "store.ops",
     "MsgHead": "store.ops",
     "PauseConsumer": "store.ops",
-    "PauseState": "store.ops",
+    "PauseState": "store.pausestate",
     "JetStreamError": "store.errors",
     "Op": "store.ops",
     "OpResult": "store.ops",

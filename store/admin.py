@@ -36,10 +36,10 @@ from store.ops import (
     GetConsumerInfo,
     OpResult,
     PauseConsumer,
-    PauseState,
     PullStatus,
     PurgeStream,
 )
+from store.pausestate import PauseState
 from store.pausing import Pause, advisory, normalized_until
 from store.streams import StreamRt
 from store.subjects import (

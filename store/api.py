@@ -53,7 +53,6 @@ from store.ops import (
     Op,
     OpResult,
     PauseConsumer,
-    PauseState,
     PubAck,
     Publish,
     Pull,
@@ -64,6 +63,7 @@ from store.ops import (
     Tick,
     WithdrawPulls,
 )
+from store.pausestate import PauseState
 from store.subjects import is_literal, literal_prefix, subject_matches, subjects_overlap
 from store.writer import MAX_BATCH_JOBS, GroupCommitWriter
 

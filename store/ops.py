@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from store.errors import JetStreamError
 from store.models import ConsumerConfig, ConsumerInfo, StreamConfig, StreamInfo, format_time
+from store.pausestate import PauseState
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -204,7 +205,7 @@ class GetConsumerInfo:
 @dataclass(frozen=True, slots=True)
 class PauseConsumer:
     """CONSUMER.PAUSE: pause until ``until`` (RFC 3339; the zero time or a past one
-    resumes). The result is a ``store.pausing.PauseState``."""
+    resumes). The result is a ``store.pausestate.PauseState``."""
 
     stream: str
     consumer: str
@@ -242,21 +243,6 @@ class PubAck(NamedTuple):
         out: dict[str, object] = {"stream": self.stream, "seq": self.seq}
         if self.duplicate:
             out["duplicate"] = True
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class PauseState:
-    """A ``PauseConsumer``'s result: nats-server's ``consumer_pause_response`` fields."""
-
-    paused: bool
-    pause_until: str
-    pause_remaining: int | None
-
-    def to_wire(self) -> dict[str, object]:
-        out: dict[str, object] = {"paused": self.paused, "pause_until": self.pause_until}
-        if self.pause_remaining is not None:
-            out["pause_remaining"] = self.pause_remaining
         return out
 
 

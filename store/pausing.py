@@ -7,7 +7,7 @@ with the consumer record and survives a restart). While paused, pull requests wa
 stop and ack-wait redeliveries wait; at the pause's end the consumer is due (its
 ``next_deadline``) and delivers again. :func:`advisory` makes the ``consumer_pause``
 advisory (a pause, a resume, a pause's end). The ``PauseConsumer`` operation is
-``store.admin.pause_consumer``; its result, ``store.ops.PauseState``.
+``store.admin.pause_consumer``; its result, ``store.pausestate.PauseState``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from __future__ import annotations
 from store.ctx import Ctx
 from store.gojson import ZERO_TIME, parse_time
 from store.models import ConsumerConfig, format_time
-from store.ops import Advisory, PauseState
+from store.ops import Advisory
+from store.pausestate import PauseState
 
 
 class Pause:

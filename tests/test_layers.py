@@ -231,6 +231,7 @@ _CLIENT_STORE = {
     "store.gojson",
     "store.headerblock",
     "store.models",
+    "store.pausestate",
     "store.topics",
 }
 
