@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import nats
 import pytest
@@ -17,6 +18,8 @@ import pytest
 from tests.broker.harness import BrokerThread
 from tests.jetstream.jsclient import JsClient, user_props
 from tests.store.test_against_nats import _free_port, _nats_server
+
+T = TypeVar("T")
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
@@ -231,19 +234,30 @@ def _ours(js: JsClient) -> list[Any]:
     return out
 
 
-def test_one_scenario_answers_as_nats_server(tmp_path: pathlib.Path, broker: BrokerThread) -> None:
+def both_answers(
+    tmp_path: pathlib.Path,
+    broker: BrokerThread,
+    theirs: Callable[[int], Coroutine[Any, Any, T]],
+    ours: Callable[[JsClient], T],
+) -> tuple[T, T]:
+    """The same requests answered by a real nats-server (``theirs``, given its port, run
+    while the server lives) and by ``broker`` through MQTT 5 (``ours``)."""
     port = _free_port()
     server = _nats_server(tmp_path / "nats", port)
     try:
-        theirs = asyncio.run(_theirs(port))
+        nats_answers = asyncio.run(theirs(port))
     finally:
         server.terminate()
         server.wait(timeout=30)
     js = JsClient(broker.port)
     try:
-        ours = _ours(js)
+        return nats_answers, ours(js)
     finally:
         js.close()
+
+
+def test_one_scenario_answers_as_nats_server(tmp_path: pathlib.Path, broker: BrokerThread) -> None:
+    theirs, ours = both_answers(tmp_path, broker, _theirs, _ours)
     found = []
     for (subject, body, headers), a, b in zip(SCENARIO, theirs, ours, strict=True):
         if strip(a) != strip(b):

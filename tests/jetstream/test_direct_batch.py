@@ -5,7 +5,6 @@ messages."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import pathlib
 import queue
@@ -19,7 +18,7 @@ from store.headerblock import decode_headers
 from store.models import format_time
 from tests.broker.harness import BrokerThread
 from tests.jetstream.jsclient import JsClient, ok, user_props
-from tests.store.test_against_nats import _free_port, _nats_server
+from tests.jetstream.test_differential import both_answers
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -126,18 +125,7 @@ def _ours(js: JsClient) -> list[Seen]:
 
 @pytest.mark.slow
 def test_batch_forms_answer_as_nats_server(tmp_path: pathlib.Path, broker: BrokerThread) -> None:
-    port = _free_port()
-    server = _nats_server(tmp_path / "nats", port)
-    try:
-        theirs = asyncio.run(_theirs(port))
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    js = JsClient(broker.port)
-    try:
-        ours = _ours(js)
-    finally:
-        js.close()
+    theirs, ours = both_answers(tmp_path, broker, _theirs, _ours)
     found = []
     for req, a, b in zip(REQUESTS, theirs, ours, strict=True):
         if _comparable(a) != _comparable(b):
