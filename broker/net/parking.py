@@ -38,6 +38,8 @@ from typing import Protocol
 
 import trio
 
+from broker.net.idlewait import IdleWait
+
 log = logging.getLogger("jetmq.parking")
 
 # After a round of answered PINGREQs the watcher waits this long before it looks again,
@@ -77,6 +79,9 @@ ROUND_EVENTS = 512
 # The watcher gathers PINGREQs only on a broker that served nothing else for this long:
 # a packet that arrives during a gathering wait waits for it.
 IDLE_QUIET_SECONDS = 1.0
+# The watcher waits for its next round in place (broker.net.idlewait) after rounds of at
+# most this many ready sockets.
+IN_PLACE_ROUND = 2
 
 
 class Parking:
@@ -107,6 +112,9 @@ class Parking:
         self._last_round = -math.inf  # when the watcher last answered a PINGREQ
         self._last_data = -math.inf  # when it last served anything else
         self._closed = False
+        # Waits for the next round without a trip through trio's loop (None: trio's way).
+        self.in_place: IdleWait | None = None
+        self._round_size = 0  # sockets ready in the last round
 
     def __len__(self) -> int:
         return len(self._parked)
@@ -171,6 +179,14 @@ class Parking:
 
     async def run(self) -> None:
         """The watcher task: one wait for every parked socket and deadline."""
+        idle = self.in_place = IdleWait.open(self._epoll.fileno())
+        try:
+            await self._watch(idle)
+        finally:
+            if idle is not None:
+                idle.close()
+
+    async def _watch(self, idle: IdleWait | None) -> None:
         epoll = self._epoll
         deadlines = self._deadlines
         while True:
@@ -181,7 +197,19 @@ class Parking:
                 self._scope = scope
                 while True:
                     await trio.lowlevel.wait_readable(epoll)
-                    if not self._serve_ready():
+                    pinged = self._serve_ready()
+                    # While no other task can run, the next round is waited for here, after
+                    # rounds of a socket or two (low rates: a trip through trio's loop costs
+                    # more than the round). Busier rounds go through trio's loop, which lets
+                    # the next round gather more (one write per connection per round).
+                    while (
+                        not pinged
+                        and self._round_size <= IN_PLACE_ROUND
+                        and idle is not None
+                        and idle.wait()
+                    ):
+                        pinged = self._serve_ready()
+                    if not pinged:
                         continue
                     now = trio.current_time()
                     gap, self._last_round = now - self._last_round, now
@@ -214,6 +242,7 @@ class Parking:
         """Serve the parked sockets that are readable; True if the round answered
         PINGREQs and nothing else."""
         ready = self._epoll.poll(0, ROUND_EVENTS)
+        self._round_size = len(ready)
         if not ready:
             return False
         pinged = served = False

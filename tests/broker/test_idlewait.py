@@ -1,0 +1,236 @@
+"""The parking watcher waiting for its next round in place (broker.net.idlewait), on the
+system clock (with MockClock it always waits through trio): whatever else trio has to
+do must still happen on time — tasks reading their sockets, sleeps, calls from other
+threads, new connections.
+
+A stall would show as a wait of up to ``MAX_WAIT_SECONDS`` (1 s); the bounds below sit
+well under it and well over what a loaded machine adds.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+import trio
+from paho.mqtt.enums import CallbackAPIVersion
+
+from broker.mqtt.connection import Connection, Role
+from broker.mqtt.packet_types import ProtocolVersion
+from broker.mqtt.packets import (
+    Connack,
+    Connect,
+    Packet,
+    Puback,
+    Publish,
+    Suback,
+    Subscribe,
+    Subscription,
+)
+from broker.net.idlewait import MAX_WAIT_SECONDS
+from broker.net.runtime import Broker
+from broker.net.transport import prepare_socket
+from tests.broker.harness import make_config, running_broker
+from tests.broker.memclient import SockClient, tcp_pair
+
+pytestmark = pytest.mark.timeout(60)
+
+STALL = MAX_WAIT_SECONDS / 2
+V5 = ProtocolVersion.MQTT_5
+
+
+async def _with_broker(tmp_path: pathlib.Path) -> Broker:
+    return await Broker.open(make_config(tmp_path / "data"))
+
+
+async def _connected(broker: Broker, client_id: str) -> SockClient:
+    c = SockClient(broker, client_id)
+    with trio.fail_after(5):
+        assert isinstance(await c.next(), Connack)
+    return c
+
+
+def _run(tmp_path: pathlib.Path, body: Callable[[Broker], Awaitable[None]]) -> None:
+    async def main() -> None:
+        broker = await _with_broker(tmp_path)
+        try:
+            async with trio.open_nursery() as nursery:
+                broker.attach(nursery)
+                await body(broker)
+                nursery.cancel_scope.cancel()
+        finally:
+            await broker.close()
+
+    trio.run(main)
+
+
+class _ThreadClient:
+    """A client on a blocking socket, driven from a worker thread: the broker's loop has
+    nothing else to do while it talks, so the watcher serves it from its in-place waits."""
+
+    def __init__(self, broker: Broker, client_id: str) -> None:
+        self.sock, theirs = tcp_pair()
+        self.sock.settimeout(5)
+        self.proto = Connection(Role.CLIENT)
+        self.sock.sendall(self.proto.send(Connect(V5, client_id, True, 0)))
+        self.inbox: list[Packet] = []
+        broker.spawn_connection(prepare_socket(theirs))
+
+    def send(self, packet: Packet) -> None:
+        self.sock.sendall(self.proto.send(packet))
+
+    def next(self) -> Packet:
+        while not self.inbox:
+            data = self.sock.recv(65536)
+            assert data, "the broker closed the connection"
+            self.inbox.extend(p for p in self.proto.receive_data(data) if isinstance(p, Packet))
+        return self.inbox.pop(0)
+
+
+def test_clients_outside_the_loop_are_served_from_in_place_waits(
+    tmp_path: pathlib.Path,
+) -> None:
+    async def body(broker: Broker) -> None:
+        sub = _ThreadClient(broker, "sub")
+        pub = _ThreadClient(broker, "pub")
+
+        def talk() -> None:
+            assert isinstance(sub.next(), Connack)
+            assert isinstance(pub.next(), Connack)
+            sub.send(Subscribe(1, (Subscription(b"t/#", 1),)))
+            assert isinstance(sub.next(), Suback)
+            for i in range(200):
+                started = time.monotonic()
+                pub.send(Publish(b"t/x", b"%d" % i, qos=1, packet_id=1 + i % 100))
+                assert isinstance(pub.next(), Puback)
+                got = sub.next()
+                assert isinstance(got, Publish)
+                assert got.payload == b"%d" % i
+                assert got.packet_id is not None
+                sub.send(Puback(got.packet_id))
+                assert time.monotonic() - started < STALL
+
+        with trio.fail_after(30):
+            await trio.to_thread.run_sync(talk)
+        in_place = broker.parking.in_place
+        assert in_place is not None  # the system clock: the watcher may wait in place
+        assert in_place.rounds > 0  # and did
+        sub.sock.close()
+        pub.sock.close()
+
+    _run(tmp_path, body)
+
+
+def test_round_trips_with_the_clients_in_the_same_loop_never_stall(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The test's clients are trio tasks of the broker's own loop: each waits on its
+    socket through trio while the watcher waits in place between rounds."""
+
+    async def body(broker: Broker) -> None:
+        sub = await _connected(broker, "sub")
+        pub = await _connected(broker, "pub")
+        await sub.send(Subscribe(1, (Subscription(b"t/#", 1),)))
+        with trio.fail_after(5):
+            assert isinstance(await sub.next(), Suback)
+        for i in range(100):
+            started = trio.current_time()
+            await pub.send(Publish(b"t/x", b"%d" % i, qos=1, packet_id=1 + i % 100))
+            with trio.fail_after(5):
+                ack = await pub.next()
+                got = await sub.next()
+            assert isinstance(ack, Puback)
+            assert isinstance(got, Publish)
+            assert got.payload == b"%d" % i
+            assert got.packet_id is not None
+            await sub.send(Puback(got.packet_id))
+            assert trio.current_time() - started < STALL
+        pub.close()
+        sub.close()
+
+    _run(tmp_path, body)
+
+
+def test_a_sleep_ends_on_time_while_the_watcher_waits_in_place(
+    tmp_path: pathlib.Path,
+) -> None:
+    async def body(broker: Broker) -> None:
+        c = await _connected(broker, "quiet")
+        in_place = broker.parking.in_place
+        assert in_place is not None
+        for _ in range(5):
+            before = in_place.rounds
+            # A packet that needs no answer: the watcher serves it, then waits in place
+            # (nothing else to run) with trio's next deadline, this sleep's, as its bound.
+            await c.send(Publish(b"nobody/listens", b"x"))
+            started = trio.current_time()
+            await trio.sleep(0.05)
+            assert trio.current_time() - started < STALL
+            assert in_place.rounds >= before
+        c.close()
+
+    _run(tmp_path, body)
+
+
+def test_a_call_from_another_thread_is_run_while_the_watcher_waits_in_place(
+    tmp_path: pathlib.Path,
+) -> None:
+    async def body(broker: Broker) -> None:
+        c = await _connected(broker, "quiet")
+        token = trio.lowlevel.current_trio_token()
+        for _ in range(5):
+            await c.send(Publish(b"nobody/listens", b"x"))
+            done = trio.Event()
+            called_at: list[float] = []
+
+            def call(done: trio.Event = done, called_at: list[float] = called_at) -> None:
+                called_at.append(trio.current_time())
+                done.set()
+
+            started = trio.current_time()
+            # The thread calls in while this task waits on the event: nothing runnable,
+            # no deadline, so only trio's wake-up socket can end the watcher's wait.
+            threading.Timer(0.02, lambda: token.run_sync_soon(call)).start()
+            with trio.fail_after(5):
+                await done.wait()
+            assert called_at[0] - started < STALL
+        c.close()
+
+    _run(tmp_path, body)
+
+
+def test_new_clients_are_accepted_while_the_watcher_waits_in_place(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The broker in its own thread, as deployed: connections accepted and served while
+    earlier ones are parked."""
+    with running_broker(tmp_path / "data") as broker:
+        clients: list[mqtt.Client] = []
+        try:
+            for i in range(10):
+                c = mqtt.Client(CallbackAPIVersion.VERSION2, f"c{i}", protocol=mqtt.MQTTv5)
+                connected = threading.Event()
+
+                def on_connect(*_args: Any, connected: threading.Event = connected) -> None:
+                    connected.set()
+
+                c.on_connect = on_connect
+                started = time.monotonic()
+                c.connect(broker.host, broker.port, keepalive=60)
+                c.loop_start()
+                clients.append(c)
+                assert connected.wait(5), "no CONNACK"
+                assert time.monotonic() - started < STALL
+                # Traffic from the parked ones keeps the watcher waiting in place.
+                info = clients[0].publish("nobody/listens", b"x", qos=1)
+                info.wait_for_publish(timeout=5)
+                assert info.is_published()
+        finally:
+            for c in clients:
+                c.disconnect()
+                c.loop_stop()
