@@ -205,11 +205,12 @@ class Broker:
         """The parking watcher serves ready sockets: gather their output."""
         if self.batch is None:
             self.batch = []
+        self.store_client.round_begun()
 
     def _end_round(self) -> None:
         """The round is over: its output goes out, its store writes to the store."""
         self.flush_batch()
-        self.store_client.chunk_done()
+        self.store_client.round_done()
 
     def flush_batch(self) -> None:
         """Send what the current input chunk produced, one write per connection."""

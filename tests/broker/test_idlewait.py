@@ -18,6 +18,7 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 import trio
+import trio.testing
 from paho.mqtt.enums import CallbackAPIVersion
 
 from broker.mqtt.connection import Connection, Role
@@ -32,7 +33,7 @@ from broker.mqtt.packets import (
     Subscribe,
     Subscription,
 )
-from broker.net.idlewait import MAX_WAIT_SECONDS
+from broker.net.idlewait import MAX_WAIT_SECONDS, IdleWait
 from broker.net.runtime import Broker
 from broker.net.transport import prepare_socket
 from tests.broker.harness import make_config, running_broker
@@ -46,6 +47,14 @@ V5 = ProtocolVersion.MQTT_5
 
 async def _with_broker(tmp_path: pathlib.Path) -> Broker:
     return await Broker.open(make_config(tmp_path / "data"))
+
+
+async def _in_place(broker: Broker) -> IdleWait:
+    """The watcher's IdleWait, once the watcher task has started."""
+    await trio.testing.wait_all_tasks_blocked()
+    in_place = broker.parking.in_place
+    assert in_place is not None  # the system clock: the watcher may wait in place
+    return in_place
 
 
 async def _connected(broker: Broker, client_id: str) -> SockClient:
@@ -117,9 +126,8 @@ def test_clients_outside_the_loop_are_served_from_in_place_waits(
 
         with trio.fail_after(30):
             await trio.to_thread.run_sync(talk)
-        in_place = broker.parking.in_place
-        assert in_place is not None  # the system clock: the watcher may wait in place
-        assert in_place.rounds > 0  # and did
+        in_place = await _in_place(broker)
+        assert in_place.rounds > 0  # the watcher waited in place, and was woken there
         sub.sock.close()
         pub.sock.close()
 
@@ -161,8 +169,7 @@ def test_a_sleep_ends_on_time_while_the_watcher_waits_in_place(
 ) -> None:
     async def body(broker: Broker) -> None:
         c = await _connected(broker, "quiet")
-        in_place = broker.parking.in_place
-        assert in_place is not None
+        in_place = await _in_place(broker)
         for _ in range(5):
             before = in_place.rounds
             # A packet that needs no answer: the watcher serves it, then waits in place
