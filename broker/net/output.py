@@ -245,7 +245,7 @@ class Output:
             return []  # a protocol error ended the exchange: the copies stay queued
         persist = self.host.persist
         queue = session.queue
-        now = trio.current_time()
+        now = self.host.hub.now()
         ready: list[bytes] = []
         while queue and len(ready) < FILL_BATCH:
             og = queue[0]

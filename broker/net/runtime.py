@@ -136,7 +136,11 @@ class Broker:
         client = await StoreClient.open(config.storage, STREAMS)
         persistence = Persistence(client)
         timers = TrioTimers()
-        hub = Hub(config, persistence, clock=trio.current_time, timers=timers)
+        # The run's clock read directly (trio.current_time is two calls more per read; the
+        # hub reads it per message).
+        hub = Hub(
+            config, persistence, clock=trio.lowlevel.current_clock().current_time, timers=timers
+        )
         jetstream = JetStream(hub, client) if config.jetstream.enabled else None
         try:
             await recovery.load_into(persistence, hub)
