@@ -90,7 +90,7 @@ class Inbound:
 
     def _publish_refusal(self, p: Publish) -> tuple[ReasonCode, str] | None:
         """Checks beyond topic syntax (which the radix match validates [MQTT-3.3.2-2])."""
-        if p.topic[:1] == b"$":
+        if p.topic.startswith(b"$"):
             prefix = reserved_prefix(p.topic)
             if prefix is not None:
                 return (
@@ -108,21 +108,23 @@ class Inbound:
         return None
 
     def on_publish(self, p: Publish) -> None:
-        session = self.conn.session
+        conn = self.conn
+        session = conn.session
         assert session is not None
-        stats = self.conn.broker.stats
+        broker = conn.broker
+        stats = broker.stats
         stats.publish_received += 1
         stats.publish_bytes_received += len(p.payload)
         access = session.access
         if access is not None and not access.may_write(p.topic):
             self._not_authorised(p)
             return
-        rate = self.conn.broker.config.limits.max_publish_rate
+        rate = broker.config.limits.max_publish_rate
         if rate and self._over_rate(rate):
             self._over_publish_rate(p)
             return
-        if p.topic[:1] == b"$":
-            handler = self.conn.broker.hub.systopics.handler_for(p.topic)
+        if p.topic.startswith(b"$"):
+            handler = broker.hub.systopics.handler_for(p.topic)
             if handler is not None:  # a system topic: its handler, not the router
                 code = handler.publish(message_from(p, session.num, trio.current_time), session)
                 if isinstance(code, ReasonCode):
@@ -132,11 +134,14 @@ class Inbound:
                     return
                 self._answer_later(p, code)
                 return
-        refusal = self._publish_refusal(p)
+            refusal = self._publish_refusal(p)
+        elif p.properties is EMPTY_PROPERTIES:
+            refusal = None  # nothing _publish_refusal checks: the common case
+        else:
+            refusal = self._publish_refusal(p)
         if refusal is not None:
             self._refuse_publish(p, *refusal)
             return
-        broker = self.conn.broker
         pid = p.packet_id
         msg = message_from(p, session.num, trio.current_time)
         extra = broker.persist.qos2_received(session, pid) if p.qos == 2 and pid else []
