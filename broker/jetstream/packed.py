@@ -79,15 +79,17 @@ def packed_get(st: Store, stream: str, req: dict[str, Any]) -> list[Answer]:
         end_key = keys.msg_key(sid, up_to)  # (keys of a higher sid sort after it too)
         seqs, vals = _read(cur, first_key, end_key, min(batch, up_to - first + 1, _MAX_RECORDS))
     lens = array(_U32_ITEM, map(len, vals))
-    sizes = list(accumulate(lens))
-    n = bisect_right(range(len(sizes)), limit, key=lambda i: sizes[i] + 12 * (i + 1))
-    n = max(n, 1) if vals else 0
+    n = len(vals)
+    if sum(lens) + 12 * n > limit:  # (else all of them: no running sums to build)
+        sizes = list(accumulate(lens))
+        n = bisect_right(range(n), limit, key=lambda i: sizes[i] + 12 * (i + 1))
+        n = max(n, 1) if vals else 0
     del seqs[n:], lens[n:], vals[n:]
     last = seqs[-1] if n else first - 1
     if _SWAP:
         seqs.byteswap()
         lens.byteswap()
-    payload = b"".join((_U32.pack(n), seqs.tobytes(), lens.tobytes(), *vals))
+    payload = b"".join([_U32.pack(n), seqs.tobytes(), lens.tobytes()] + vals)
     return _answer(payload, n, last)
 
 
