@@ -1,9 +1,10 @@
 """Reading streams through a running broker (option ``url``): the JetStream API over MQTT 5.
 
 Executors anywhere reach the data this way, not only on the broker's host. One
-:class:`JsLink` per task: a paho-mqtt MQTT 5 client driven from the task's own thread
-(``client.loop``, no paho network thread), with one inbox subscription
-(``_INBOX/jetmq-spark/<id>/#``, QoS 1) for API answers and packed reads.
+:class:`JsLink` per task: an MQTT 5 connection (:class:`pipeline.mqttwire.Wire`, blocking,
+driven by the task's own thread; not paho, which copies a large PUBLISH several times
+while decoding it), with one inbox subscription (``_INBOX/jetmq-spark/<id>/#``, QoS 1)
+for API answers and packed reads.
 
 - Planning: ``$JS/API/STREAM/NAMES`` (paged) and ``$JS/API/STREAM/INFO/<s>`` give each
   stream's range; the stream's ``created`` time stands for its id (a stream deleted and

@@ -89,7 +89,8 @@ def packed_get(st: Store, stream: str, req: dict[str, Any]) -> list[Answer]:
     if _SWAP:
         seqs.byteswap()
         lens.byteswap()
-    payload = b"".join([_U32.pack(n), seqs.tobytes(), lens.tobytes()] + vals)
+    vals[:0] = (_U32.pack(n), seqs.tobytes(), lens.tobytes())  # (the head, then the records)
+    payload = b"".join(vals)
     return _answer(payload, n, last)
 
 
