@@ -116,6 +116,8 @@ def parse_props(buf: bytes | bytearray | memoryview, pos: int) -> tuple[Props, i
         else:
             values = []
             for _ in range(2 if kind == "p" else 1):
+                if pos + 2 > end:
+                    raise WireError("a packet's properties overrun their length")
                 (n,) = _U16.unpack_from(buf, pos)
                 values.append(bytes(buf[pos + 2 : pos + 2 + n]))
                 pos += 2 + n
@@ -124,8 +126,10 @@ def parse_props(buf: bytes | bytearray | memoryview, pos: int) -> tuple[Props, i
             elif ident == 0x1F:
                 out.reason = values[0].decode(errors="replace")
             elif ident == 0x26:
-                user.append((values[0].decode(), values[1].decode()))
-    if pos != end:
+                user.append(
+                    (values[0].decode(errors="replace"), values[1].decode(errors="replace"))
+                )
+    if pos != end:  # (a fixed-size value or a string ran past the properties)
         raise WireError("a packet's properties overrun their length")
     out.user = tuple(user)
     return out, end
@@ -159,7 +163,11 @@ class Wire:
                 auth += _str(address.password)
         client_id = f"{client_id_prefix}-{uuid.uuid4().hex[:12]}"
         body = _str("MQTT") + bytes((5, flags)) + _U16.pack(60) + b"\0" + _str(client_id) + auth
-        self.send(_packet(0x10, body))
+        try:
+            self.send(_packet(0x10, body))
+        except BaseException:
+            sock.close()
+            raise
 
     def settimeout(self, seconds: float) -> None:
         self._sock.settimeout(max(seconds, 0.001))
@@ -284,6 +292,8 @@ def parse_publish(flags: int, body: bytearray) -> tuple[Message, int]:
         raise WireError("a PUBLISH is cut short")
     (tlen,) = _U16.unpack_from(body, 0)
     pos = 2 + tlen
+    if pos > len(body):
+        raise WireError("a PUBLISH is cut short")
     topic = bytes(body[2:pos]).decode(errors="replace")
     pid = 0
     if flags & 0x06:

@@ -71,7 +71,7 @@ class JsLink:
         scheme = "mqtts" if address.tls else "mqtt"
         try:
             self._wire = Wire(address, "jetmq-spark", timeout)
-        except OSError as exc:
+        except (OSError, WireError) as exc:
             raise NetReadError(
                 f"jetmq source: cannot connect to {scheme}://{address.host}:{address.port}: {exc}"
             ) from exc

@@ -94,3 +94,27 @@ def test_refusals_are_clear_errors(broker: BrokerThread) -> None:
     link.close()
     with pytest.raises(netread.NetReadError, match="cannot connect"):
         netread.JsLink(BrokerAddress("127.0.0.1", broker.port), timeout=5)
+
+
+def test_malformed_packets_are_wire_errors() -> None:
+    from pipeline.mqttwire import WireError, parse_props, parse_publish
+
+    props = b"\x09\x00\x02ab" + b"\x26\x00\x01k\x00\x01v" + b"\x1f\x00\x02no"
+    msg, pid = parse_publish(
+        2, bytearray(b"\x00\x01t\x00\x07" + bytes([len(props)]) + props + b"xyz")
+    )
+    assert (msg.topic, pid, bytes(msg.payload)) == ("t", 7, b"xyz")
+    assert (msg.props.correlation, msg.props.user, msg.props.reason) == (b"ab", (("k", "v"),), "no")
+    for bad in (
+        b"\x05\x09\x00\x09ab",
+        b"\x02\x26\x00",
+        b"\x01\x7f",
+        b"\x03\x02\x00\x00\x00",
+        b"\xff\xff\xff\xff\xff",
+    ):
+        with pytest.raises(WireError):
+            parse_props(bytearray(bad), 0)
+    with pytest.raises(WireError):
+        parse_publish(0, bytearray(b"\x00\x09t"))
+    with pytest.raises(WireError):
+        parse_publish(2, bytearray(b"\x00\x01t\x00"))
