@@ -123,16 +123,23 @@ def new_client(address: BrokerAddress, client_id_prefix: str) -> Any:
     if address.username is not None:
         client.username_pw_set(address.username, address.password)
     if address.tls:
-        ctx = ssl.create_default_context(cafile=address.ca_file)
-        if address.cert_file is not None:
-            ctx.load_cert_chain(address.cert_file, address.key_file)
-        if address.insecure:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
+        ctx = tls_context(address)
         ctx.sslsocket_class = _ClosingSSLSocket
         client.tls_set_context(ctx)
         client.tls_insecure_set(address.insecure)
     return client
+
+
+def tls_context(address: BrokerAddress) -> ssl.SSLContext:
+    """The client TLS context of an ``mqtts://`` address: its CA file (else the system's
+    trust store), its client certificate, no checks at all when ``insecure``."""
+    ctx = ssl.create_default_context(cafile=address.ca_file)
+    if address.cert_file is not None:
+        ctx.load_cert_chain(address.cert_file, address.key_file)
+    if address.insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
 
 
 class Publisher:

@@ -1,9 +1,10 @@
 """Reading streams through a running broker (option ``url``): the JetStream API over MQTT 5.
 
 Executors anywhere reach the data this way, not only on the broker's host. One
-:class:`JsLink` per task: a paho-mqtt MQTT 5 client driven from the task's own thread
-(``client.loop``, no paho network thread), with one inbox subscription
-(``_INBOX/jetmq-spark/<id>/#``, QoS 1) for API answers and packed reads.
+:class:`JsLink` per task: an MQTT 5 connection (:class:`pipeline.mqttwire.Wire`, blocking,
+driven by the task's own thread; not paho, which copies a large PUBLISH several times
+while decoding it), with one inbox subscription (``_INBOX/jetmq-spark/<id>/#``, QoS 1)
+for API answers and packed reads.
 
 - Planning: ``$JS/API/STREAM/NAMES`` (paged) and ``$JS/API/STREAM/INFO/<s>`` give each
   stream's range; the stream's ``created`` time stands for its id (a stream deleted and
@@ -30,7 +31,19 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any, Final
 
-from pipeline.mqttpub import BrokerAddress, new_client
+from pipeline.mqttpub import BrokerAddress
+from pipeline.mqttwire import (
+    CONNACK,
+    DISCONNECT,
+    PUBACK,
+    PUBLISH,
+    SUBACK,
+    Message,
+    Wire,
+    WireError,
+    parse_props,
+    parse_publish,
+)
 from pipeline.storeread import StreamMeta
 
 API: Final = "$JS/API/"
@@ -47,91 +60,94 @@ class JsLink:
     """A connected MQTT 5 client for JetStream requests and packed reads on one inbox."""
 
     def __init__(self, address: BrokerAddress, *, timeout: float = 30.0) -> None:
-
         self.timeout = timeout
         self.address = address
         self.inbox = f"_INBOX/jetmq-spark/{uuid.uuid4().hex}"
-        self._answers: dict[bytes, Any] = {}
-        self._packs: dict[bytes, list[Any]] = {}
-        self._failure: str | None = None
+        self._answers: dict[bytes, memoryview] = {}
+        self._packs: dict[bytes, list[Message]] = {}
         self._connected = False
-        self._subscribed = False
-        self._closed = False
+        self._subscribed = 0  # the SUBSCRIBE's packet id until its SUBACK
         self._n = 0
-        client = new_client(address, "jetmq-spark")
-        client.on_connect = self._on_connect
-        client.on_disconnect = self._on_disconnect
-        client.on_subscribe = self._on_subscribe
-        client.on_message = self._on_message
-        client.on_publish = self._on_publish
-        self._client = client
+        scheme = "mqtts" if address.tls else "mqtt"
         try:
-            try:
-                client.connect(address.host, address.port, keepalive=60)
-            except OSError as exc:
-                raise NetReadError(
-                    f"jetmq source: cannot connect to {'mqtts' if address.tls else 'mqtt'}://"
-                    f"{address.host}:{address.port}: {exc}"
-                ) from exc
+            self._wire = Wire(address, "jetmq-spark", timeout)
+        except (OSError, WireError) as exc:
+            raise NetReadError(
+                f"jetmq source: cannot connect to {scheme}://{address.host}:{address.port}: {exc}"
+            ) from exc
+        try:
             self._wait(lambda: self._connected, "CONNACK")
-            client.subscribe(self.inbox + "/#", qos=1)
-            self._wait(lambda: self._subscribed, "SUBACK")
+            self._subscribed = self._wire.subscribe(self.inbox + "/#", 1)
+            self._wait(lambda: not self._subscribed, "SUBACK")
         except BaseException:
-            self._closed = True
-            sock = client.socket()
-            if sock is not None:
-                sock.close()
+            self._wire.close()
             raise
 
-    # -- paho callbacks (from client.loop, on this thread) ------------------------------------
+    # -- packets in ---------------------------------------------------------------------------
 
-    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
-        if rc.is_failure:
-            self._failure = f"the broker refused the connection: {rc}"
-        else:
+    def _handle(self, kind: int, flags: int, body: bytearray) -> None:
+        if kind == PUBLISH:
+            msg, pid = parse_publish(flags, body)
+            if pid:
+                self._wire.puback(pid)
+            corr = msg.props.correlation
+            if corr is not None and msg.topic.endswith("/r"):
+                self._answers[corr] = msg.payload
+            elif corr is not None and msg.topic.endswith("/p"):
+                self._packs.setdefault(corr, []).append(msg)
+            # (anything else on the inbox is not ours to read: dropped)
+        elif kind == PUBACK:
+            if len(body) < 2:
+                raise NetReadError("jetmq source: a PUBACK is cut short")
+            code = body[2] if len(body) > 2 else 0
+            if code >= 0x80:  # a refused request: say why, do not wait
+                why = parse_props(body, 3)[0].reason if len(body) > 3 else None
+                raise NetReadError(
+                    f"jetmq source: the broker refused a request: reason code 0x{code:02x}"
+                    f" ({why or 'no reason given'})"
+                )
+        elif kind == CONNACK:
+            code = body[1] if len(body) > 1 else 0
+            if code >= 0x80:
+                why = parse_props(body, 2)[0].reason if len(body) > 2 else None
+                raise NetReadError(
+                    f"jetmq source: the broker refused the connection: reason code"
+                    f" 0x{code:02x} ({why or 'no reason given'})"
+                )
             self._connected = True
-
-    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
-        self._connected = False
-        if not self._closed and self._failure is None:
-            self._failure = f"the connection was lost ({rc})"
-
-    def _on_subscribe(self, client: Any, userdata: Any, mid: int, rcs: Any, props: Any) -> None:
-        if any(rc.is_failure for rc in rcs):
-            self._failure = f"the broker refused the inbox subscription ({rcs[0]})"
-        else:
-            self._subscribed = True
-
-    def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
-        if rc.is_failure:  # a refused request (PUBACK >= 0x80): say why, do not wait
-            why = getattr(props, "ReasonString", None) if props is not None else None
-            self._failure = f"the broker refused a request: {rc} ({why or 'no reason given'})"
-
-    def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
-        props = msg.properties
-        corr = getattr(props, "CorrelationData", None) if props is not None else None
-        if corr is not None and msg.topic.endswith("/r"):
-            self._answers[bytes(corr)] = msg.payload
-        elif corr is not None and msg.topic.endswith("/p"):
-            self._packs.setdefault(bytes(corr), []).append(msg)
-        # (anything else on the inbox is not ours to read: dropped)
-
-    # -- requests -------------------------------------------------------------------------------
-
-    def _check(self) -> None:
-        if self._failure is not None:
-            raise NetReadError(f"jetmq source: {self._failure}")
+        elif kind == SUBACK:
+            _props, pos = parse_props(body, 2)
+            if any(rc >= 0x80 for rc in body[pos:]):
+                raise NetReadError(
+                    f"jetmq source: the broker refused the inbox subscription"
+                    f" (reason code 0x{body[pos]:02x})"
+                )
+            self._subscribed = 0
+        elif kind == DISCONNECT:
+            code = body[0] if body else 0
+            why = parse_props(body, 1)[0].reason if len(body) > 1 else None
+            raise NetReadError(
+                f"jetmq source: the broker closed the connection: reason code 0x{code:02x}"
+                f" ({why or 'no reason given'})"
+            )
 
     def _wait(self, done: Any, what: str) -> None:
         deadline = time.monotonic() + self.timeout
         while not done():
-            self._check()
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise NetReadError(
                     f"jetmq source: no {what} from the broker within {self.timeout:g} s"
                 )
-            self._client.loop(0.05)
-        self._check()
+            self._wire.settimeout(left)
+            try:
+                self._handle(*self._wire.read())
+            except TimeoutError:
+                continue
+            except WireError as exc:
+                raise NetReadError(f"jetmq source: {exc}") from exc
+
+    # -- requests -------------------------------------------------------------------------------
 
     def publish(
         self,
@@ -141,16 +157,10 @@ class JsLink:
         corr: bytes | None = None,
         user: tuple[tuple[str, str], ...] = (),
     ) -> None:
-        from paho.mqtt.packettypes import PacketTypes
-        from paho.mqtt.properties import Properties
-
-        props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-        props.ResponseTopic = reply
-        if corr is not None:
-            props.CorrelationData = corr
-        if user:
-            props.UserProperty = list(user)
-        self._client.publish(topic, body, qos=1, properties=props)
+        try:
+            self._wire.publish(topic, body, reply, corr, user)
+        except WireError as exc:
+            raise NetReadError(f"jetmq source: {exc}") from exc
 
     def request(self, rest: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """The JSON answer to ``$JS/API/<rest>``; a JetStream error raises NetReadError."""
@@ -159,7 +169,7 @@ class JsLink:
         payload = b"" if body is None else json.dumps(body).encode()  # DELETE wants none
         self.publish(API + rest, payload, self.inbox + "/r", corr)
         self._wait(lambda: corr in self._answers, f"answer to {API}{rest}")
-        raw = self._answers.pop(corr)
+        raw = bytes(self._answers.pop(corr))
         try:
             answer = json.loads(raw)
         except ValueError:
@@ -184,7 +194,7 @@ class JsLink:
         )
         return corr
 
-    def packed_answer(self, corr: bytes) -> tuple[bytes, int]:
+    def packed_answer(self, corr: bytes) -> tuple[memoryview, int]:
         """The records and last seq of packed request ``corr`` (after its 204 EOB); a
         refusal raises NetReadError (``503``: the stream does not exist)."""
 
@@ -198,21 +208,16 @@ class JsLink:
         if status is not None:
             code, why = status
             raise NetReadError(f"jetmq source: DIRECT.GET answered {code} {why}")
-        up = dict(getattr(got[1].properties, "UserProperty", None) or ())
+        up = dict(got[1].props.user)
         return got[0].payload, int(up.get("Nats-Last-Sequence", "0"))
 
     def close(self) -> None:
-        self._closed = True
-        try:
-            self._client.disconnect()
-            self._client.loop(0.05)
-        except Exception:  # closing a broken connection: nothing to report
-            pass
+        self._wire.disconnect()
 
 
-def _status(msg: Any) -> tuple[str, str] | None:
+def _status(msg: Message) -> tuple[str, str] | None:
     """``(Status, Description)`` of a status message other than ``204``, else None."""
-    up = dict(getattr(msg.properties, "UserProperty", None) or ())
+    up = dict(msg.props.user)
     code = up.get("Status")
     if code is None or code == "204":
         return None
@@ -259,7 +264,7 @@ def stream_metas(url: str | BrokerAddress) -> dict[str, StreamMeta]:
     return out
 
 
-def unpack(payload: bytes) -> tuple[Any, Any]:
+def unpack(payload: bytes | memoryview) -> tuple[Any, Any]:
     """The seqs (numpy int64) and the stored records (one Arrow binary array over the
     payload, nothing copied) of a packed answer (docs/jetstream.md)."""
     import numpy as np

@@ -21,16 +21,18 @@ Refusals: ``408 Bad Request`` (no ``seq`` or ``batch``; the usual 408s of a body
 not JSON), ``503 No Responders`` (no such stream, or a ``$MQTT_*`` one).
 
 Read from one read-only store transaction in the request's worker thread, never on the
-trio thread (the records pulled by the cursor in C, the range end and the byte bound cut
-after by bisection: about 0.5 us a record instead of 2.2 with a Python loop).
+trio thread (the records pulled by the cursor in C, values only: a range without gaps
+needs no keys; the byte bound cut after by bisection: about 0.33 us a record, 0.56 with
+(key, value) pairs, 2.2 with a Python loop).
 """
 
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from bisect import bisect_right
 from itertools import accumulate, islice
-from operator import itemgetter
 from typing import Any, Final
 
 from store import Store, keys
@@ -41,8 +43,8 @@ DEFAULT_PACK_BYTES: Final = 1 << 20
 MAX_PACK_BYTES: Final = 16 << 20
 _U32 = struct.Struct(">I")
 _MAX_RECORDS: Final = 1 << 20  # records read per request at most, whatever batch says
-_first = itemgetter(0)
-_second = itemgetter(1)
+_U32_ITEM: Final = "I" if array("I").itemsize == 4 else "L"  # ("Q" is always 8 bytes)
+_SWAP: Final = sys.byteorder == "little"  # array items are native, the wire big-endian
 
 Answer = tuple[bytes, Headers]
 
@@ -73,27 +75,50 @@ def packed_get(st: Store, stream: str, req: dict[str, Any]) -> list[Answer]:
             return _status(503, "No Responders")
         sid, _, _ = keys.unpack_named_record(bytes(raw), keys.STREAM_RECORD_VERSION)
         cur = txn.cursor(db=env.dbs[keys.DB_MSGS])
-        # islice pulls the records in C; the range end and the byte bound are cut after
-        found = cur.set_range(keys.msg_key(sid, first))
-        rows = list(islice(cur.iternext(), min(batch, _MAX_RECORDS))) if found else []
-    end_key = keys.msg_key(sid, up_to)  # (keys of a higher sid sort after it too)
-    if rows and rows[-1][0] > end_key:
-        del rows[bisect_right(rows, end_key, key=_first) :]
-    lens = list(map(len, map(_second, rows)))
-    sizes = list(accumulate(lens))
-    n = bisect_right(range(len(sizes)), limit, key=lambda i: sizes[i] + 12 * (i + 1))
-    n = max(n, 1) if rows else 0
-    del rows[n:], lens[n:]
-    last = int.from_bytes(rows[-1][0][8:], "big") if rows else first - 1
-    payload = b"".join(
-        (
-            _U32.pack(n),
-            b"".join([k[8:] for k, _ in rows]),
-            struct.pack(f">{n}I", *lens),
-            *map(_second, rows),
-        )
-    )
+        first_key = keys.msg_key(sid, first)
+        end_key = keys.msg_key(sid, up_to)  # (keys of a higher sid sort after it too)
+        seqs, vals = _read(cur, first_key, end_key, min(batch, up_to - first + 1, _MAX_RECORDS))
+    lens = array(_U32_ITEM, map(len, vals))
+    n = len(vals)
+    if sum(lens) + 12 * n > limit:  # (else all of them: no running sums to build)
+        sizes = list(accumulate(lens))
+        n = bisect_right(range(n), limit, key=lambda i: sizes[i] + 12 * (i + 1))
+        n = max(n, 1) if vals else 0
+    del seqs[n:], lens[n:], vals[n:]
+    last = seqs[-1] if n else first - 1
+    if _SWAP:
+        seqs.byteswap()
+        lens.byteswap()
+    vals[:0] = (_U32.pack(n), seqs.tobytes(), lens.tobytes())  # (the head, then the records)
+    payload = b"".join(vals)
     return _answer(payload, n, last)
+
+
+def _read(cur: Any, first_key: bytes, end_key: bytes, most: int) -> tuple[array[int], list[bytes]]:
+    """The seqs and records of the keys ``first_key..end_key``, at most ``most``.
+
+    The values are pulled by the cursor in C (keys not asked for: a tuple and a key per
+    record cost as much again); when the last one read is the ``count``-th seq after
+    the first (no gap, nothing past the end), the seqs are that range. Else the keys
+    are read in a second pass of the same transaction and the range end cut by bisection."""
+    if not cur.set_range(first_key):
+        return array("Q"), []
+    lo_key = cur.key()
+    vals = list(islice(cur.iternext(keys=False, values=True), most))
+    hi_key = cur.key()
+    lo = int.from_bytes(lo_key[8:], "big")
+    hi = int.from_bytes(hi_key[8:], "big")
+    if hi_key <= end_key and hi - lo + 1 == len(vals):
+        return array("Q", range(lo, hi + 1)), vals
+    cur.set_range(first_key)
+    ks = list(islice(cur.iternext(keys=True, values=False), len(vals)))
+    del ks[bisect_right(ks, end_key) :], vals[len(ks) :]
+    both = array("Q")
+    both.frombytes(b"".join(ks))  # (sid, seq) pairs, big-endian
+    seqs = both[1::2]
+    if _SWAP:
+        seqs.byteswap()
+    return seqs, vals
 
 
 def _answer(payload: bytes, count: int, last: int) -> list[Answer]:
