@@ -9,7 +9,6 @@ reads on accept is known exactly.
 
 from __future__ import annotations
 
-import math
 import pathlib
 import socket
 
@@ -35,8 +34,6 @@ from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
 from broker.net.parking import Parking
 from broker.net.runtime import Broker
-from broker.persist.client import DEFER_SECONDS
-from broker.persist.records import PEND
 from tests.broker.harness import run_with_broker
 from tests.broker.memclient import SockClient
 
@@ -408,55 +405,3 @@ def test_a_bug_waking_one_connection_closes_it_and_spares_the_others(
     trio.run(main)
     assert "internal error while serving a parked connection" in caplog.text
     assert "internal error while waking a parked connection" in caplog.text
-
-
-def test_an_acknowledged_copys_deletion_rides_with_the_next_commit_or_goes_later(
-    tmp_path: pathlib.Path,
-) -> None:
-    """A persistent session's PUBACK deletes the copy's pending entry without a commit of
-    its own: it joins the next PUBLISH's batch, or goes after DEFER_SECONDS."""
-
-    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
-        keep = Properties(session_expiry_interval=3600)
-        sub = SockClient(broker, "keeper", connect=Connect(V5, "keeper", False, 0, properties=keep))
-        pub = SockClient(broker, "pub")
-        for c in (sub, pub):
-            with trio.fail_after(5):
-                assert isinstance(await c.next(), Connack)
-        await sub.send(Subscribe(1, (Subscription(b"defer/#", 1),)))
-        with trio.fail_after(5):
-            assert isinstance(await sub.next(), Suback)
-        st = broker.store_client.store
-        clock.autojump_threshold = math.inf  # time moves only when this test moves it
-
-        async def pending() -> int:
-            return (await trio.to_thread.run_sync(st.stream_state, PEND)).messages
-
-        async def deliver(n: int) -> None:
-            await pub.send(Publish(b"defer/x", b"%d" % n, qos=1, packet_id=n))
-            with trio.fail_after(5):
-                assert isinstance(await pub.next(), Puback)  # stored: acknowledged
-                got = await sub.next()
-            assert isinstance(got, Publish)
-            assert got.packet_id is not None
-            await sub.send(Puback(got.packet_id))
-            await trio.testing.wait_all_tasks_blocked()
-
-        await deliver(1)
-        commits = broker.store_client.commit_seconds.count
-        assert await pending() == 1  # acknowledged, its deletion not committed yet
-        await deliver(2)  # the deletion rides with this PUBLISH's commit
-        assert broker.store_client.commit_seconds.count - commits == 1
-        assert await pending() == 1  # the second copy's entry only
-        # Nothing else to ride with: it goes after DEFER_SECONDS, not before.
-        clock.jump(DEFER_SECONDS / 2)
-        await trio.testing.wait_all_tasks_blocked()
-        assert await pending() == 1
-        clock.jump(DEFER_SECONDS / 2)
-        await trio.testing.wait_all_tasks_blocked()
-        assert await pending() == 0  # (a store read queues behind the submitted batch)
-        assert broker.store_client.commit_seconds.count - commits == 2
-        for c in (sub, pub):
-            c.close()
-
-    run_with_broker(tmp_path, body)
