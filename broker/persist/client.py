@@ -44,14 +44,6 @@ from broker.core.stats import Histogram
 
 STORAGE_REPORT_INTERVAL_S = 10.0  # at most one log line per interval about failed store jobs
 RETRY_DELETES_AFTER_S = 1.0  # a failed acknowledgement's deletions are tried again after this
-# Writes nobody waits for (an acknowledged copy's deletion, fire-and-forget records) ride
-# with the next batch somebody waits for, or go after this long: a commit of their own
-# per acknowledgement (an fsync with sync="always") held the next PUBLISH's commit back
-# (persistent QoS 1 at 2,000 msg/s: p50 1.5-1.9 ms with it, 7 ms when every round's
-# deletions were submitted at once). A crash in that time sends those messages again
-# after the restart (QoS 1 allows it; a QoS 2 copy's PUBREC stage is committed before its
-# PUBREL, so it gets the PUBREL again, never a second PUBLISH).
-DEFER_SECONDS = 0.02
 
 log = logging.getLogger("jetmq.persist")
 
@@ -325,7 +317,6 @@ class StoreClient:
         self._last: StoreFuture | Batch | None = None  # the latest submission (flush)
         self._open: Batch | None = None
         self._in_round = False  # see round_begun
-        self._deferring = False  # a task submits the open batch after DEFER_SECONDS
         self._closed = False
         self._report = _FailureReport()
         self._nursery: trio.Nursery | None = None
@@ -401,27 +392,6 @@ class StoreClient:
         if batch is not None and batch.awaited:
             self.submit_open()
 
-    def _pass_done(self) -> None:
-        """(queued when a batch opened outside a round) The loop's pass is over: the open
-        batch goes to the store if somebody waits for it, else later (:data:`DEFER_SECONDS`)."""
-        batch = self._open
-        if batch is None:
-            return
-        if batch.awaited or self._nursery is None or self._closed:
-            self.submit_open()
-        elif not self._deferring:
-            self._deferring = True
-            self._nursery.start_soon(self._submit_deferred)
-
-    async def _submit_deferred(self) -> None:
-        try:
-            await trio.sleep(DEFER_SECONDS)
-        finally:
-            self._deferring = False
-        batch = self._open
-        if batch is not None and not batch.awaited:  # (awaited: its waiter submits it)
-            self.submit_open()
-
     def submit_open(self) -> None:
         """Submit the open batch, if any (idempotent)."""
         batch = self._open
@@ -464,20 +434,20 @@ class StoreClient:
         batch = self._open
         if batch is None:
             batch = self._open = Batch(self)
-            if not self._in_round:  # a round decides at its end (round_done)
-                trio.lowlevel.current_trio_token().run_sync_soon(self._pass_done)
+            if not self._in_round:  # a round submits it at its end (round_done)
+                trio.lowlevel.current_trio_token().run_sync_soon(self.submit_open)
         return batch
 
     def round_begun(self) -> None:
         """The parking watcher serves a round of ready sockets: what they write is
-        dealt with at its end (:meth:`round_done`), not by a callback of the loop."""
+        submitted at its end (:meth:`round_done`), not by a callback of the loop."""
         self._in_round = True
 
     def round_done(self) -> None:
-        """The round is over: what it wrote goes to the store as the end of a pass of the
-        loop would send it (:meth:`_pass_done`), without a callback queued for it."""
+        """The round is over: its writes go to the store now, deletions included (they
+        would wait for the next pass of the loop's callbacks, which the round replaces)."""
         self._in_round = False
-        self._pass_done()
+        self.submit_open()
 
     def submit(self, ops: Sequence[store.Op]) -> StoreFuture:
         """Submit ``ops`` as a job of their own, after the open batch; the caller awaits the
