@@ -11,7 +11,7 @@ written from the jetmq read itself, so both hold the same rows and schema. Each 
 ``--repeats`` times, alternating; the report gives medians, min-max spread and the ratio.
 
 Usage: ``.venv/bin/python scripts/bench_pipeline.py [--n 1000000] [--repeats 3]
-[--master local[2]] [--partition 100000] [--url] [--freshness 30]``.
+[--master local[2]] [--partition 100000] [--floor-rows 10000] [--url] [--freshness 30]``.
 
 Also timed: a "floor" source with the same schema that yields one prepared RecordBatch
 over and over (no reading, no decoding): what pyspark's Python data source path costs by
@@ -164,11 +164,11 @@ def freshness(spark: Any, work: str, port: int, seconds: float) -> list[float]:
     return sorted(seen[k] - sent[k] for k in sent if k in seen)
 
 
-def floor_source(data: str, n: int, partition: int) -> Any:
+def floor_source(data: str, n: int, partition: int, batch_rows: int = 10_000) -> Any:
     """A data source with the jetmq schema that yields ONE prepared RecordBatch (the first
-    10,000 stored rows, decoded once per task) over and over, ``n`` rows in all, in as
-    many partitions as the jetmq read: what pyspark's Python data source path costs with
-    no reading at all, the floor of any reader written in Python."""
+    10,000 stored rows, decoded once per task, repeated to ``batch_rows``) over and over,
+    ``n`` rows in all, in as many partitions as the jetmq read: what pyspark's Python data
+    source path costs with no reading at all, the floor of any reader written in Python."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     parts = max(1, -(-n // partition))
@@ -183,6 +183,12 @@ def floor_source(data: str, n: int, partition: int) -> Any:
             meta = storeread.list_streams(data)["BENCH"]
             rows = next(storeread.scan(data, meta.sid, 1, meta.last_seq, 10_000))
             batch = batches.to_batch("BENCH", rows)
+            if batch_rows > batch.num_rows:
+                import pyarrow as pa
+
+                copies = -(-batch_rows // batch.num_rows)
+                table = pa.Table.from_batches([batch] * copies).combine_chunks()
+                batch = table.slice(0, batch_rows).to_batches()[0]
             todo = n // parts
             while todo > 0:
                 yield batch if todo >= batch.num_rows else batch.slice(0, todo)
@@ -217,6 +223,9 @@ def main() -> int:
     ap.add_argument("--payload", type=int, default=100, help="payload bytes (default 100)")
     ap.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     ap.add_argument("--partition", type=int, default=100_000, help="maxRecordsPerPartition")
+    ap.add_argument(
+        "--floor-rows", type=int, default=10_000, help="rows per RecordBatch of the floor source"
+    )
     ap.add_argument("--url", action="store_true", help="also read through a running broker")
     ap.add_argument("--freshness", type=float, default=0.0, metavar="S", help="freshness run")
     args = ap.parse_args()
@@ -257,7 +266,7 @@ def main() -> int:
             if args.url
             else None
         )
-        spark.dataSource.register(floor_source(data, args.n, args.partition))
+        spark.dataSource.register(floor_source(data, args.n, args.partition, args.floor_rows))
         floor = spark.read.format("jetmqfloor").load()
         timed(jet)  # warm-up: Python workers started, files in the page cache
         timed(lean)
