@@ -17,11 +17,13 @@ Driven by one thread; every socket error or malformed packet raises :class:`Wire
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from pipeline.mqttpub import BrokerAddress, tls_context
 
@@ -32,6 +34,7 @@ SUBACK: Final = 9
 DISCONNECT: Final = 14
 
 _U16 = struct.Struct(">H")
+_R = TypeVar("_R", bytes, int)
 _CHUNK: Final = 1 << 16
 # property id -> value kind (MQTT 5 §2.2.2.2): b byte, h u16, i u32, v varint, s string,
 # d binary data, p string pair
@@ -221,15 +224,7 @@ class Wire:
     # -- reading ----------------------------------------------------------------------------
 
     def _fill(self) -> None:
-        try:
-            data = self._sock.recv(_CHUNK)
-        except TimeoutError:
-            raise
-        except OSError as exc:
-            raise WireError(f"the connection was lost ({exc})") from exc
-        if not data:
-            raise WireError("the connection was closed by the broker")
-        self._pending += data
+        self._pending += _received(lambda: self._sock.recv(_CHUNK))
 
     def read(self) -> tuple[int, int, bytearray]:
         """The next packet: (type, flags, body). Raises ``TimeoutError`` when nothing
@@ -254,21 +249,27 @@ class Wire:
         view = memoryview(body)
         try:
             while have < length:
-                try:
-                    n = self._sock.recv_into(view[have:])
-                except TimeoutError:
-                    raise
-                except OSError as exc:
-                    raise WireError(f"the connection was lost ({exc})") from exc
-                if not n:
-                    raise WireError("the connection was closed by the broker")
-                have += n
+                have += _received(functools.partial(self._sock.recv_into, view[have:]))
         except TimeoutError:
             del pending[pos:]
             pending += view[:have]  # (kept: the next read goes on from here)
             raise
         del pending[:]
         return first >> 4, first & 0x0F, body
+
+
+def _received(receive: Callable[[], _R]) -> _R:
+    """What one receive call gave (bytes, or a count received into a buffer); a lost or
+    closed connection as :class:`WireError` (a timeout stays a ``TimeoutError``)."""
+    try:
+        got = receive()
+    except TimeoutError:
+        raise
+    except OSError as exc:
+        raise WireError(f"the connection was lost ({exc})") from exc
+    if not got:
+        raise WireError("the connection was closed by the broker")
+    return got
 
 
 def _head_length(buf: bytearray) -> tuple[int, int]:
