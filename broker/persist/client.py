@@ -139,11 +139,12 @@ class Batch:
     Every PUBLISH read in one scheduler pass (and every acknowledgement's deletions)
     joins the open batch; it is submitted when somebody waits for it, before any other
     submission (store order is submission order), at the end of the parking round that
-    opened it, or by a callback queued when the batch was opened, whichever comes first. It is submitted with a completion callback
-    (``Store.submit_then``: no future, lock or condition per job), which hands the
-    results to the trio thread in one ``run_sync_soon``: from then on the batch is
-    *finished* (:meth:`finish`), its waiters are woken and its callbacks run, all on the
-    trio thread. One wake-up per batch instead of per message.
+    opened it, or by a callback queued when the batch was opened, whichever comes first.
+    It is submitted with a completion callback (``Store.submit_then``: no future, lock or
+    condition per job), which hands the results to the trio thread in one
+    ``run_sync_soon`` (unless nobody waited for it: see ``submit_open``): from then on
+    the batch is *finished* (:meth:`finish`), its waiters are woken and its callbacks run,
+    all on the trio thread. One wake-up per batch instead of per message.
     """
 
     __slots__ = (
