@@ -55,16 +55,18 @@ class _Steps(trio.abc.Instrument):
 
 class IdleWait:
     def __init__(self, runner: Any, trio_epoll_fd: int, epoll_fd: int) -> None:
-        self._steps = _Steps(runner.runq)
-        trio.lowlevel.add_instrument(self._steps)
-        self._deadlines = runner.deadlines
-        self._entry_queue = runner.entry_queue
+        # Every part of the runner read first: a missing one raises before trio counts.
+        self._next_deadline = runner.deadlines.next_deadline
+        self._queued = runner.entry_queue.size
         self._now = runner.clock.current_time
+        self._steps = _Steps(runner.runq)
         self._trio_fd = trio_epoll_fd
         self._poll = select.poll()
         self._poll.register(trio_epoll_fd, select.POLLIN)
         self._poll.register(epoll_fd, select.POLLIN)
-        self.rounds = 0  # waits that ended with the parked sockets ready (tests, profiles)
+        self.waits = 0  # waits begun in place (tests, profiles)
+        self.rounds = 0  # of them, those that ended with the parked sockets ready
+        trio.lowlevel.add_instrument(self._steps)
 
     @classmethod
     def open(cls, epoll_fd: int) -> IdleWait | None:
@@ -78,9 +80,6 @@ class IdleWait:
             trio_epoll = runner.io_manager._epoll
             if not isinstance(trio_epoll, select.epoll):
                 return None
-            runner.deadlines.next_deadline()
-            runner.entry_queue.size()
-            len(runner.runq)
             return cls(runner, trio_epoll.fileno(), epoll_fd)
         except (AttributeError, ImportError, TypeError):
             return None
@@ -89,11 +88,12 @@ class IdleWait:
         """Block until the parked sockets are readable (True). False at once, or after a
         wait, when trio has something to do: a runnable task, a callback, an event on its
         own descriptors, a deadline."""
-        if self._steps.pending or self._entry_queue.size():
+        if self._steps.pending or self._queued():
             return False
-        timeout = min(self._deadlines.next_deadline() - self._now(), MAX_WAIT_SECONDS)
+        timeout = min(self._next_deadline() - self._now(), MAX_WAIT_SECONDS)
         if timeout <= 0:
             return False
+        self.waits += 1
         ready = self._poll.poll(math.ceil(timeout * 1000))
         # Ours alone: serve it here. Trio's too (or nothing: a deadline): trio's turn.
         if len(ready) == 1 and ready[0][0] != self._trio_fd:

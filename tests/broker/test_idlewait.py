@@ -22,6 +22,7 @@ import trio.testing
 from paho.mqtt.enums import CallbackAPIVersion
 
 from broker.mqtt.connection import Connection, Role
+from broker.mqtt.encoder import encode
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import (
     Connack,
@@ -171,14 +172,23 @@ def test_a_sleep_ends_on_time_while_the_watcher_waits_in_place(
         c = await _connected(broker, "quiet")
         in_place = await _in_place(broker)
         for _ in range(5):
-            before = in_place.rounds
-            # A packet that needs no answer: the watcher serves it, then waits in place
-            # (nothing else to run) with trio's next deadline, this sleep's, as its bound.
-            await c.send(Publish(b"nobody/listens", b"x"))
-            started = trio.current_time()
-            await trio.sleep(0.05)
-            assert trio.current_time() - started < STALL
-            assert in_place.rounds >= before
+            woke: list[float] = []
+
+            async def sleeper(woke: list[float] = woke) -> None:
+                started = trio.current_time()
+                await trio.sleep(0.05)
+                woke.append(trio.current_time() - started)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sleeper)
+                await trio.testing.wait_all_tasks_blocked()
+                waits = in_place.waits
+                # A packet that needs no answer, written without a checkpoint: the watcher
+                # serves it with every task blocked, then waits in place with trio's next
+                # deadline, the sleeper's, as its bound.
+                c.raw.sendall(encode(Publish(b"nobody/listens", b"x"), V5))
+            assert in_place.waits > waits
+            assert woke[0] < STALL
         c.close()
 
     _run(tmp_path, body)
@@ -189,9 +199,9 @@ def test_a_call_from_another_thread_is_run_while_the_watcher_waits_in_place(
 ) -> None:
     async def body(broker: Broker) -> None:
         c = await _connected(broker, "quiet")
+        in_place = await _in_place(broker)
         token = trio.lowlevel.current_trio_token()
         for _ in range(5):
-            await c.send(Publish(b"nobody/listens", b"x"))
             done = trio.Event()
             called_at: list[float] = []
 
@@ -199,13 +209,25 @@ def test_a_call_from_another_thread_is_run_while_the_watcher_waits_in_place(
                 called_at.append(trio.current_time())
                 done.set()
 
+            await trio.testing.wait_all_tasks_blocked()
+            waits = in_place.waits
             started = trio.current_time()
-            # The thread calls in while this task waits on the event: nothing runnable,
-            # no deadline, so only trio's wake-up socket can end the watcher's wait.
-            threading.Timer(0.02, lambda: token.run_sync_soon(call)).start()
+            c.raw.sendall(encode(Publish(b"nobody/listens", b"x"), V5))
+
+            def call_in(waits: int = waits, call: Callable[[], None] = call) -> None:
+                # The watcher, blocked in poll(), can signal nothing: its count of waits
+                # begun is watched instead (bounded), then the thread calls in. Only
+                # trio's wake-up socket can end that wait before its bound (1 s).
+                give_up = time.monotonic() + 5
+                while in_place.waits == waits and time.monotonic() < give_up:
+                    time.sleep(0.001)
+                token.run_sync_soon(call)
+
+            threading.Thread(target=call_in).start()
             with trio.fail_after(5):
                 await done.wait()
             assert called_at[0] - started < STALL
+            assert in_place.waits > waits
         c.close()
 
     _run(tmp_path, body)
