@@ -98,8 +98,8 @@ def _read(cur: Any, first_key: bytes, end_key: bytes, most: int) -> tuple[array[
     """The seqs and records of the keys ``first_key..end_key``, at most ``most``.
 
     The values are pulled by the cursor in C (keys not asked for: a tuple and a key per
-    record cost as much again); when the last one read is the ``count``-th seq after
-    the first (no gap, nothing past the end), the seqs are that range. Else the keys
+    record cost as much again); when the last one read is the ``len(vals)``-th seq
+    from the first (no gap, nothing past the end), the seqs are that range. Else the keys
     are read in a second pass of the same transaction and the range end cut by bisection."""
     if not cur.set_range(first_key):
         return array("Q"), []

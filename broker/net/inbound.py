@@ -123,7 +123,8 @@ class Inbound:
         if rate and self._over_rate(rate):
             self._over_publish_rate(p)
             return
-        if p.topic.startswith(b"$"):
+        dollar = p.topic.startswith(b"$")
+        if dollar:
             handler = broker.hub.systopics.handler_for(p.topic)
             if handler is not None:  # a system topic: its handler, not the router
                 code = handler.publish(message_from(p, session.num, trio.current_time), session)
@@ -134,14 +135,12 @@ class Inbound:
                     return
                 self._answer_later(p, code)
                 return
+        # (_publish_refusal checks a "$" topic and properties: the common case has neither)
+        if dollar or p.properties is not EMPTY_PROPERTIES:
             refusal = self._publish_refusal(p)
-        elif p.properties is EMPTY_PROPERTIES:
-            refusal = None  # nothing _publish_refusal checks: the common case
-        else:
-            refusal = self._publish_refusal(p)
-        if refusal is not None:
-            self._refuse_publish(p, *refusal)
-            return
+            if refusal is not None:
+                self._refuse_publish(p, *refusal)
+                return
         pid = p.packet_id
         msg = message_from(p, session.num, trio.current_time)
         extra = broker.persist.qos2_received(session, pid) if p.qos == 2 and pid else []

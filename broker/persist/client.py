@@ -315,7 +315,6 @@ class StoreClient:
 
     def __init__(self, st: store.Store) -> None:
         self.store = st
-        self._last: StoreFuture | Batch | None = None  # the latest submission (flush)
         self._open: Batch | None = None
         self._in_round = False  # see round_begun
         self._closed = False
@@ -359,8 +358,6 @@ class StoreClient:
     async def flush(self) -> None:
         """Wait until everything submitted so far is committed (or failed: logged)."""
         self.submit_open()
-        if self._last is None:
-            return  # nothing was ever submitted
         # An empty job: the writer commits in submission order, so when it is done so is
         # everything before it, including batches whose outcome never comes back to this
         # thread (deletions nobody waits for: see submit_open).
@@ -403,7 +400,6 @@ class StoreClient:
         if self._closed:  # (shutdown) nothing is written any more: its waiters are told
             batch.finish(StorageError("the store is closed"))
             return
-        self._last = batch
         token = trio.lowlevel.current_trio_token()
         hist = self.commit_seconds
         report = self._report.report
@@ -456,7 +452,6 @@ class StoreClient:
         self.submit_open()  # what was gathered before goes first
         fut = self.store.submit(ops)
         fut.add_done_callback(self._report)
-        self._last = fut
         return fut
 
     def fire(self, ops: Sequence[store.Op]) -> None:
