@@ -100,6 +100,8 @@ class Parking:
         self._end_round = end_round
         self._epoll = select.epoll()
         self._parked: dict[int, tuple[Parkable, int]] = {}  # socket fd -> (connection, tag)
+        # Descriptors that are not connections, served in the rounds: fd -> (serve, stop).
+        self._sources: dict[int, tuple[Callable[[], None], Callable[[], None]]] = {}
         # (when, tag, fd): a heap of keep-alive deadlines, at most one live entry per
         # parked connection. An entry is live while its fd is parked under the same tag;
         # entries of unparked connections are dropped lazily (no reference to the
@@ -133,6 +135,13 @@ class Parking:
         if deadline is not None:
             self._push(deadline, tag, fd)
         return True
+
+    def watch_source(self, fd: int, serve: Callable[[], None], stop: Callable[[], None]) -> None:
+        """Serve ``fd`` (not a connection: the store's commit outcomes) in the rounds:
+        ``serve()`` when it is readable, its output written with the round's; ``stop()``
+        when the watcher closes. ``serve`` must read what makes ``fd`` readable."""
+        self._epoll.register(fd, select.EPOLLIN)
+        self._sources[fd] = (serve, stop)
 
     def reschedule(self, fd: int, deadline: float | None) -> None:
         """A parked connection's deadline changed other than by a packet heard (its
@@ -252,7 +261,11 @@ class Parking:
             for fd, _events in ready:
                 parked = self._parked.get(fd)
                 if parked is None:
-                    continue  # left earlier in this round
+                    source = self._sources.get(fd)
+                    if source is not None:
+                        source[0]()  # (logs its own errors)
+                        served = True
+                    continue  # else it left earlier in this round
                 conn = parked[0]
                 try:
                     code = conn.serve(now)
@@ -292,6 +305,10 @@ class Parking:
         self._closed = True
         left = [conn for conn, _tag in self._parked.values()]
         self._parked.clear()
+        sources = list(self._sources.values())
+        self._sources.clear()
+        for _serve, stop in sources:
+            stop()
         self._deadlines.clear()
         trio.lowlevel.notify_closing(self._epoll)
         self._epoll.close()

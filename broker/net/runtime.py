@@ -32,6 +32,7 @@ from broker.net.link import Authenticator
 from broker.net.parking import Parkable, Parking
 from broker.persist import recovery
 from broker.persist.client import StoreClient
+from broker.persist.inbox import CommitInbox
 from broker.persist.records import STREAMS
 from broker.persist.state import Persistence
 from broker.security import auth as security
@@ -163,6 +164,10 @@ class Broker:
         self._nursery = nursery
         self._timers.attach(nursery)
         self.store_client.attach(nursery)
+        # Commit outcomes reach the trio thread in the parking watcher's rounds.
+        inbox = CommitInbox(trio.lowlevel.current_trio_token())
+        self.parking.watch_source(inbox.fd, inbox.run, inbox.stop)
+        self.store_client.use_inbox(inbox)
         nursery.start_soon(self.parking.run)
         if self.jetstream is not None:
             self.jetstream.start(nursery)

@@ -41,6 +41,7 @@ import trio
 import store
 from broker.config import StorageConfig
 from broker.core.stats import Histogram
+from broker.persist.inbox import CommitInbox
 
 STORAGE_REPORT_INTERVAL_S = 10.0  # at most one log line per interval about failed store jobs
 RETRY_DELETES_AFTER_S = 1.0  # a failed acknowledgement's deletions are tried again after this
@@ -323,6 +324,8 @@ class StoreClient:
         self._token: trio.lowlevel.TrioToken | None = None
         self._retry: list[store.DeleteMsg] = []
         self._retrying = False
+        # Where batch outcomes reach the trio thread (None: run_sync_soon): see use_inbox.
+        self._inbox: CommitInbox | None = None
         # Submission of a batch -> its commit done (durable with sync="always"), observed
         # on the writer thread (the only writer of this histogram): /metrics reads it.
         self.commit_seconds = Histogram()
@@ -355,6 +358,11 @@ class StoreClient:
         self._nursery = nursery
         self._token = trio.lowlevel.current_trio_token()
 
+    def use_inbox(self, inbox: CommitInbox) -> None:
+        """Hand batch outcomes to the trio thread through ``inbox`` (served in the parking
+        watcher's rounds) instead of ``run_sync_soon``; it is released at :meth:`close`."""
+        self._inbox = inbox
+
     async def flush(self) -> None:
         """Wait until everything submitted so far is committed (or failed: logged)."""
         self.submit_open()
@@ -374,6 +382,8 @@ class StoreClient:
                 len(self._retry),
             )
         await trio.to_thread.run_sync(self.store.close)
+        if self._inbox is not None:  # the writer is gone: nothing puts any more
+            self._inbox.release()
 
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run a task in the broker's nursery (reads in a worker thread)."""
@@ -409,6 +419,7 @@ class StoreClient:
         # success needs no trip to the trio thread, a wake-up of the loop saved per batch
         # of deletions (one per acknowledged message at low rates).
         silent = not batch.awaited
+        inbox = self._inbox
         started = time.perf_counter()
 
         def on_done(outcome: list[store.OpResult] | BaseException) -> None:
@@ -417,6 +428,11 @@ class StoreClient:
             failed = isinstance(outcome, BaseException)
             report(outcome if isinstance(outcome, BaseException) else None)
             if silent and not failed:
+                return
+            if inbox is not None:
+                inbox.put(batch.finish, outcome)
+                if failed and deletes:
+                    inbox.put(self._retry_later, deletes)
                 return
             # The loop may already be gone at shutdown; nobody is waiting then.
             with contextlib.suppress(trio.RunFinishedError):
