@@ -9,7 +9,9 @@ Threads
     Everything runs on the trio thread except the completion callbacks of store jobs
     (a batch's ``submit_then`` function, the done callbacks of futures), which run on the
     store's writer thread: they only observe, log (``_FailureReport``) or hand work back
-    to trio through ``TrioToken.run_sync_soon``. Nothing blocks the loop.
+    to trio (a batch's outcome through the :class:`~broker.persist.inbox.CommitInbox` the
+    broker gives :meth:`StoreClient.use_inbox`, else ``TrioToken.run_sync_soon``).
+    Nothing blocks the loop.
 
 Resource handling
     :meth:`StoreClient.open` opens the store (in a worker thread) and creates the
@@ -142,8 +144,8 @@ class Batch:
     submission (store order is submission order), at the end of the parking round that
     opened it, or by a callback queued when the batch was opened, whichever comes first.
     It is submitted with a completion callback (``Store.submit_then``: no future, lock or
-    condition per job), which hands the results to the trio thread in one
-    ``run_sync_soon`` (unless nobody waited for it: see ``submit_open``): from then on
+    condition per job), which hands the results to the trio thread once (the inbox, or
+    ``run_sync_soon``; not at all if nobody waited for it: see ``submit_open``): from then on
     the batch is *finished* (:meth:`finish`), its waiters are woken and its callbacks run,
     all on the trio thread. One wake-up per batch instead of per message.
     """
