@@ -6,7 +6,10 @@
 #   REPEAT=1 BENCH_GROUPS="jetmq mosquitto" scripts/bench_broker.sh fanin qos1
 #   scripts/bench_broker.sh idle            # 10,000 idle clients keeping alive (bench_idle.py)
 #
-# Groups: jetmq mosquitto persist amqtt (default: all), jetmq-nobs / jetmq-obs (observability
+# Groups: jetmq mosquitto persist amqtt (default: all), pyfloor (scripts/bench_pyfloor.py, a
+# null broker in plain Python: the floor of Python per wake-up, for latency/qos1/fanin only:
+#   BENCH_GROUPS="pyfloor mosquitto jetmq" scripts/bench_broker.sh latency
+# ), jetmq-nobs / jetmq-obs (observability
 # off / on, below), jetmq-quietlog (log.connections = false), and jetmq-old: the same scenarios
 # against another checkout's jetmq (OLD=<checkout with its own .venv>, e.g. a worktree of the
 # commit before a change): `OLD=/tmp/jetmq-old BENCH_GROUPS="jetmq-old jetmq"` A/Bs a change. Results: JSON per group in $OUT and a
@@ -149,6 +152,10 @@ for g in $BENCH_GROUPS; do
     run --label jetmq-obs --port 19843 --broker-cmd "$JETMQ_OBS" --broker-log "$WORK/jetmq-obs.log" \
         --json "$OUT/jetmq-obs.json" $SCENARIOS
     jsons+=("$OUT/jetmq-obs.json") ;;
+  pyfloor)
+    run --label pyfloor --port 19834 --broker-cmd "$ROOT/.venv/bin/python $ROOT/scripts/bench_pyfloor.py --port 19834" \
+        --broker-log "$WORK/pyfloor.log" --json "$OUT/pyfloor.json" $SCENARIOS
+    jsons+=("$OUT/pyfloor.json") ;;
   mosquitto)
     run --label mosquitto --port 19831 --broker-cmd "$MOSQ" --broker-log "$WORK/mosquitto.log" \
         --json "$OUT/mosquitto.json" $SCENARIOS
