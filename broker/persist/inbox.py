@@ -11,7 +11,7 @@ connection. At low rates a persistent message is one commit, so one such hand-of
 
 Threads
     :meth:`CommitInbox.put` on the writer thread (or any thread); :meth:`run` and
-    :meth:`close` on the trio thread. The deque and the flag are read and written under
+    :meth:`stop` on the trio thread. The deque and the flag are read and written under
     the GIL; an item is popped exactly once.
 
 Resource handling
