@@ -86,7 +86,10 @@ path.write_text(src.replace(old, new))
 PY
 
 MQB=$WORK/mqttbench/mqttbench.py
-run() { python3 "$MQB" --protocol "$PROTO" --repeat "$REPEAT" $GATE "$@"; }
+# MQB_OPTS: more mqttbench options for every group, e.g. one message in flight (the
+# per-message cost without batching, back to back):
+#   MQB_OPTS="-o qos1.window=1" BENCH_GROUPS="pyfloor mosquitto jetmq" scripts/bench_broker.sh qos1
+run() { python3 "$MQB" --protocol "$PROTO" --repeat "$REPEAT" $GATE ${MQB_OPTS:-} "$@"; }
 
 # jetmq logs what the mosquitto anchor logs (log_type error + warning): log.level "warning",
 # so neither writes a line per connection (at "info", jetmq's default, a storm of connects
