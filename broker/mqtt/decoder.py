@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Any, cast
 
 from broker.mqtt.errors import (
     Answer,
@@ -54,6 +55,7 @@ from broker.mqtt.packets import (
     Unsuback,
     Unsubscribe,
     Will,
+    _ConnectBuilder,
     _PubackBuilder,
     _PublishBuilder,
 )
@@ -71,6 +73,7 @@ __all__ = ["MAX_PACKET_SIZE", "Decoder"]
 MAX_PACKET_SIZE = 1 + 4 + 268_435_455
 
 _V5 = ProtocolVersion.MQTT_5
+_V311 = ProtocolVersion.MQTT_3_1_1
 _PUBLISH = PacketType.PUBLISH
 _SUCCESS = ReasonCode.SUCCESS
 
@@ -292,7 +295,9 @@ class Decoder:
     def _decode_other(self, ptype: int, flags: int, data: bytes, pos: int, end: int) -> Packet:
         version = self.version
         if ptype == PacketType.CONNECT:
-            packet = _decode_connect(flags, Reader(data, pos, end))
+            packet = _plain_connect(flags, data, pos, end) or _decode_connect(
+                flags, Reader(data, pos, end)
+            )
             if version is None:
                 self.version = packet.protocol_version
             if self.gate_after_connect:
@@ -336,6 +341,31 @@ def _remaining_length(data: bytes, pos: int, n: int) -> tuple[int, int]:
 
 
 # ---- CONNECT (§3.1) ------------------------------------------------------------------
+
+
+def _plain_connect(flags: int, data: bytes, pos: int, end: int) -> Connect | None:
+    """The CONNECT most clients send (MQTT 4 or 5, no will, user name, password or
+    properties, an ASCII client id ending the packet) as the general path decodes it;
+    None for anything else (the general path decodes it, errors included)."""
+    if flags or end - pos < 12 or data[pos : pos + 6] != b"\x00\x04MQTT" or data[pos + 7] & 0xFD:
+        return None
+    level = data[pos + 6]
+    p = pos + 10 + (level == 5)  # the client id's length (after a v5 Property Length 0)
+    if level not in (4, 5) or end - p < 2 or (level == 5 and data[pos + 10]):
+        return None
+    client_id = data[p + 2 : end]
+    size = (data[p] << 8) | data[p + 1]
+    if p + 2 + size != end or not client_id.isascii() or b"\x00" in client_id:
+        return None
+    c: Any = object.__new__(_ConnectBuilder)
+    c.protocol_version = _V5 if level == 5 else _V311
+    c.client_id = client_id.decode("ascii")
+    c.clean_start = data[pos + 7] == 2
+    c.keep_alive = (data[pos + 8] << 8) | data[pos + 9]
+    c.username = c.password = c.will = None
+    c.properties = EMPTY_PROPERTIES
+    c.__class__ = Connect
+    return cast(Connect, c)
 
 
 def _decode_connect(flags: int, r: Reader) -> Connect:
