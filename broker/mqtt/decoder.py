@@ -301,7 +301,7 @@ class Decoder:
             if version is None:
                 self.version = packet.protocol_version
             if self.gate_after_connect:
-                self.gate = frozenset({PacketType.AUTH})
+                self.gate = _AUTH_ONLY
             return packet
         assert version is not None  # _decode refuses anything but CONNECT before it
         if ptype == 0 or (ptype == PacketType.AUTH and version is not _V5):
@@ -319,6 +319,7 @@ class Decoder:
 
 
 _FLAGS_0010 = frozenset({PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE})
+_AUTH_ONLY = frozenset({PacketType.AUTH})  # what a server decodes between CONNECT and CONNACK
 
 
 def _remaining_length(data: bytes, pos: int, n: int) -> tuple[int, int]:
