@@ -183,7 +183,7 @@ class Decoder:
         append = out.append
         max_size = self.max_packet_size
         version = self.version
-        gate = self.gate
+        gate = self._gate
         v5 = version is _V5
         new_builder = object.__new__
         builder = _PublishBuilder
@@ -287,7 +287,7 @@ class Decoder:
                 append(self._decode_other(ptype, first & 0x0F, data, p, end))
                 # A CONNECT may have set the version or the gate.
                 version = self.version
-                gate = self.gate
+                gate = self._gate
                 v5 = version is _V5
             pos = end
         return pos
