@@ -1,4 +1,4 @@
-"""The decoder's one-step CONNECT (``_plain_connect``: no will, user name, password or
+"""The decoder's one-step CONNECT (``plain_connect``: no will, user name, password or
 properties, an ASCII client id ending the packet) gives exactly what the general path
 gives, and leaves everything else (errors included) to it."""
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.mqtt.codec import Decoder, encode
-from broker.mqtt.decoder import _decode_connect, _plain_connect
+from broker.mqtt.connect_decoder import decode_connect, plain_connect
 from broker.mqtt.errors import MQTTProtocolError
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Connect, Will
@@ -24,11 +24,11 @@ V311 = ProtocolVersion.MQTT_3_1_1
 
 def _general(wire: bytes) -> Connect:
     """The general path on one CONNECT packet (a 1-byte Remaining Length)."""
-    return _decode_connect(wire[0] & 0x0F, Reader(wire, 2, len(wire)))
+    return decode_connect(wire[0] & 0x0F, Reader(wire, 2, len(wire)))
 
 
 def _plain(wire: bytes) -> Connect | None:
-    return _plain_connect(wire[0] & 0x0F, wire, 2, len(wire))
+    return plain_connect(wire[0] & 0x0F, wire, 2, len(wire))
 
 
 @settings(max_examples=200, deadline=None)
