@@ -110,7 +110,8 @@ class Decoder:
         self._buf = bytearray()
         self._need = 0
         self._error: MQTTProtocolError | None = None
-        self._queue: deque[Packet] = deque()
+        # The h11-style pair's packets (made on first use: the broker only feeds).
+        self._queue: deque[Packet] | None = None
 
     @property
     def gate(self) -> frozenset[int] | None:
@@ -130,7 +131,7 @@ class Decoder:
     def receive_data(self, data: bytes) -> None:
         """Buffer ``data``; decode with :meth:`next_packet`. Raises like :meth:`feed`
         (the packets before the bad one are then in the error's ``packets``)."""
-        self._queue.extend(self.feed(data))
+        self._pending().extend(self.feed(data))
 
     def next_packet(self) -> Packet | None:
         """The next complete packet, or None when more data is needed."""
@@ -139,8 +140,14 @@ class Decoder:
         packets = self.feed(b"")
         if not packets:
             return None
-        self._queue.extend(packets[1:])
+        self._pending().extend(packets[1:])
         return packets[0]
+
+    def _pending(self) -> deque[Packet]:
+        queue = self._queue
+        if queue is None:
+            queue = self._queue = deque()
+        return queue
 
     # -- the loop -------------------------------------------------------------------
     def feed(self, data: bytes) -> list[Packet]:

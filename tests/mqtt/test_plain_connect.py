@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from broker.mqtt.codec import Decoder, encode
 from broker.mqtt.connect_decoder import decode_connect, plain_connect
 from broker.mqtt.errors import MQTTProtocolError
-from broker.mqtt.packet_types import ProtocolVersion
+from broker.mqtt.packet_types import PacketType, ProtocolVersion
 from broker.mqtt.packets import Connect, Will
 from broker.mqtt.properties import Properties
 from broker.mqtt.wire import Reader
@@ -104,3 +104,14 @@ def test_bytes_after_the_client_id_take_the_general_path() -> None:
     wire = _v5(b"\x02\x00\x00\x00\x00\x01cX")
     assert _plain(wire) is None
     assert Decoder().feed(wire) == [Connect(V5, "c")]
+
+
+def test_a_server_decodes_only_auth_between_connect_and_connack() -> None:
+    # Either path: the gate is set once the CONNECT is decoded (the packets behind it wait).
+    for packet in (Connect(V5, "c"), Connect(V5, "c", username="u")):
+        decoder = Decoder(gate_after_connect=True)
+        before = decoder.gate
+        assert before is None
+        assert decoder.feed(encode(packet, V5) + b"\xc0\x00") == [packet]
+        assert decoder.gate == frozenset({PacketType.AUTH})
+        assert decoder.buffered == 2  # the PINGREQ, held
