@@ -166,6 +166,22 @@ class Decoder:
             self._buf = bytearray()
         elif not data:
             return []
+        elif (
+            self.version is None
+            and self._gate is None
+            and 1 < len(data) <= self.max_packet_size
+            and data[0] == 0x10
+            and data[1] < 0x80
+            and len(data) == 2 + data[1]
+        ):
+            # A client's first chunk holding one CONNECT and nothing else: the common
+            # CONNECT is decoded in one step, with what the loop would do after it.
+            connect = plain_connect(0, data, 2, len(data))
+            if connect is not None:
+                self._need = 0
+                self.version = connect.protocol_version
+                self._gate = _AUTH_ONLY if self.gate_after_connect else None
+                return [connect]
         out: list[Packet] = []
         try:
             pos = self._decode(data, out)

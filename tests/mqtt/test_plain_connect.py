@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from broker.mqtt.codec import Decoder, encode
 from broker.mqtt.connect_decoder import decode_connect, plain_connect
-from broker.mqtt.errors import MQTTProtocolError
+from broker.mqtt.errors import MQTTProtocolError, PacketOverLimitError
 from broker.mqtt.packet_types import PacketType, ProtocolVersion
-from broker.mqtt.packets import Connect, Will
+from broker.mqtt.packets import Connect, Pingreq, Will
 from broker.mqtt.properties import Properties
 from broker.mqtt.wire import Reader
 
@@ -115,3 +115,16 @@ def test_a_server_decodes_only_auth_between_connect_and_connack() -> None:
         assert decoder.feed(encode(packet, V5) + b"\xc0\x00") == [packet]
         assert decoder.gate == frozenset({PacketType.AUTH})
         assert decoder.buffered == 2  # the PINGREQ, held
+
+
+def test_a_plain_connect_over_the_limit_or_with_packets_behind_it() -> None:
+    wire = encode(Connect(V5, "client"), V5)
+    with pytest.raises(PacketOverLimitError):
+        Decoder(max_packet_size=len(wire) - 1).feed(wire)
+    decoder = Decoder()
+    assert decoder.feed(wire + b"\xc0\x00") == [Connect(V5, "client"), Pingreq()]
+    assert decoder.version is V5
+    # The same bytes a byte at a time: the general path, the same packet.
+    decoder = Decoder()
+    got = [p for i in range(len(wire)) for p in decoder.feed(wire[i : i + 1])]
+    assert got == [Connect(V5, "client")]
