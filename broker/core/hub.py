@@ -102,7 +102,8 @@ class Hub:
     def end_session(self, session: Session) -> None:
         """The session is over: will, subscriptions, queued copies and stored state go."""
         self.sessions.fire_will(session)
-        self._redispatch_shared(session)
+        if session.outgoing or session.queue or session.backlog:  # (else nothing to give)
+            self._redispatch_shared(session)
         if session.subscriptions:  # (it also empties the route cache)
             self.router.unsubscribe_all(session.num)
         self.sessions.forget(session)

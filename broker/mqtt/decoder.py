@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+from broker.mqtt.connect_decoder import decode_connect, plain_connect
 from broker.mqtt.errors import (
     Answer,
     MQTTProtocolError,
@@ -37,7 +38,6 @@ from broker.mqtt.packet_types import PacketType, ProtocolVersion
 from broker.mqtt.packets import (
     Auth,
     Connack,
-    Connect,
     Disconnect,
     Packet,
     Pingreq,
@@ -53,7 +53,6 @@ from broker.mqtt.packets import (
     Subscription,
     Unsuback,
     Unsubscribe,
-    Will,
     _PubackBuilder,
     _PublishBuilder,
 )
@@ -111,7 +110,8 @@ class Decoder:
         self._buf = bytearray()
         self._need = 0
         self._error: MQTTProtocolError | None = None
-        self._queue: deque[Packet] = deque()
+        # The h11-style pair's packets (made on first use: the broker only feeds).
+        self._queue: deque[Packet] | None = None
 
     @property
     def gate(self) -> frozenset[int] | None:
@@ -131,7 +131,7 @@ class Decoder:
     def receive_data(self, data: bytes) -> None:
         """Buffer ``data``; decode with :meth:`next_packet`. Raises like :meth:`feed`
         (the packets before the bad one are then in the error's ``packets``)."""
-        self._queue.extend(self.feed(data))
+        self._pending().extend(self.feed(data))
 
     def next_packet(self) -> Packet | None:
         """The next complete packet, or None when more data is needed."""
@@ -140,8 +140,14 @@ class Decoder:
         packets = self.feed(b"")
         if not packets:
             return None
-        self._queue.extend(packets[1:])
+        self._pending().extend(packets[1:])
         return packets[0]
+
+    def _pending(self) -> deque[Packet]:
+        queue = self._queue
+        if queue is None:
+            queue = self._queue = deque()
+        return queue
 
     # -- the loop -------------------------------------------------------------------
     def feed(self, data: bytes) -> list[Packet]:
@@ -160,6 +166,22 @@ class Decoder:
             self._buf = bytearray()
         elif not data:
             return []
+        elif (
+            self.version is None
+            and self._gate is None
+            and 1 < len(data) <= self.max_packet_size
+            and data[0] == 0x10
+            and data[1] < 0x80
+            and len(data) == 2 + data[1]
+        ):
+            # A client's first chunk holding one CONNECT and nothing else: the common
+            # CONNECT is decoded in one step, with what the loop would do after it.
+            connect = plain_connect(0, data, 2, len(data))
+            if connect is not None:
+                self._need = 0
+                self.version = connect.protocol_version
+                self._gate = _AUTH_ONLY if self.gate_after_connect else None
+                return [connect]
         out: list[Packet] = []
         try:
             pos = self._decode(data, out)
@@ -180,7 +202,7 @@ class Decoder:
         append = out.append
         max_size = self.max_packet_size
         version = self.version
-        gate = self.gate
+        gate = self._gate
         v5 = version is _V5
         new_builder = object.__new__
         builder = _PublishBuilder
@@ -284,7 +306,7 @@ class Decoder:
                 append(self._decode_other(ptype, first & 0x0F, data, p, end))
                 # A CONNECT may have set the version or the gate.
                 version = self.version
-                gate = self.gate
+                gate = self._gate
                 v5 = version is _V5
             pos = end
         return pos
@@ -292,11 +314,13 @@ class Decoder:
     def _decode_other(self, ptype: int, flags: int, data: bytes, pos: int, end: int) -> Packet:
         version = self.version
         if ptype == PacketType.CONNECT:
-            packet = _decode_connect(flags, Reader(data, pos, end))
+            packet = plain_connect(flags, data, pos, end) or decode_connect(
+                flags, Reader(data, pos, end)
+            )
             if version is None:
                 self.version = packet.protocol_version
             if self.gate_after_connect:
-                self.gate = frozenset({PacketType.AUTH})
+                self.gate = _AUTH_ONLY
             return packet
         assert version is not None  # _decode refuses anything but CONNECT before it
         if ptype == 0 or (ptype == PacketType.AUTH and version is not _V5):
@@ -314,6 +338,7 @@ class Decoder:
 
 
 _FLAGS_0010 = frozenset({PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE})
+_AUTH_ONLY = frozenset({PacketType.AUTH})  # what a server decodes between CONNECT and CONNACK
 
 
 def _remaining_length(data: bytes, pos: int, n: int) -> tuple[int, int]:
@@ -333,71 +358,6 @@ def _remaining_length(data: bytes, pos: int, n: int) -> tuple[int, int]:
             return value, i - pos
         shift += 7
     raise malformed("Remaining Length longer than 4 bytes")
-
-
-# ---- CONNECT (§3.1) ------------------------------------------------------------------
-
-
-def _decode_connect(flags: int, r: Reader) -> Connect:
-    if flags:
-        raise malformed(f"CONNECT with reserved flags 0x{flags:X} [MQTT-2.1.3-1]")
-    name = r.binary("the Protocol Name")
-    level = r.u8("the Protocol Level")
-    if name == b"MQTT" and level in (4, 5):
-        version = ProtocolVersion(level)
-    elif name == b"MQIsdp" and level == 3:
-        version = ProtocolVersion.MQTT_3_1
-    elif name in (b"MQTT", b"MQIsdp"):
-        raise MQTTProtocolError(
-            ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
-            f"unsupported protocol level {level} [MQTT-3.1.2-2]",
-            answer=Answer.CONNACK,
-            version=_V5 if level > 5 else ProtocolVersion.MQTT_3_1_1,
-        )
-    else:
-        raise MQTTProtocolError(
-            ReasonCode.UNSUPPORTED_PROTOCOL_VERSION,
-            f"unknown protocol name {name!r} [MQTT-3.1.2-1]",
-            answer=Answer.CLOSE,
-        )
-    try:
-        return _decode_connect_rest(r, version)
-    except MQTTProtocolError as exc:
-        exc.answer = Answer.CONNACK
-        exc.version = version
-        raise
-
-
-def _decode_connect_rest(r: Reader, version: ProtocolVersion) -> Connect:
-    v5 = version is _V5
-    cflags = r.u8("the Connect Flags")
-    if cflags & 0x01:
-        raise malformed("CONNECT reserved flag is set [MQTT-3.1.2-3]")
-    will_flag = bool(cflags & 0x04)
-    will_qos = (cflags >> 3) & 0x03
-    will_retain = bool(cflags & 0x20)
-    if not will_flag and (will_qos or will_retain):
-        raise malformed("Will QoS/Retain set without the Will Flag [MQTT-3.1.2-11] [MQTT-3.1.2-13]")
-    if will_qos == 3:
-        raise malformed("Will QoS 3 [MQTT-3.1.2-12]")
-    has_password = bool(cflags & 0x40)
-    has_username = bool(cflags & 0x80)
-    if not v5 and has_password and not has_username:
-        raise malformed("3.1.1 password without user name [MQTT-3.1.2-22]")
-    keep_alive = r.u16("the Keep Alive")
-    props = decode_properties(r, Context.CONNECT) if v5 else EMPTY_PROPERTIES
-    client_id = r.utf8("the Client Identifier")
-    will = None
-    if will_flag:
-        will_props = decode_properties(r, Context.WILL) if v5 else EMPTY_PROPERTIES
-        will_topic = r.utf8_bytes("the Will Topic")
-        will_payload = r.binary("the Will Payload")
-        will = Will(will_topic, will_payload, will_qos, will_retain, will_props)
-    username = r.utf8("the User Name") if has_username else None
-    password = r.binary("the Password") if has_password else None
-    return Connect(
-        version, client_id, bool(cflags & 0x02), keep_alive, username, password, will, props
-    )
 
 
 # ---- the other packets ---------------------------------------------------------------
@@ -536,9 +496,13 @@ def _decode_pingresp(r: Reader, v5: bool) -> Pingresp:
     return Pingresp()
 
 
+# The DISCONNECT nearly every client sends (0x00, no properties): one frozen value for all.
+_NORMAL_DISCONNECT = Disconnect()
+
+
 def _decode_disconnect(r: Reader, v5: bool) -> Disconnect:
     if not v5 or not r.remaining():
-        return Disconnect()
+        return _NORMAL_DISCONNECT
     code = _reason(r, PacketType.DISCONNECT)
     if not r.remaining():
         return Disconnect(code)

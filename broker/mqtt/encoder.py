@@ -144,15 +144,26 @@ def _connack_properties(props: Properties) -> bytes:
     return encode_properties(props, Context.CONNACK)
 
 
+# The properties object of the last common CONNACK and its bytes: the broker passes the
+# same object to most clients (found by identity, without hashing the properties).
+_last_connack: list[tuple[Properties | None, bytes]] = [(None, b"")]
+
+
 def _connack(p: Connack, v5: bool) -> tuple[int, bytes]:
     flags = _BYTE[1 if p.session_present else 0]
     if v5:
         props = p.properties
-        if props.assigned_client_identifier is None:  # not one client's own
+        last = _last_connack[0]
+        if props is last[0]:
+            encoded = last[1]
+        elif props.assigned_client_identifier is None:  # not one client's own
             encoded = _connack_properties(props)
+            _last_connack[0] = (props, encoded)  # one store: a pair other threads agree on
         else:
             encoded = encode_properties(props, Context.CONNACK)
-        return 0x20, flags + _reason(p.reason_code, PacketType.CONNACK) + encoded
+        rc = p.reason_code
+        reason = b"\x00" if rc is ReasonCode.SUCCESS else _reason(rc, PacketType.CONNACK)
+        return 0x20, flags + reason + encoded
     code = connack_return_code(p.reason_code)
     if code is None:
         raise LocalProtocolError(

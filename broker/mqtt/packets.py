@@ -75,6 +75,26 @@ class Connect:
     properties: Properties = EMPTY_PROPERTIES
 
 
+class _ConnectBuilder:
+    """The decoder's fast way to make a :class:`Connect` (as :class:`_PublishBuilder`):
+    a connect storm decodes one per client."""
+
+    # Must equal Connect.__slots__ (the field order), checked below.
+    __slots__ = (  # noqa: RUF023
+        "protocol_version",
+        "client_id",
+        "clean_start",
+        "keep_alive",
+        "username",
+        "password",
+        "will",
+        "properties",
+    )
+
+
+assert _ConnectBuilder.__slots__ == Connect.__slots__  # the layouts must stay identical
+
+
 @dataclass(frozen=True, slots=True)
 class Connack:
     TYPE = PacketType.CONNACK

@@ -61,6 +61,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode
+from broker.mqtt.session import SessionState
 from broker.net.handshake import Handshake, log_disconnect, log_over_limit
 from broker.net.inbound import Inbound
 from broker.net.output import FLUSH_TIMEOUT, Output
@@ -77,6 +78,10 @@ _V5 = ProtocolVersion.MQTT_5
 _PINGREQ = b"\xc0\x00"  # a whole PINGREQ (the same in every protocol version)
 _PINGRESP = b"\xd0\x00"
 _CONNECTED = ConnectionState.CONNECTED
+# The codec machine's session state until the CONNECT is accepted (the handshake puts the
+# session's own in): shared, as nothing is written to it before (the machine takes nothing
+# that would before CONNACK is sent).
+_NOT_CONNECTED = SessionState()
 
 
 # SUBACK codes by granted QoS (an Enum call per subscription is measurable in a storm).
@@ -160,7 +165,9 @@ class ClientConnection:
         self.over_limit = False  # accepted past max_connections: its CONNECT is refused
         self.transport = Transport(transport)
         cfg = broker.config.mqtt
-        self.proto = Connection(Role.SERVER, max_packet_size=cfg.max_packet_size)
+        self.proto = Connection(
+            Role.SERVER, session=_NOT_CONNECTED, max_packet_size=cfg.max_packet_size
+        )
         self.session: Session | None = None
         self.version = _V5
         self.problem_info = True  # Request Problem Information [MQTT-3.1.2-29]
@@ -262,7 +269,7 @@ class ClientConnection:
         broker must wait for it. False: start the task."""
         hs = self.handshake
         assert hs is not None
-        self.heard = now = trio.current_time()
+        self.heard = now = self.broker.hub.now()
         if hs.connect_inline():
             deadline = self.proto.keepalive_deadline(now)
         elif hs.pending and self.transport.raw is not None:  # not all of the CONNECT yet

@@ -61,6 +61,9 @@ def log_over_limit(conn: Link, exc: MQTTProtocolError) -> None:
 
 
 _VERSIONS = {3: "3.1", 4: "3.1.1", 5: "5.0"}
+# The CONNACK most MQTT 5 clients get (no session present, the broker's common properties:
+# ``Broker.connack_properties``), made again when those are.
+_COMMON_CONNACK = [Connack()]
 
 
 def log_connect(conn: Link, client_id: str, clean_start: bool, keep_alive: int) -> None:
@@ -331,7 +334,11 @@ class Handshake:
         if authenticator is not None:
             session.access = authenticator.access_for(client_id, self.conn.username)
         self.conn.proto.session = session.state
-        connack = Connack(session_present, ReasonCode.SUCCESS, connack_properties)
+        connack = _COMMON_CONNACK[0]  # most clients: made once, as its properties were
+        if connack.properties is not connack_properties or session_present:
+            connack = Connack(session_present, ReasonCode.SUCCESS, connack_properties)
+            if connack_properties is broker.connack_properties and not session_present:
+                _COMMON_CONNACK[0] = connack
         self.out.out.append(self.conn.proto.send(connack))
         if "server_keep_alive" in connack_props:
             self.conn.proto.keep_alive = keep_alive
@@ -410,6 +417,8 @@ class Handshake:
     def resend_inflight(self) -> None:
         """Right after the CONNACK, with nothing in between: resend in-flight copies in
         order with DUP before anything new [MQTT-4.4.0-1], and send it all."""
-        for packet in self.conn.proto.pending_retransmissions():
-            self.out.out.append(self.conn.proto.send(packet))
+        proto = self.conn.proto
+        if proto.session.outbound:
+            for packet in proto.pending_retransmissions():
+                self.out.out.append(proto.send(packet))
         self.out.flush_direct()

@@ -102,7 +102,9 @@ class Broker:
         self._timers = timers
         self._nursery: trio.Nursery | None = None
         self.connections: set[ClientConnection] = set()
-        self._per_listener: dict[ListenerSpec, int] = {}  # open connections per listener
+        # Open connections per listener with a max_connections of its own (only those are
+        # counted: hashing the listener's settings costs a connect storm ≈ 1 µs a time).
+        self._per_listener: dict[ListenerSpec, int] = {}
         self._all_closed = trio.Event()
         # Connections that got output while a reader handles one input chunk; the reader
         # sends it at the end of the chunk (see Output.output_ready).
@@ -189,7 +191,7 @@ class Broker:
         conn = ClientConnection(self, transport, listener)
         over = self._over_limit(listener)
         self.connections.add(conn)
-        if listener is not None:
+        if listener is not None and listener.max_connections:
             self._per_listener[listener] = self._per_listener.get(listener, 0) + 1
         if over:
             conn.over_limit = True  # its task reads the CONNECT and refuses it (0x97)
@@ -231,8 +233,9 @@ class Broker:
             flush()
 
     def connection_ended(self, conn: ClientConnection) -> None:
-        if conn in self.connections and conn.listener is not None:
-            self._per_listener[conn.listener] -= 1
+        listener = conn.listener
+        if listener is not None and listener.max_connections and conn in self.connections:
+            self._per_listener[listener] -= 1
         self.connections.discard(conn)
         if not self.connections:
             self._all_closed.set()

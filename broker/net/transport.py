@@ -13,7 +13,6 @@ transport closed under a waiting task is ``trio.ClosedResourceError``.
 
 from __future__ import annotations
 
-import contextlib
 import socket
 
 import trio
@@ -24,14 +23,25 @@ LINGER_SECONDS = 1.0
 LINGER_BYTES = 1 << 20
 
 
-def prepare_socket(sock: socket.socket) -> socket.socket:
+def prepare_socket(sock: socket.socket, nodelay: bool = True) -> socket.socket:
     """An accepted TCP socket as a connection uses it: non-blocking, Nagle off (trio's
-    ``SocketStream`` does the same; a connection works on the socket directly)."""
+    ``SocketStream`` does the same; a connection works on the socket directly).
+    ``nodelay=False``: Nagle is off already (the socket inherited it from its listener)."""
     sock.setblocking(False)
-    # A peer that already reset the connection can make this fail; the first read says so.
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if nodelay:
+        try:  # noqa: SIM105 (contextlib.suppress: an object and two calls per connection)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # a peer that already reset the connection: the first read says so
     return sock
+
+
+def nodelay_on(sock: socket.socket) -> bool:
+    """Whether Nagle is off on ``sock`` (False when it cannot tell: not TCP, or gone)."""
+    try:
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    except OSError:
+        return False
 
 
 def _raw_socket(stream: trio.abc.Stream) -> socket.socket | None:

@@ -1,0 +1,68 @@
+"""The accept loop's sockets: Nagle is off on every accepted connection, whether it
+inherited TCP_NODELAY from the listening socket (Linux) or got it itself."""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+import socket
+
+import pytest
+import trio
+
+from broker.mqtt.encoder import encode
+from broker.mqtt.packet_types import ProtocolVersion
+from broker.mqtt.packets import Connect
+from broker.net.runtime import Broker
+from broker.net.server import serve
+from broker.net.transport import nodelay_on, prepare_socket
+from tests.broker.harness import make_config
+
+pytestmark = pytest.mark.timeout(60)
+
+V5 = ProtocolVersion.MQTT_5
+
+
+def test_every_accepted_socket_has_nagle_off(tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        opened: list[Broker] = []
+        async with trio.open_nursery() as nursery:
+            serving = functools.partial(serve, make_config(tmp_path), opened=opened.append)
+            host, port = (await nursery.start(serving))[0]
+            clients = []
+            with trio.fail_after(10):
+                for i in range(3):  # the first is checked, the others inherit
+                    sock = trio.socket.socket()
+                    await sock.connect((host, port))
+                    await sock.send(encode(Connect(V5, f"nagle-{i}"), V5))
+                    assert (await sock.recv(100))[0] == 0x20  # CONNACK
+                    clients.append(sock)
+            conns = opened[0].connections
+            assert len(conns) == 3
+            for conn in conns:
+                raw = conn.transport.raw
+                assert raw is not None
+                assert raw.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            for sock in clients:
+                sock.close()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_prepare_socket_turns_nagle_off_unless_told_it_is() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+        with client, accepted:
+            assert not nodelay_on(accepted)
+            prepare_socket(accepted, nodelay=False)
+            assert not nodelay_on(accepted)
+            assert not accepted.getblocking()
+            prepare_socket(accepted)
+            assert nodelay_on(accepted)
+    a, b = socket.socketpair()  # not TCP: cannot tell, and cannot set (no error either)
+    with a, b:
+        assert not nodelay_on(a)
+        prepare_socket(a)
+        assert not nodelay_on(a)
