@@ -12,7 +12,8 @@ import trio
 
 from broker.mqtt.encoder import encode
 from broker.mqtt.packet_types import ProtocolVersion
-from broker.mqtt.packets import Connect
+from broker.mqtt.packets import Connect, Publish
+from broker.net.connection import _NOT_CONNECTED
 from broker.net.runtime import Broker
 from broker.net.server import serve
 from broker.net.transport import nodelay_on, prepare_socket
@@ -66,3 +67,39 @@ def test_prepare_socket_turns_nagle_off_unless_told_it_is() -> None:
         assert not nodelay_on(a)
         prepare_socket(a)
         assert not nodelay_on(a)
+
+
+def test_the_shared_state_before_connack_stays_empty(tmp_path: pathlib.Path) -> None:
+    """Connections share one empty codec session state until their CONNECT is accepted:
+    packets pipelined behind CONNECTs, accepted or refused, must never land in it."""
+    v311 = ProtocolVersion.MQTT_3_1_1
+    pipelined = [
+        # accepted, QoS 1 and QoS 2 PUBLISHes right behind the CONNECT
+        (encode(Connect(V5, "ok-5"), V5), V5),
+        (encode(Connect(v311, "ok-311"), v311), v311),
+        # refused: an empty client id with a session to keep (3.1.1: 0x02), and a protocol
+        # level nobody speaks (a CONNACK, then the connection is closed)
+        (encode(Connect(v311, "", clean_start=False), v311), v311),
+        (b"\x10\x0d\x00\x04MQTT\x07\x02\x00\x3c\x00\x01x", V5),
+    ]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            serving = functools.partial(serve, make_config(tmp_path))
+            host, port = (await nursery.start(serving))[0]
+            with trio.fail_after(10):
+                for connect, version in pipelined:
+                    data = connect + b"".join(
+                        encode(Publish(b"t/pipelined", b"x", qos, packet_id=7 + qos), version)
+                        for qos in (1, 2)
+                    )
+                    sock = trio.socket.socket()
+                    await sock.connect((host, port))
+                    await sock.send(data)
+                    assert (await sock.recv(100))[0] == 0x20  # a CONNACK, accepted or not
+                    sock.close()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert _NOT_CONNECTED.outbound == {}
+    assert _NOT_CONNECTED.inbound_qos2 == set()
