@@ -60,6 +60,20 @@ def parse_time(text: str) -> int:
     return int(dt.timestamp()) * 1_000_000_000 + int((frac or "0").ljust(9, "0"))
 
 
+def go_time_text(text: str) -> str:
+    """A valid RFC 3339 time as Go writes it back once parsed (``time.Time`` in JSON):
+    the fraction without trailing zeros (nor its dot when nothing is left), a zero offset
+    as ``Z``; the instant and any other offset as given."""
+    m = _TIME_RE.match(text)
+    if m is None:
+        return text
+    base, frac, tz = m.groups()
+    frac = (frac or "").rstrip("0")
+    if tz in ("+00:00", "-00:00"):
+        tz = "Z"
+    return f"{base}.{frac}{tz}" if frac else base + tz
+
+
 def time_error(text: str) -> str:
     """Go's words for an RFC 3339 time it cannot parse: the first layout element the
     value does not match, and the value from there on (after the seconds: the rest)."""
@@ -360,6 +374,7 @@ def _value(value: Any, go: GoType, path: str, *, field: bool) -> Any:
                 parse_time(value)
             except ValueError:
                 raise _fail(time_error(_text(value))) from None
+            return go_time_text(value)
         return _texts(value)
     if isinstance(go, GoList):
         if not isinstance(value, list):

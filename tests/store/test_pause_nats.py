@@ -65,6 +65,10 @@ def test_pause_answers_as_nats_server_does(tmp_path: Path) -> None:
         ("p", "2001-01-01T00:00:00Z"),
         ("z", "0001-01-01T00:00:00Z"),
         ("o", "2031-01-01T00:00:00.123456789+02:00"),
+        # as Go writes a time back: trailing zeros of the fraction go, a zero offset is Z
+        ("t", "2031-01-01T00:00:00.500Z"),
+        ("u", "2031-01-01T00:00:00.120+00:00"),
+        ("v", "2031-01-01T00:00:00.000-00:00"),
     ]
     pauses: list[tuple[str, bytes]] = [
         ("f", json.dumps({"pause_until": "2031-01-01T00:00:00Z"}).encode()),
