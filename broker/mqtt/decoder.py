@@ -38,6 +38,7 @@ from broker.mqtt.packet_types import PacketType, ProtocolVersion
 from broker.mqtt.packets import (
     Auth,
     Connack,
+    Connect,
     Disconnect,
     Packet,
     Pingreq,
@@ -178,9 +179,7 @@ class Decoder:
             # CONNECT is decoded in one step, with what the loop would do after it.
             connect = plain_connect(0, data, 2, len(data))
             if connect is not None:
-                self._need = 0
-                self.version = connect.protocol_version
-                self._gate = _AUTH_ONLY if self.gate_after_connect else None
+                self._connected(connect)
                 return [connect]
         out: list[Packet] = []
         try:
@@ -311,16 +310,21 @@ class Decoder:
             pos = end
         return pos
 
+    def _connected(self, packet: Connect) -> None:
+        """A CONNECT was decoded: it sets the version (the first one only), and a server
+        decodes nothing but AUTH until its CONNACK is sent (``gate_after_connect``)."""
+        if self.version is None:
+            self.version = packet.protocol_version
+        if self.gate_after_connect:
+            self.gate = _AUTH_ONLY
+
     def _decode_other(self, ptype: int, flags: int, data: bytes, pos: int, end: int) -> Packet:
         version = self.version
         if ptype == PacketType.CONNECT:
             packet = plain_connect(flags, data, pos, end) or decode_connect(
                 flags, Reader(data, pos, end)
             )
-            if version is None:
-                self.version = packet.protocol_version
-            if self.gate_after_connect:
-                self.gate = _AUTH_ONLY
+            self._connected(packet)
             return packet
         assert version is not None  # _decode refuses anything but CONNECT before it
         if ptype == 0 or (ptype == PacketType.AUTH and version is not _V5):
