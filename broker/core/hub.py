@@ -102,8 +102,7 @@ class Hub:
     def end_session(self, session: Session) -> None:
         """The session is over: will, subscriptions, queued copies and stored state go."""
         self.sessions.fire_will(session)
-        if session.outgoing or session.queue or session.backlog:  # (else nothing to give)
-            self._redispatch_shared(session)
+        self._redispatch_shared(session)
         if session.subscriptions:  # (it also empties the route cache)
             self.router.unsubscribe_all(session.num)
         self.sessions.forget(session)
@@ -120,6 +119,8 @@ class Hub:
         """Give a departed member's shared copies to another member (MQTT 5 §4.8.2):
         copies never sent, and QoS 1 copies in flight; a QoS 2 copy already sent must
         not go to anybody else [MQTT-4.8.2-5]."""
+        if not (session.outgoing or session.queue or session.backlog):
+            return  # nothing to give (most sessions: no per-connect scans)
         in_flight = [og for og in session.outgoing.values() if og.shared and og.qos == 1]
         waiting = [og for og in session.queue if og.shared]
         waiting += self.queues.shared_waiting(session)  # (read back from disk)
