@@ -50,11 +50,10 @@ from broker.mqtt.packets import (
     Unsubscribe,
     Will,
 )
-from broker.mqtt.packets import (
-    Subscription as SubscriptionOption,
-)
+from broker.mqtt.packets import Subscription as SubscriptionOption
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode
+from broker.mqtt.session import pubcomp_for
 from client.errors import (
     ClientError,
     ConnectError,
@@ -360,7 +359,7 @@ class Client:
             await self._send(Pubrec(event.publish.packet_id), False)  # type: ignore[arg-type]
         elif isinstance(event, Pubrel):
             known = event.packet_id in self._conn.session.inbound_qos2
-            await self._send(Connection.pubcomp_for(event, known), False)
+            await self._send(pubcomp_for(event, known), False)
         elif isinstance(event, Puback | Pubrec | Pubcomp | Suback | Unsuback):
             waiter = self._waiters.pop((event.TYPE, event.packet_id), None)
             if waiter is not None:

@@ -21,14 +21,16 @@ class AppMessage:
     ``publish`` is the packet as it will be forwarded: topic resolved, no topic
     alias, no subscription identifiers, properties otherwise unchanged (user
     properties in order). ``expires_at`` is a trio clock deadline derived from
-    the Message Expiry Interval. ``encoded`` caches the encoding per protocol
-    version so identical bytes are built once for every recipient. ``topic``,
+    the Message Expiry Interval. ``encoded`` caches the encoding for the first
+    protocol version asked (nearly always the only one), ``encoded_others`` for the others,
+    so identical bytes are built once for every recipient. ``topic``,
     ``payload``, ``qos`` and ``retain`` are the packet's, copied into slots: they are
     read per recipient, and a property costs several times a slot.
     """
 
     __slots__ = (
         "encoded",
+        "encoded_others",
         "expires_at",
         "key",
         "origin",
@@ -51,7 +53,8 @@ class AppMessage:
         self.origin = origin  # client number of the publisher; 0 for the broker's own
         self.key = ""  # unique id in $MQTT_msgs once stored for a persistent session
         self.retained_seq = 0  # its seq in $MQTT_rmsgs once committed (a retained message)
-        self.encoded: dict[ProtocolVersion, EncodedPublish] | None = None
+        self.encoded: EncodedPublish | None = None  # for the first version asked
+        self.encoded_others: dict[ProtocolVersion, EncodedPublish] | None = None
         # A retained update whose record is being committed: RETAIN_PENDING until it
         # becomes (or, its commit failed, does not become) the topic's retained value:
         # RETAIN_SETTLED.
@@ -67,12 +70,18 @@ class AppMessage:
         [MQTT-3.3.2-6]; the others are encoded once per protocol version.
         """
         if self.expires_at is None:
-            cache = self.encoded
-            if cache is None:
-                cache = self.encoded = {}
-            enc = cache.get(version)
+            enc = self.encoded
             if enc is None:
-                enc = cache[version] = EncodedPublish(self.publish, version)
+                enc = self.encoded = EncodedPublish(self.publish, version)
+                return enc
+            if enc.version is version:
+                return enc
+            others = self.encoded_others
+            if others is None:
+                others = self.encoded_others = {}
+            enc = others.get(version)
+            if enc is None:
+                enc = others[version] = EncodedPublish(self.publish, version)
             return enc
         remaining = self.expires_at - now
         if remaining <= 0:

@@ -68,6 +68,7 @@ _S = ConnectionState
 # planning with a peer maximum of 0 read nothing and write nothing.
 _NO_ALIASES = TopicAliases()
 _SERVER, _CLIENT = Role.SERVER, Role.CLIENT
+_CONNECTED = ConnectionState.CONNECTED
 
 
 class Connection:
@@ -173,31 +174,6 @@ class Connection:
             return None
         self._commit_alias(topic, plan)
         return plan[0], plan[1]
-
-    def pending_retransmissions(self) -> list[Publish | Pubrel]:
-        """What to resend, in order, on a resumed session: unacknowledged PUBLISH packets
-        with DUP set, and PUBREL for messages that got their PUBREC (MQTT 5.0 §4.4).
-
-        The peer's Receive Maximum starts afresh on the new connection: send at most
-        ``peer_receive_maximum`` PUBLISH packets of this list now and the rest as
-        acknowledgements arrive (``send`` accepts a DUP resend of an in-flight id at any
-        time; it is the caller who paces them)."""
-        out: list[Publish | Pubrel] = []
-        for entry in self.session.outbound.values():
-            if entry.stage is Stage.AWAIT_PUBCOMP:
-                out.append(Pubrel(entry.packet_id))
-            else:
-                out.append(
-                    replace(entry.message, dup=True, packet_id=entry.packet_id, qos=entry.qos)
-                )
-        return out
-
-    @staticmethod
-    def pubcomp_for(pubrel: Pubrel, known: bool) -> Pubcomp:
-        """PUBCOMP answering ``pubrel``; ``known`` = its id was awaiting PUBREL."""
-        if known:
-            return Pubcomp(pubrel.packet_id)
-        return Pubcomp(pubrel.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)
 
     # ---- inbound ---------------------------------------------------------------------
     def receive_data(self, data: bytes) -> list[Event]:
@@ -424,6 +400,26 @@ class Connection:
         # No size check: a peer that took our CONNACK (5 bytes at least) takes these 4.
         self._inbound_qos1.discard(packet_id)
         return b"\x40\x02" + packet_id.to_bytes(2, "big")
+
+    def send_qos0(
+        self, message: EncodedPublish, retain: bool, subscription_identifiers: tuple[int, ...]
+    ) -> bytes:
+        """``send_publish(message, qos=0, retain=retain, subscription_identifiers=...)``,
+        in one step for the common copy: connected, no subscription identifier and no
+        topic alias, so its bytes are the ones every such recipient shares."""
+        if (
+            subscription_identifiers
+            or self.state is not _CONNECTED
+            or message.version is not self.version
+            or (self.peer_topic_alias_maximum and self.version is _V5)
+        ):
+            return self.send_publish(
+                message, qos=0, retain=retain, subscription_identifiers=subscription_identifiers
+            )
+        data = message.qos0(retain)
+        if len(data) > self.peer_maximum_packet_size:
+            raise PacketTooLargeError(len(data), self.peer_maximum_packet_size)
+        return data
 
     def send_publish(
         self,

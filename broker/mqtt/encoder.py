@@ -410,6 +410,24 @@ class EncodedPublish:
         self._items = self._low + self._user
         self._cache: dict[bool, bytes] = {}
 
+    def qos0(self, retain: bool) -> bytes:
+        """``for_recipient(retain=retain)``: the QoS 0 copy without topic alias, subscription
+        identifiers or a new expiry, built once per retain flag and shared by every such
+        recipient."""
+        cached = self._cache.get(retain)
+        if cached is not None:
+            return cached
+        topic, payload, first = self._topic, self._payload, _BYTE[0x31 if retain else 0x30]
+        if self.version is _V5:
+            items = self._items
+            size = encode_varint(len(items))
+            length = len(topic) + len(size) + len(items) + len(payload)
+            parts: tuple[bytes, ...] = (first, encode_varint(length), topic, size, items, payload)
+        else:
+            parts = (first, encode_varint(len(topic) + len(payload)), topic, payload)
+        out = self._cache[retain] = b"".join(parts)
+        return out
+
     def for_recipient(
         self,
         packet_id: int | None = None,

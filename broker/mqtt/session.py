@@ -15,13 +15,14 @@ lives and dies with the connection [MQTT-3.3.2-7] and is not here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from broker.mqtt.errors import LocalProtocolError
-from broker.mqtt.packets import Publish
+from broker.mqtt.packets import Pubcomp, Publish, Pubrel
+from broker.mqtt.reason_codes import ReasonCode
 
-__all__ = ["Inflight", "SessionState", "Stage"]
+__all__ = ["Inflight", "SessionState", "Stage", "pubcomp_for"]
 
 
 class Stage(Enum):
@@ -93,3 +94,29 @@ class SessionState:
         if not 1 <= packet_id <= 0xFFFF:
             raise LocalProtocolError(f"packet identifier {packet_id} out of range")
         self.inbound_qos2.add(packet_id)
+
+    def pending_retransmissions(self) -> list[Publish | Pubrel]:
+        """What to resend, in order, on a resumed session: unacknowledged PUBLISH packets
+        with DUP set, and PUBREL for messages that got their PUBREC (MQTT 5.0 §4.4).
+
+        The peer's Receive Maximum starts afresh on the new connection: send at most
+        ``peer_receive_maximum`` PUBLISH packets of this list now and the rest as
+        acknowledgements arrive (the connection's ``send`` accepts a DUP resend of an
+        in-flight id at any time; it is the caller who paces them)."""
+        out: list[Publish | Pubrel] = []
+        for entry in self.outbound.values():
+            if entry.stage is Stage.AWAIT_PUBCOMP:
+                out.append(Pubrel(entry.packet_id))
+            else:
+                out.append(
+                    replace(entry.message, dup=True, packet_id=entry.packet_id, qos=entry.qos)
+                )
+        return out
+
+
+def pubcomp_for(pubrel: Pubrel, known: bool) -> Pubcomp:
+    """PUBCOMP answering ``pubrel``; ``known`` = its id was awaiting PUBREL (it is in
+    ``SessionState.inbound_qos2``)."""
+    if known:
+        return Pubcomp(pubrel.packet_id)
+    return Pubcomp(pubrel.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)

@@ -419,6 +419,6 @@ class Handshake:
         order with DUP before anything new [MQTT-4.4.0-1], and send it all."""
         proto = self.conn.proto
         if proto.session.outbound:
-            for packet in proto.pending_retransmissions():
+            for packet in proto.session.pending_retransmissions():
                 self.out.out.append(proto.send(packet))
         self.out.flush_direct()

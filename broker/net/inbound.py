@@ -39,6 +39,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode
+from broker.mqtt.session import pubcomp_for
 from broker.net.output import NOT_STORED
 from broker.persist.client import StorageError, wait_future
 
@@ -339,7 +340,7 @@ class Inbound:
         known = p.packet_id in session.state.inbound_qos2
         fut = self.conn.broker.persist.qos2_released(session, p.packet_id) if known else None
         wait = None if fut is None else (lambda: wait_future(fut))
-        self.out.step(wait, lambda: self.out.send(self.conn.proto.pubcomp_for(p, known)))
+        self.out.step(wait, lambda: self.out.send(pubcomp_for(p, known)))
 
     # == outbound acknowledgements ================================================================
 

@@ -5,6 +5,8 @@ Test names carry the MQTT normative statement ids they check.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from broker.mqtt.codec import EncodedPublish, encode
@@ -38,7 +40,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode as RC
-from broker.mqtt.session import Inflight, SessionState, Stage
+from broker.mqtt.session import Inflight, SessionState, Stage, pubcomp_for
 
 V5 = ProtocolVersion.MQTT_5
 V311 = ProtocolVersion.MQTT_3_1_1
@@ -302,11 +304,11 @@ def test_qos2_inbound_flow_with_duplicate_publish() -> None:
     deliver(server, client, Pubrec(7))
     assert client.session.outbound[7].stage is Stage.AWAIT_PUBCOMP
     assert deliver(client, server, Pubrel(7)) == [Pubrel(7)]
-    assert server.pubcomp_for(Pubrel(7), 7 in server.session.inbound_qos2) == Pubcomp(7)
+    assert pubcomp_for(Pubrel(7), 7 in server.session.inbound_qos2) == Pubcomp(7)
     deliver(server, client, Pubcomp(7))
     assert server.session.inbound_qos2 == set()
     assert client.session.outbound == {}
-    assert server.pubcomp_for(Pubrel(8), False) == Pubcomp(8, RC.PACKET_IDENTIFIER_NOT_FOUND)
+    assert pubcomp_for(Pubrel(8), False) == Pubcomp(8, RC.PACKET_IDENTIFIER_NOT_FOUND)
 
 
 def test_qos2_pubrec_error_releases_the_id() -> None:
@@ -571,6 +573,42 @@ def test_send_publish_uses_aliases_within_the_peer_maximum() -> None:
     assert plain == encode(Publish(b"long/topic", b"p"), V5)
 
 
+def test_send_qos0_is_send_publish_at_qos_0() -> None:
+    message = EncodedPublish(Publish(b"a/b", b"p", properties=Properties(content_type="c")), V5)
+    server, client = pair()
+    for retain, sub_ids in ((False, ()), (True, ()), (False, (3, 9))):
+        data = server.send_qos0(message, retain, sub_ids)
+        assert data == server.send_publish(
+            message, qos=0, retain=retain, subscription_identifiers=sub_ids
+        )
+        expected = replace(message.publish, retain=retain)
+        if sub_ids:
+            props = replace(expected.properties, subscription_identifiers=sub_ids)
+            expected = replace(expected, properties=props)
+        assert client.receive_data(data) == [expected]
+    assert server.send_qos0(message, False, ()) is message.qos0(False)  # shared bytes
+    # The peer takes aliases: the copy uses one, as send_publish does.
+    aliased, peer = pair(connect=Properties(topic_alias_maximum=2))
+    first = aliased.send_qos0(message, False, ())
+    second = aliased.send_qos0(message, False, ())
+    assert len(second) < len(first)
+    assert peer.receive_data(first + second) == [message.publish] * 2
+    # Refused as send_publish refuses: another version, too large, not connected.
+    with pytest.raises(LocalProtocolError):
+        server.send_qos0(EncodedPublish(Publish(b"t"), V311), False, ())
+    small, _ = pair(connect=Properties(maximum_packet_size=8))
+    with pytest.raises(PacketTooLargeError):
+        small.send_qos0(message, False, ())
+    server.send(Disconnect())
+    with pytest.raises(LocalProtocolError):
+        server.send_qos0(message, False, ())
+    v311, old_client = pair(V311)
+    plain = EncodedPublish(Publish(b"t", b"x"), V311)
+    assert old_client.receive_data(v311.send_qos0(plain, True, ())) == [
+        Publish(b"t", b"x", retain=True)
+    ]
+
+
 def test_send_publish_qos_and_window() -> None:
     server, client = pair(connect=Properties(receive_maximum=1))
     message = EncodedPublish(
@@ -666,12 +704,12 @@ def test_session_restore_into_a_fresh_connection() -> None:
     session.restore_outbound(7, Publish(b"t", b"c"), 2, Stage.AWAIT_PUBREC)
     session.restore_inbound_qos2(9)
     server, client = pair(session=session)
-    assert server.pending_retransmissions() == [
+    assert server.session.pending_retransmissions() == [
         Publish(b"t", b"a", 1, dup=True, packet_id=5),
         Pubrel(6),
         Publish(b"t", b"c", 2, dup=True, packet_id=7),
     ]
-    for packet in server.pending_retransmissions():
+    for packet in server.session.pending_retransmissions():
         client.receive_data(server.send(packet))
     assert server.next_packet_id() == 1
     dup = Publish(b"t", b"x", 2, dup=True, packet_id=9)
@@ -750,7 +788,7 @@ def test_restored_inflight_counts_against_a_smaller_receive_maximum() -> None:
     assert not server.can_send_qos_message()
     # The client's quota is re-initialised on the new connection [MQTT-3.3.4-9]: resend only
     # as many as it allows, the rest as acknowledgements come back.
-    first, second, third = server.pending_retransmissions()
+    first, second, third = server.session.pending_retransmissions()
     for packet in (first, second):
         client.receive_data(server.send(packet))
     for pid in (1, 2):

@@ -147,3 +147,21 @@ def test_shared_user_properties_encode_as_their_own() -> None:
 def test_a_property_not_allowed_in_publish_is_refused() -> None:
     with pytest.raises(LocalProtocolError, match="REASON_STRING"):
         EncodedPublish(Publish(b"t", properties=Properties(reason_string="no")), V5)
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=lambda v: v.name)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), retain=st.booleans(), qos0_first=st.booleans())
+def test_qos0_is_the_shared_for_recipient(
+    version: ProtocolVersion, data: st.DataObject, retain: bool, qos0_first: bool
+) -> None:
+    original = data.draw(publishes(version))
+    message = EncodedPublish(original, version)
+    if qos0_first:
+        wire = message.qos0(retain)
+        assert wire is message.for_recipient(retain=retain)
+    else:
+        wire = message.for_recipient(retain=retain)
+        assert wire is message.qos0(retain)
+    assert wire == EncodedPublish(original, version).for_recipient(retain=retain)
+    assert message.qos0(not retain) == message.for_recipient(retain=not retain)
