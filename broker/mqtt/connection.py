@@ -401,26 +401,6 @@ class Connection:
         self._inbound_qos1.discard(packet_id)
         return b"\x40\x02" + packet_id.to_bytes(2, "big")
 
-    def send_qos0(
-        self, message: EncodedPublish, retain: bool, subscription_identifiers: tuple[int, ...]
-    ) -> bytes:
-        """``send_publish(message, qos=0, retain=retain, subscription_identifiers=...)``,
-        in one step for the common copy: connected, no subscription identifier and no
-        topic alias, so its bytes are the ones every such recipient shares."""
-        if (
-            subscription_identifiers
-            or self.state is not _CONNECTED
-            or message.version is not self.version
-            or (self.peer_topic_alias_maximum and self.version is _V5)
-        ):
-            return self.send_publish(
-                message, qos=0, retain=retain, subscription_identifiers=subscription_identifiers
-            )
-        data = message.qos0(retain)
-        if len(data) > self.peer_maximum_packet_size:
-            raise PacketTooLargeError(len(data), self.peer_maximum_packet_size)
-        return data
-
     def send_publish(
         self,
         message: EncodedPublish,
@@ -439,24 +419,36 @@ class Connection:
         in-flight message being resent with ``dup=True``). A topic alias is used when the
         peer allows them and ``use_alias``. Raises PacketTooLargeError (skip the message
         for this peer; nothing changes) or LocalProtocolError (window full, id in use).
+        The common copy (no alias, identifier, new expiry or DUP) is assembled in one step,
+        and at QoS 0 it is the bytes every such recipient shares.
         """
-        self._check_outbound(_P.PUBLISH)
-        if message.version is not self._version():
+        if self.state is not _CONNECTED:  # the only state that allows a PUBLISH
+            self._check_outbound(_P.PUBLISH)
+        if message.version is not self.version:
             raise LocalProtocolError("EncodedPublish built for another protocol version")
-        self._check_window(qos, packet_id, dup)
+        if qos:
+            self._check_window(qos, packet_id, dup)
+        use_alias = use_alias and self.peer_topic_alias_maximum > 0
         plan = self._alias_plan(message.publish.topic) if use_alias else None
-        alias = plan[0] if plan is not None else None
-        omit = plan is not None and not plan[1]
-        data = message.for_recipient(
-            packet_id,
-            dup,
-            qos,
-            retain,
-            alias,
-            omit,
-            subscription_identifiers,
-            message_expiry_interval,
-        )
+        if (
+            plan is None
+            and not (subscription_identifiers or dup)
+            and message_expiry_interval is None
+        ):
+            data = message.copy(qos, retain, packet_id) if qos else message.qos0(retain)  # type: ignore[arg-type]
+        else:
+            alias = plan[0] if plan is not None else None
+            omit = plan is not None and not plan[1]
+            data = message.for_recipient(
+                packet_id,
+                dup,
+                qos,
+                retain,
+                alias,
+                omit,
+                subscription_identifiers,
+                message_expiry_interval,
+            )
         if len(data) > self.peer_maximum_packet_size:
             raise PacketTooLargeError(len(data), self.peer_maximum_packet_size)
         if plan is not None:

@@ -415,18 +415,29 @@ class EncodedPublish:
         identifiers or a new expiry, built once per retain flag and shared by every such
         recipient."""
         cached = self._cache.get(retain)
-        if cached is not None:
-            return cached
-        topic, payload, first = self._topic, self._payload, _BYTE[0x31 if retain else 0x30]
+        if cached is None:
+            cached = self._cache[retain] = self._copy(0x31 if retain else 0x30, b"")
+        return cached
+
+    def copy(self, qos: int, retain: bool, packet_id: int) -> bytes:
+        """``for_recipient(packet_id, False, qos, retain)`` for QoS 1 or 2: the copy
+        without topic alias, subscription identifiers or a new expiry."""
+        if qos not in (1, 2) or not packet_id:
+            _check_qos_flags(qos, False, packet_id)
+            raise LocalProtocolError("copy() is for QoS 1 and 2")
+        return self._copy(0x30 | qos << 1 | retain, packet_id.to_bytes(2, "big"))
+
+    def _copy(self, first: int, packet_id: bytes) -> bytes:
+        topic, payload = self._topic, self._payload
         if self.version is _V5:
             items = self._items
             size = encode_varint(len(items))
-            length = len(topic) + len(size) + len(items) + len(payload)
-            parts: tuple[bytes, ...] = (first, encode_varint(length), topic, size, items, payload)
-        else:
-            parts = (first, encode_varint(len(topic) + len(payload)), topic, payload)
-        out = self._cache[retain] = b"".join(parts)
-        return out
+            length = len(topic) + len(packet_id) + len(size) + len(items) + len(payload)
+            return b"".join(
+                (_BYTE[first], encode_varint(length), topic, packet_id, size, items, payload)
+            )
+        length = len(topic) + len(packet_id) + len(payload)
+        return b"".join((_BYTE[first], encode_varint(length), topic, packet_id, payload))
 
     def for_recipient(
         self,

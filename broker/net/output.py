@@ -219,7 +219,9 @@ class Output:
         if enc is None:
             return  # expired [MQTT-3.3.2-5]
         try:
-            data = self.proto.send_qos0(enc, retain, sub_ids)
+            data = self.proto.send_publish(
+                enc, qos=0, retain=retain, subscription_identifiers=sub_ids
+            )
         except PacketTooLargeError:
             return
         self.out.append(data)

@@ -573,40 +573,35 @@ def test_send_publish_uses_aliases_within_the_peer_maximum() -> None:
     assert plain == encode(Publish(b"long/topic", b"p"), V5)
 
 
-def test_send_qos0_is_send_publish_at_qos_0() -> None:
+def test_send_publish_common_copies_equal_the_general_encoding() -> None:
     message = EncodedPublish(Publish(b"a/b", b"p", properties=Properties(content_type="c")), V5)
     server, client = pair()
-    for retain, sub_ids in ((False, ()), (True, ()), (False, (3, 9))):
-        data = server.send_qos0(message, retain, sub_ids)
-        assert data == server.send_publish(
-            message, qos=0, retain=retain, subscription_identifiers=sub_ids
-        )
-        expected = replace(message.publish, retain=retain)
-        if sub_ids:
-            props = replace(expected.properties, subscription_identifiers=sub_ids)
-            expected = replace(expected, properties=props)
-        assert client.receive_data(data) == [expected]
-    assert server.send_qos0(message, False, ()) is message.qos0(False)  # shared bytes
-    # The peer takes aliases: the copy uses one, as send_publish does.
-    aliased, peer = pair(connect=Properties(topic_alias_maximum=2))
-    first = aliased.send_qos0(message, False, ())
-    second = aliased.send_qos0(message, False, ())
-    assert len(second) < len(first)
-    assert peer.receive_data(first + second) == [message.publish] * 2
-    # Refused as send_publish refuses: another version, too large, not connected.
+    for qos, retain in ((0, False), (0, True), (1, False), (2, True)):
+        pid = server.next_packet_id() if qos else None
+        data = server.send_publish(message, qos=qos, retain=retain, packet_id=pid)
+        assert data == message.for_recipient(pid, False, qos, retain)
+        assert client.receive_data(data) == [
+            replace(message.publish, qos=qos, retain=retain, packet_id=pid)
+        ]
+        if pid is not None:
+            assert server.session.outbound[pid].message == replace(
+                message.publish, qos=qos, retain=retain, packet_id=pid
+            )
+    assert server.send_publish(message, qos=0, retain=False) is message.qos0(False)  # shared
+    # Refused as before: another version, too large (nothing recorded), not connected.
     with pytest.raises(LocalProtocolError):
-        server.send_qos0(EncodedPublish(Publish(b"t"), V311), False, ())
+        server.send_publish(EncodedPublish(Publish(b"t"), V311), qos=0, retain=False)
     small, _ = pair(connect=Properties(maximum_packet_size=8))
     with pytest.raises(PacketTooLargeError):
-        small.send_qos0(message, False, ())
+        small.send_publish(message, qos=1, retain=False, packet_id=1)
+    assert small.inflight_count == 0
     server.send(Disconnect())
     with pytest.raises(LocalProtocolError):
-        server.send_qos0(message, False, ())
+        server.send_publish(message, qos=0, retain=False)
     v311, old_client = pair(V311)
     plain = EncodedPublish(Publish(b"t", b"x"), V311)
-    assert old_client.receive_data(v311.send_qos0(plain, True, ())) == [
-        Publish(b"t", b"x", retain=True)
-    ]
+    got = old_client.receive_data(v311.send_publish(plain, qos=1, retain=True, packet_id=3))
+    assert got == [Publish(b"t", b"x", 1, True, packet_id=3)]
 
 
 def test_send_publish_qos_and_window() -> None:

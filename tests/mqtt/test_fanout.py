@@ -165,3 +165,15 @@ def test_qos0_is_the_shared_for_recipient(
         assert wire is message.qos0(retain)
     assert wire == EncodedPublish(original, version).for_recipient(retain=retain)
     assert message.qos0(not retain) == message.for_recipient(retain=not retain)
+    for qos in (1, 2):
+        assert message.copy(qos, retain, 7) == message.for_recipient(7, False, qos, retain)
+
+
+def test_copy_is_for_qos_1_and_2_with_a_packet_id() -> None:
+    message = EncodedPublish(Publish(b"t", b"p"), V5)
+    with pytest.raises(LocalProtocolError, match="does not exist"):
+        message.copy(3, False, 1)
+    with pytest.raises(LocalProtocolError, match="non-zero packet identifier"):
+        message.copy(1, False, 0)
+    with pytest.raises(LocalProtocolError, match="QoS 1 and 2"):
+        message.copy(0, False, 1)
