@@ -362,11 +362,12 @@ class EncodedPublish:
     """
 
     __slots__ = (
-        "_cache",
         "_head",
         "_items",
         "_low",
         "_payload",
+        "_shared",
+        "_shared_retained",
         "_tail",
         "_topic",
         "_user",
@@ -408,15 +409,22 @@ class EncodedPublish:
         else:
             self._head = self._tail = self._low = self._user = b""
         self._items = self._low + self._user
-        self._cache: dict[bool, bytes] = {}
+        # The QoS 0 copies every plain recipient shares, per retain flag (built on first use).
+        self._shared: bytes | None = None
+        self._shared_retained: bytes | None = None
 
     def qos0(self, retain: bool) -> bytes:
         """``for_recipient(retain=retain)``: the QoS 0 copy without topic alias, subscription
         identifiers or a new expiry, built once per retain flag and shared by every such
         recipient."""
-        cached = self._cache.get(retain)
+        if retain:
+            cached = self._shared_retained
+            if cached is None:
+                cached = self._shared_retained = self._copy(0x31, b"")
+            return cached
+        cached = self._shared
         if cached is None:
-            cached = self._cache[retain] = self._copy(0x31 if retain else 0x30, b"")
+            cached = self._shared = self._copy(0x30, b"")
         return cached
 
     def copy(self, qos: int, retain: bool, packet_id: int) -> bytes:
@@ -461,7 +469,7 @@ class EncodedPublish:
             and ((not subscription_identifiers and message_expiry_interval is None) or not v5)
         )
         if shared and not omit_topic:
-            cached = self._cache.get(retain)
+            cached = self._shared_retained if retain else self._shared
             if cached is not None:
                 return cached
         if qos or dup:
@@ -495,7 +503,10 @@ class EncodedPublish:
             (_BYTE[first], encode_varint(len(body) + len(self._payload)), body, self._payload)
         )
         if shared and not omit_topic:
-            self._cache[retain] = out
+            if retain:
+                self._shared_retained = out
+            else:
+                self._shared = out
         return out
 
     def as_publish(

@@ -206,9 +206,21 @@ class Persistence:
 
         ``extra`` (inbound QoS 2 state) commits in the same batch.
         """
+        targets: list[tuple[int, Delivery, Session]] = []
+        if msg.qos:
+            by_num = broker.sessions.by_num
+            for index, d in enumerate(deliveries):
+                if d.qos == 0:
+                    continue
+                session = by_num.get(d.client)
+                if session is not None and session.persistent:
+                    targets.append((index, d, session))
+        retain = msg.retain and broker.config.mqtt.retain_available
+        if not (targets or extra or retain):
+            return EMPTY_PLAN  # the common case: nothing made for it
         ops: list[store.Op] = list(extra)
         retained_op = -1
-        if msg.retain and broker.config.mqtt.retain_available:
+        if retain:
             subject = f"$MQTT.rmsgs.{token(msg.topic)}"
             if msg.payload:
                 retained_op = len(ops)
@@ -217,32 +229,19 @@ class Persistence:
                 ops.append(store.PurgeStream(RMSGS, filter=subject))
         pend_index: dict[int, int] = {}
         msg_op = -1
-        if msg.qos:
-            by_num = broker.sessions.by_num
-            targets: list[tuple[int, Delivery, Session]] = []
-            for index, d in enumerate(deliveries):
-                if d.qos == 0:
-                    continue
-                session = by_num.get(d.client)
-                if session is not None and session.persistent:
-                    targets.append((index, d, session))
-            if len(targets) > 1:
-                # Stored once, referenced by one pending entry per session.
-                msg.key = f"{self._boot}-{next(self._keys)}"
-                self.refs[msg.key] = [0, len(targets)]
-                msg_op = len(ops)
-                ops.append(
-                    store.Publish(f"$MQTT.msgs.{msg.key}", msg.payload, message_block(msg), MSGS)
-                )
-            for index, d, session in targets:
-                session.stored = True
-                pend_index[index] = len(ops)
-                qos = msg.qos if msg.qos < d.qos else d.qos
-                ops.append(
-                    pend_op(session, msg, qos, msg.retain and d.retain_as_published, d.sub_ids)
-                )
-        if not ops:
-            return EMPTY_PLAN
+        if len(targets) > 1:
+            # Stored once, referenced by one pending entry per session.
+            msg.key = f"{self._boot}-{next(self._keys)}"
+            self.refs[msg.key] = [0, len(targets)]
+            msg_op = len(ops)
+            ops.append(
+                store.Publish(f"$MQTT.msgs.{msg.key}", msg.payload, message_block(msg), MSGS)
+            )
+        for index, d, session in targets:
+            session.stored = True
+            pend_index[index] = len(ops)
+            qos = msg.qos if msg.qos < d.qos else d.qos
+            ops.append(pend_op(session, msg, qos, msg.retain and d.retain_as_published, d.sub_ids))
         batch = self.client.open_batch()
         plan = PublishPlan(batch, len(batch.ops), len(ops), pend_index, msg_op, retained_op)
         batch.ops.extend(ops)
