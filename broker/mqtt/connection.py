@@ -435,7 +435,11 @@ class Connection:
             and not (subscription_identifiers or dup)
             and message_expiry_interval is None
         ):
-            data = message.copy(qos, retain, packet_id) if qos else message.qos0(retain)  # type: ignore[arg-type]
+            if qos:
+                assert packet_id is not None  # _check_window
+                data = message.copy(qos, retain, packet_id)
+            else:
+                data = message.qos0(retain)
         else:
             alias = plan[0] if plan is not None else None
             omit = plan is not None and not plan[1]
