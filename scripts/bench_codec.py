@@ -3,7 +3,8 @@
 
 Decodes 100-byte-payload QoS 0 and QoS 1 PUBLISH packets (MQTT 5.0 and 3.1.1) fed in
 64 KiB chunks, encodes them (``encode``) and builds them for fan-out
-(``EncodedPublish.for_recipient``), and decodes the same 3.1.1 bytes with amqtt's
+(``EncodedPublish.for_recipient``, and the one-step common copy ``copy``/``qos0``
+that ``send_publish`` takes), and decodes the same 3.1.1 bytes with amqtt's
 ``MQTTFixedHeader.from_stream`` + ``PublishPacket.from_stream`` over an in-memory
 ``asyncio.StreamReader`` fed the same 64 KiB chunks (amqtt speaks 3.1.1 only). Reports
 packets/s, median of 5; the amqtt ratio is the median of 5 back-to-back rounds.
@@ -90,6 +91,23 @@ def bench_fanout(version: ProtocolVersion, qos: int, count: int) -> float:
     return _median_rate(count, run)
 
 
+def bench_copy(version: ProtocolVersion, qos: int, count: int) -> float:
+    """The same fan-out through the one-step common copy ``send_publish`` takes
+    (``EncodedPublish.copy`` for QoS 1, ``qos0`` for QoS 0)."""
+    packet, _ = _stream(version, qos, count)
+    encoded = EncodedPublish(packet, version)
+
+    def run() -> None:
+        if qos:
+            for i in range(count):
+                encoded.copy(qos, False, (i % 65535) + 1)
+        else:
+            for _ in range(count):
+                encoded.qos0(False)
+
+    return _median_rate(count, run)
+
+
 def _amqtt_runner(qos: int, count: int) -> Callable[[], None]:
     from amqtt.adapters import StreamReaderAdapter
     from amqtt.mqtt.packet import MQTTFixedHeader
@@ -163,10 +181,12 @@ def main() -> None:
             dec = bench_decode(version, qos, count)
             enc = bench_encode(version, qos, count)
             fan = bench_fanout(version, qos, count)
+            copy = bench_copy(version, qos, count)
             conn = bench_connection(version, qos, count)
             print(
                 f"{version.name:10} QoS {qos}: decode {dec:>10,.0f}/s  encode {enc:>10,.0f}/s"
-                f"  fan-out {fan:>10,.0f}/s  connection receive {conn:>10,.0f}/s"
+                f"  fan-out {fan:>10,.0f}/s  common copy {copy:>10,.0f}/s"
+                f"  connection receive {conn:>10,.0f}/s"
             )
     amqtt_count = max(count // 10, 1000)
     for qos in (0, 1):
