@@ -206,15 +206,17 @@ class Persistence:
 
         ``extra`` (inbound QoS 2 state) commits in the same batch.
         """
-        targets: list[tuple[int, Delivery, Session]] = []
+        targets: Sequence[tuple[int, Delivery, Session]] = ()  # QoS 0: nothing made
         if msg.qos:
             by_num = broker.sessions.by_num
+            found: list[tuple[int, Delivery, Session]] = []
             for index, d in enumerate(deliveries):
                 if d.qos == 0:
                     continue
                 session = by_num.get(d.client)
                 if session is not None and session.persistent:
-                    targets.append((index, d, session))
+                    found.append((index, d, session))
+            targets = found
         retain = msg.retain and broker.config.mqtt.retain_available
         if not (targets or extra or retain):
             return EMPTY_PLAN  # the common case: nothing made for it

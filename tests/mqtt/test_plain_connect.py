@@ -107,14 +107,23 @@ def test_bytes_after_the_client_id_take_the_general_path() -> None:
 
 
 def test_a_server_decodes_only_auth_between_connect_and_connack() -> None:
-    # Either path: the gate is set once the CONNECT is decoded (the packets behind it wait).
+    # Every path: the gate is set once the CONNECT is decoded (the packets behind it wait):
+    # a plain or a general CONNECT with a packet behind it in the same chunk (the loop), and
+    # a plain one alone in the client's first chunk (decoded before the loop).
     for packet in (Connect(V5, "c"), Connect(V5, "c", username="u")):
-        decoder = Decoder(gate_after_connect=True)
-        before = decoder.gate
-        assert before is None
-        assert decoder.feed(encode(packet, V5) + b"\xc0\x00") == [packet]
-        assert decoder.gate == frozenset({PacketType.AUTH})
-        assert decoder.buffered == 2  # the PINGREQ, held
+        for alone in (False, True):
+            decoder = Decoder(gate_after_connect=True)
+            before = decoder.gate
+            assert before is None
+            wire = encode(packet, V5)
+            got = (
+                decoder.feed(wire) + decoder.feed(b"\xc0\x00")
+                if alone
+                else decoder.feed(wire + b"\xc0\x00")
+            )
+            assert got == [packet]
+            assert decoder.gate == frozenset({PacketType.AUTH})
+            assert decoder.buffered == 2  # the PINGREQ, held
 
 
 def test_a_plain_connect_over_the_limit_or_with_packets_behind_it() -> None:
