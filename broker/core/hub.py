@@ -314,7 +314,8 @@ class Hub:
             elif msg.retain_state == 0:
                 self._set_retained(msg)
         by_num = self.sessions.by_num
-        now = self.now()
+        # The clock matters only to a message that expires (its copies' remaining lifetime).
+        now = 0.0 if msg.expires_at is None else self.now()
         for index, d in enumerate(deliveries):
             session = by_num.get(d.client)
             if session is None:

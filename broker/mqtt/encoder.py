@@ -366,6 +366,7 @@ class EncodedPublish:
         "_items",
         "_low",
         "_payload",
+        "_props",
         "_shared",
         "_shared_retained",
         "_tail",
@@ -409,6 +410,8 @@ class EncodedPublish:
         else:
             self._head = self._tail = self._low = self._user = b""
         self._items = self._low + self._user
+        # The common copy's properties as sent: their length, then the items (none before 5.0).
+        self._props = encode_varint(len(self._items)) + self._items if version is _V5 else b""
         # The QoS 0 copies every plain recipient shares, per retain flag (built on first use).
         self._shared: bytes | None = None
         self._shared_retained: bytes | None = None
@@ -436,16 +439,9 @@ class EncodedPublish:
         return self._copy(0x30 | qos << 1 | retain, packet_id.to_bytes(2, "big"))
 
     def _copy(self, first: int, packet_id: bytes) -> bytes:
-        topic, payload = self._topic, self._payload
-        if self.version is _V5:
-            items = self._items
-            size = encode_varint(len(items))
-            length = len(topic) + len(packet_id) + len(size) + len(items) + len(payload)
-            return b"".join(
-                (_BYTE[first], encode_varint(length), topic, packet_id, size, items, payload)
-            )
-        length = len(topic) + len(packet_id) + len(payload)
-        return b"".join((_BYTE[first], encode_varint(length), topic, packet_id, payload))
+        topic, props, payload = self._topic, self._props, self._payload
+        length = len(topic) + len(packet_id) + len(props) + len(payload)
+        return b"".join((_BYTE[first], encode_varint(length), topic, packet_id, props, payload))
 
     def for_recipient(
         self,

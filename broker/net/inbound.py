@@ -137,14 +137,22 @@ class Inbound:
                 self._answer_later(p, code)
                 return
         # (_publish_refusal checks a "$" topic and properties: the common case has neither)
-        if dollar or p.properties is not EMPTY_PROPERTIES:
+        plain = p.properties is EMPTY_PROPERTIES
+        if dollar or not plain:
             refusal = self._publish_refusal(p)
             if refusal is not None:
                 self._refuse_publish(p, *refusal)
                 return
+        # (message_from's answer for a PUBLISH without properties, made here directly)
+        msg = (
+            AppMessage(p, None, session.num)
+            if plain
+            else message_from(p, session.num, trio.current_time)
+        )
         pid = p.packet_id
-        msg = message_from(p, session.num, trio.current_time)
-        extra = broker.persist.qos2_received(session, pid) if p.qos == 2 and pid else []
+        extra: Sequence[store.Op] = (
+            broker.persist.qos2_received(session, pid) if p.qos == 2 and pid else ()
+        )
         js = broker.jetstream
         captured = None  # the stream capture's operation (broker.jetstream.capture)
         if js is not None and js.capture.subjects:

@@ -232,7 +232,7 @@ class PublishPlan:
         self.pend_index = {} if pend_index is None else pend_index  # delivery -> op index
         self.msg_op = msg_op
         self.retained_op = retained_op
-        self.results: list[store.OpResult] = []
+        self.results: Sequence[store.OpResult] = ()  # (the slice of the batch's, once done)
 
     @property
     def empty(self) -> bool:

@@ -139,14 +139,25 @@ def message_block(msg: AppMessage, pend: str | None = None) -> bytes:
     entry that holds its message, ``Mqtt-Pend``. Built here in one string, per stored
     message, and handed to the store encoded (``store.Publish`` takes the block)."""
     props = msg.publish.properties
-    block = (
-        f"NATS/1.0\r\nMqtt-Topic: {_topic_json(msg.topic)}\r\nMqtt-Qos: {msg.qos}\r\n"
-        f"Mqtt-Retain: {'1' if msg.retain else '0'}\r\n"
-        f"Mqtt-Props: {'{}' if props is EMPTY_PROPERTIES else _props_to_json(props)}\r\n"
+    if props is EMPTY_PROPERTIES:  # the common case: the first four lines repeat per topic
+        head = _plain_head(msg.topic, msg.qos, msg.retain)
+    else:
+        head = _head(msg.topic, msg.qos, msg.retain, _props_to_json(props))
+    if pend is None:
+        return (head + "\r\n").encode()
+    return f"{head}{PEND_HEADER}: {pend}\r\n\r\n".encode()
+
+
+def _head(topic: bytes, qos: int, retain: bool, props_json: str) -> str:
+    return (
+        f"NATS/1.0\r\nMqtt-Topic: {_topic_json(topic)}\r\nMqtt-Qos: {qos}\r\n"
+        f"Mqtt-Retain: {'1' if retain else '0'}\r\nMqtt-Props: {props_json}\r\n"
     )
-    if pend is not None:
-        block += f"{PEND_HEADER}: {pend}\r\n"
-    return (block + "\r\n").encode()
+
+
+@functools.lru_cache(maxsize=4096)
+def _plain_head(topic: bytes, qos: int, retain: bool) -> str:
+    return _head(topic, qos, retain, "{}")
 
 
 def message_from_stored(
