@@ -525,8 +525,12 @@ class ClientConnection:
             self._protocol_error(exc)
             return bool(exc.packets)
         self.broker.stats.packets_received += len(events)
+        on_publish = self.inbound.on_publish
         for event in events:
-            self._handle(event)
+            if type(event) is Publish:  # (what _handle does first, without its call)
+                on_publish(event)
+            else:
+                self._handle(event)
             if self.closing:
                 break
         return bool(events)
