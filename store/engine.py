@@ -223,10 +223,12 @@ class Engine:
                     if type(op) is Publish:
                         res: OpResult = publish(ctx, op)
                     elif type(op) is DeleteMsg:
-                        # With those after it on the same stream, in one walk (their
-                        # results appended there).
-                        i = delete_run(catalog, ctx, ops, i - 1, results)
-                        continue
+                        if i < n and type(ops[i]) is DeleteMsg:
+                            # With those after it on the same stream, in one walk (their
+                            # results appended there: store.rundelete).
+                            i = delete_run(catalog, ctx, ops, i - 1, results)
+                            continue
+                        res = admin.delete_msg(catalog, ctx, op)
                     else:
                         res = self._op(ctx, op)
                 except JetStreamError as exc:

@@ -67,14 +67,15 @@ def delete_run(cat: Catalog, ctx: Ctx, ops: Sequence[Any], start: int, results: 
             _one(cat, ctx, ops[i], results)
         return end
     walk = _Walk(cat, ctx, st)
-    for i in range(start, end):
-        op = ops[i]
-        if not walk.remove(op.seq):
-            walk.write_back()
-            _one(cat, ctx, op, results)
-            walk.restart()
-            continue
-        results.append(True)
+    i = start
+    while True:
+        i = walk.remove(ops, i, end, results)
+        if i == end:
+            break
+        walk.write_back()
+        _one(cat, ctx, ops[i], results)
+        walk.restart()
+        i += 1
     walk.write_back()
     return end
 
@@ -113,35 +114,56 @@ class _Walk:
         self.at = b""  # the key the message cursor stands on ("": not known)
         self.by_subject: dict[bytes, list[int]] = {}
 
-    def remove(self, seq: Any) -> bool:
-        """Remove message ``seq`` as :meth:`StreamRt.remove` would; False (nothing done)
-        if it is not an int in 1..last_seq or not stored: the one-by-one path answers."""
-        if type(seq) is not int or not 0 < seq <= self.last:
-            return False
-        key = _pack_msg_key(self.sid, seq)
+    def remove(self, ops: Sequence[Any], i: int, end: int, results: list[Any]) -> int:
+        """Remove the messages of ``ops[i:end]`` as :meth:`StreamRt.remove` would, each
+        result True, up to the first whose seq is not an int in 1..last_seq or not stored
+        (the one-by-one path answers it): its index, or ``end``."""
         cur = self.cur
-        if key != self.at and not cur.set_key(key):
-            return False
-        rec = cur.value()
-        subj_b, size = keys.msg_subject_and_size(rec)
-        cur.delete()  # and the cursor moves to the next record
-        at = self.at = cur.key()
-        seqs = self.by_subject.get(subj_b)
-        if seqs is None:
-            self.by_subject[subj_b] = [seq]
-        else:
-            seqs.append(seq)
-        self.removed += 1
-        self.nbytes += size
-        self.messages -= 1
-        if self.messages and key == self.first_key:
-            # As StreamRt.remove: the next stored message is the new first.
-            if at[:8] == self.sid_b:
-                self.first_key = at
-                self.first_ts = None
-            elif self.first_ts is None:  # (none is left above: never so) it stays
-                self.first_ts = keys.msg_time(rec)
-        return True
+        sid = self.sid
+        sid_b = self.sid_b
+        last = self.last
+        by_subject = self.by_subject
+        at = self.at
+        first_key = self.first_key
+        messages = self.messages
+        nbytes = 0
+        removed = 0
+        subject_and_size = keys.msg_subject_and_size
+        ok = results.append
+        while i < end:
+            seq = ops[i].seq
+            if type(seq) is not int or not 0 < seq <= last:
+                break
+            key = _pack_msg_key(sid, seq)
+            if key != at and not cur.set_key(key):
+                break
+            rec = cur.value()
+            subj_b, size = subject_and_size(rec)
+            cur.delete()  # and the cursor moves to the next record
+            at = cur.key()
+            seqs = by_subject.get(subj_b)
+            if seqs is None:
+                by_subject[subj_b] = [seq]
+            else:
+                seqs.append(seq)
+            removed += 1
+            nbytes += size
+            messages -= 1
+            if messages and key == first_key:
+                # As StreamRt.remove: the next stored message is the new first.
+                if at[:8] == sid_b:
+                    first_key = at
+                    self.first_ts = None
+                elif self.first_ts is None:  # (none is left above: never so) it stays
+                    self.first_ts = keys.msg_time(rec)
+            ok(True)
+            i += 1
+        self.at = at
+        self.first_key = first_key
+        self.messages = messages
+        self.nbytes += nbytes
+        self.removed += removed
+        return i
 
     def write_back(self) -> None:
         """The stream as the one-by-one path leaves it after the same removals."""
