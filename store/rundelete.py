@@ -136,6 +136,7 @@ class _Walk:
                 break
             key = _pack_msg_key(sid, seq)
             if key != at and not cur.set_key(key):
+                at = b""  # (the cursor stands nowhere)
                 break
             rec = cur.value()
             subj_b, size = subject_and_size(rec)
@@ -181,7 +182,11 @@ class _Walk:
             st.first_seq = keys.split_msg_key(self.first_key)[1]
             ts = self.first_ts
             if ts is None:
-                ts = keys.msg_time(bytes(ctx.txn.get(self.first_key, db=ctx.msgs_db)))
+                if self.at == self.first_key:  # the message cursor stands on it
+                    rec = self.cur.value()
+                else:
+                    rec = bytes(ctx.txn.get(self.first_key, db=ctx.msgs_db))
+                ts = keys.msg_time(rec)
             st.first_ts = ts
         # StreamHooks.removed of a stream without consumers, and delete_msg's own.
         self.cat.batch.streams.add(st)
