@@ -224,7 +224,7 @@ class Engine:
                         res: OpResult = publish(ctx, op)
                     elif type(op) is DeleteMsg:
                         if i < n and type(ops[i]) is DeleteMsg:
-                            # With those after it on the same stream, in one walk (their
+                            # With the deletions after it, a walk per stream (their
                             # results appended there: store.rundelete).
                             i = delete_run(catalog, ctx, ops, i - 1, results)
                             continue

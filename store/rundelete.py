@@ -1,25 +1,27 @@
-"""A run of ``DeleteMsg`` operations on one stream, removed in one walk. Writer thread only.
+"""A run of ``DeleteMsg`` operations removed a walk per stream. Writer thread only.
 
 The broker acknowledges a session's pending entries in order, and submits the
 acknowledgements as they come: one operation list then holds long runs of deletions on
-``$MQTT_pend``, ascending and mostly consecutive, all on the session's one subject. One
+``$MQTT_pend``, ascending and mostly consecutive, all on the session's one subject (with,
+for a message stored apart, its deletion from ``$MQTT_msgs`` after its last entry's). One
 by one (:func:`store.admin.delete_msg`, :meth:`store.streams.StreamRt.remove`) each seeks
 its record and its index key, updates its subject's record, the stream's first message
 and calls the stream's hooks. :func:`delete_run` gives every operation of the run the
 same result, in the same order, and leaves the same databases and the same cached state:
 
 - the checks of ``delete_msg`` that hold for the whole run (the stream exists, is not
-  sealed, allows deletion) are made once; the hooks are skipped when they would only
-  mark the stream touched (a stream without consumers: no consumer to tell);
+  sealed, allows deletion) are made once per stream; the hooks are skipped when they
+  would only mark the stream touched (a stream without consumers: no consumer to tell);
 - a record the message cursor already stands on (the one after the last deleted) is not
-  sought; the stream's counts and first message are set once, at the end;
-- the index keys and subject records are updated per subject after the walk
-  (:meth:`store.subjrecs.SubjectRecords.unindex_run`): subjects are independent, and the
-  messages of one subject keep their order;
+  sought; each stream's counts and first message are set once, when the run ends;
+- the index keys and subject records are updated per subject then
+  (:meth:`store.subjrecs.SubjectRecords.unindex_run`): streams and subjects are
+  independent, and the messages of one subject keep their order; the streams are marked
+  touched in the order of their first removal, as one by one;
 - anything else (a seq that is not an int, not stored, zero or beyond the last; a stream
   with consumers, sealed or denying deletion; a missing stream) goes the one-by-one way,
   after what the run did so far is written back, so its result (True or the exact
-  ``JetStreamError``) and any exception are the one-by-one path's.
+  ``JetStreamError``), its events and any exception are the one-by-one path's.
 """
 
 from __future__ import annotations
@@ -38,46 +40,70 @@ _pack_msg_key = keys.pack_msg_key
 
 
 def run_end(ops: Sequence[Any], start: int) -> int:
-    """Where the run of ``DeleteMsg`` operations on one stream starting at ``start`` ends."""
-    name = ops[start].stream
+    """Where the run of ``DeleteMsg`` operations starting at ``start`` ends."""
     end = start + 1
     n = len(ops)
-    while end < n:
-        op = ops[end]
-        if type(op) is not DeleteMsg or op.stream != name:
-            break
+    while end < n and type(ops[end]) is DeleteMsg:
         end += 1
     return end
 
 
 def delete_run(cat: Catalog, ctx: Ctx, ops: Sequence[Any], start: int, results: list[Any]) -> int:
-    """Apply the run of ``DeleteMsg`` operations starting at ``ops[start]`` (a run of one
-    included), appending one result each to ``results``; where the run ends."""
+    """Apply the run of ``DeleteMsg`` operations starting at ``ops[start]``, appending one
+    result each to ``results``; where the run ends."""
     end = run_end(ops, start)
-    st = cat.streams.get(ops[start].stream)
+    walks: dict[str, _Walk | None] = {}
+    pending: list[_Walk] = []  # with removals to write back, in the order of the first
+    last: _Walk | None = None  # the walk the message cursor's position is known to
+    i = start
+    while i < end:
+        op = ops[i]
+        name = op.stream
+        if name in walks:
+            w = walks[name]
+        else:
+            w = walks[name] = _walk_of(cat, ctx, name)
+        if w is not None:
+            if w is not last:  # only the last walk knows where the cursor stands
+                if last is not None:
+                    last.at = b""
+                last = w
+            j = w.remove(ops, i, end, results)
+            if j > i and not w.queued:
+                w.queued = True
+                pending.append(w)
+            if j == end or ops[j].stream != name:
+                i = j
+                continue
+            i, op = j, ops[j]  # not removed: one by one
+        # One by one, after what the walks did (their streams first touched before).
+        for p in pending:
+            p.write_back()
+        pending.clear()
+        if last is not None:
+            last.at = b""
+            last = None
+        _one(cat, ctx, op, results)
+        if w is not None:
+            w.restart()  # from the stream as the deletion left it
+        i += 1
+    for p in pending:
+        p.write_back()
+    return end
+
+
+def _walk_of(cat: Catalog, ctx: Ctx, name: str) -> _Walk | None:
+    """A walk for stream ``name``, or None: its deletions go one by one."""
+    st = cat.streams.get(name)
     if (
-        end - start < 2
-        or st is None
+        st is None
         or st.consumers
         or st.hooks is not cat.batch
         or st.config.sealed
         or st.config.deny_delete
     ):
-        for i in range(start, end):
-            _one(cat, ctx, ops[i], results)
-        return end
-    walk = _Walk(cat, ctx, st)
-    i = start
-    while True:
-        i = walk.remove(ops, i, end, results)
-        if i == end:
-            break
-        walk.write_back()
-        _one(cat, ctx, ops[i], results)
-        walk.restart()
-        i += 1
-    walk.write_back()
-    return end
+        return None
+    return _Walk(cat, ctx, st)
 
 
 def _one(cat: Catalog, ctx: Ctx, op: DeleteMsg, results: list[Any]) -> None:
@@ -100,24 +126,26 @@ class _Walk:
         self.sid = st.sid
         self.sid_b = st.sid_b
         self.last = st.last_seq  # a deletion never moves it
+        self.at = b""  # the key the message cursor stands on ("": not known)
         self.restart()
 
     def restart(self) -> None:
-        """Start again from the stream as it is (after a one-by-one deletion)."""
+        """Start again from the stream as it is (written back, or after a one-by-one
+        deletion)."""
         st = self.st
         self.messages = st.messages
         self.removed = 0
+        self.queued = False  # in delete_run's walks to write back
         self.nbytes = 0
         # The stream's first stored message by key; its time, None: read it at the end.
         self.first_key = _pack_msg_key(self.sid, st.first_seq)
         self.first_ts: int | None = st.first_ts
-        self.at = b""  # the key the message cursor stands on ("": not known)
         self.by_subject: dict[bytes, list[int]] = {}
 
     def remove(self, ops: Sequence[Any], i: int, end: int, results: list[Any]) -> int:
         """Remove the messages of ``ops[i:end]`` as :meth:`StreamRt.remove` would, each
-        result True, up to the first whose seq is not an int in 1..last_seq or not stored
-        (the one-by-one path answers it): its index, or ``end``."""
+        result True, up to the first of another stream or whose seq is not an int in
+        1..last_seq or not stored (the one-by-one path answers it): its index, or ``end``."""
         cur = self.cur
         sid = self.sid
         sid_b = self.sid_b
@@ -130,8 +158,12 @@ class _Walk:
         removed = 0
         subject_and_size = keys.msg_subject_and_size
         ok = results.append
+        name = self.st.name
         while i < end:
-            seq = ops[i].seq
+            op = ops[i]
+            if op.stream != name:
+                break
+            seq = op.seq
             if type(seq) is not int or not 0 < seq <= last:
                 break
             key = _pack_msg_key(sid, seq)
@@ -193,5 +225,4 @@ class _Walk:
         subj = st.subj
         for subj_b, seqs in self.by_subject.items():
             subj.unindex_run(ctx, subj_b.decode(), subj_b, seqs)
-        self.removed = 0
-        self.by_subject = {}
+        self.restart()

@@ -1,7 +1,7 @@
 """Deletions in runs (store.rundelete) equal the same deletions one by one.
 
-The engine removes a run of ``DeleteMsg`` operations on one stream within one job's
-operation list in one walk. A differential test applies the same batches to two stores
+The engine removes a run of ``DeleteMsg`` operations within one job's operation list in
+one walk per stream. A differential test applies the same batches to two stores
 through the engine: as drawn (jobs of several operations: runs) and with every operation
 a job of its own in the same batch (no run is longer than one: the one-by-one path).
 Operations mix publishes and deletions — consecutive runs, gaps, descending steps,
@@ -335,3 +335,30 @@ def test_a_stream_with_a_consumer_tells_it_of_every_deletion(tmp_path: Path) -> 
     finally:
         runs.close()
         single.close()
+
+
+def test_a_run_over_several_streams(tmp_path: Path) -> None:
+    """Deletions alternating between streams (a pending entry's, then the message it
+    referenced, as the broker's ``$MQTT_pend`` and ``$MQTT_msgs``), with deletions on a
+    stream with a consumer (an advisory each), on one denying deletion, on a missing
+    stream and failing ones between: the one-by-one results, events and state."""
+    runs, single, _ = _pair(tmp_path)
+    try:
+        pubs = [Publish(s, b"x") for i in range(10) for s in ("p.1", f"w.{i}", "c.1", "d.1")]
+        _both(runs, single, [pubs, [Pull("C", "c", "inbox", batch=10, no_wait=True)]])
+        seqs = {"P": iter(range(1, 11)), "W": iter(range(1, 11)), "C": iter(range(1, 11))}
+        ops: list[Any] = []
+        for k in range(10):
+            ops += [DeleteMsg("P", next(seqs["P"])), DeleteMsg("W", next(seqs["W"]))]
+            if k % 3 == 1:
+                ops += [DeleteMsg("C", next(seqs["C"])), DeleteMsg("P", 1), DeleteMsg("W", 99)]
+            if k % 4 == 2:
+                ops += [DeleteMsg("D", k), DeleteMsg("X", 1), DeleteMsg("W", 0)]
+        results = _both(runs, single, [ops])
+        assert results.count(True) == 23
+        for name in ("P", "W"):
+            assert runs.engine.streams[name].messages == 0
+    finally:
+        runs.close()
+        single.close()
+    _same_after_reopen(runs.path, single.path)
