@@ -26,8 +26,10 @@ Usage: ``.venv/bin/python scripts/bench_store.py [--quick]``; ``--ratio-pairs N`
 the 64-submitter rows with group commit off and on, N alternating pairs;
 ``--consumer-cycles`` only the consumer row; ``--engine-cpu`` only the engine's CPU time
 (``time.process_time``, best of 5) per 100-byte append (64 per batch, one filtered consumer)
-and per deliver+ack cycle, applying batches directly (no writer thread, no fsync): on a
-busy machine it compares two commits where wall-clock rates drift.
+and per deliver+ack cycle, and (median of 5) per broker pending entry's append and its
+deletion with the deletions in runs of 1, 8 and 64 per job, applying batches directly (no
+writer thread, no fsync): on a busy machine it compares two commits where wall-clock rates
+drift.
 """
 
 from __future__ import annotations
@@ -771,6 +773,69 @@ def _engine_cpu_us(n: int, cycles: bool) -> float:
         shutil.rmtree(d, ignore_errors=True)
 
 
+# The header block of a broker's pending entry holding its message (broker/persist/records.py
+# ``message_block`` with ``Mqtt-Pend``; the store must not import the broker).
+PEND_BLOCK: Final = (
+    b'NATS/1.0\r\nMqtt-Topic: "bench/t"\r\nMqtt-Qos: 1\r\nMqtt-Retain: 0\r\n'
+    b'Mqtt-Props: {}\r\nMqtt-Pend: {"p":0,"q":1,"r":0,"s":[],"st":0}\r\n\r\n'
+)
+
+
+def _pend_cpu_us(n: int, run: int, sessions: int = 16) -> tuple[float, float]:
+    """CPU µs of Engine.apply (and its commit) per pending entry's append and per its
+    deletion, the broker's pattern on a ``$MQTT_pend``-like stream (no consumer): each
+    round appends 64 entries (one Publish per job, 100-byte payload and the broker's header
+    block), ``run`` consecutive ones per session's subject, then deletes them in jobs of
+    ``run`` DeleteMsg ops (a session's acks, in order), all in one batch."""
+    d = _fresh_dir()
+    env = Env(d, sync=False)
+    try:
+        eng = Engine(env, time.time_ns, "bench")
+
+        def apply(jobs: list[Job]) -> float:
+            t0 = time.process_time()
+            txn = env.begin_write()
+            eng.apply(txn, jobs)
+            txn.commit()
+            return time.process_time() - t0
+
+        subjects = [f"$MQTT.pend.{i:024x}" for i in range(sessions)]
+        apply(
+            [
+                Job(
+                    [
+                        CreateStream(
+                            StreamConfig.from_wire({"name": "P", "subjects": ["$MQTT.pend.>"]})
+                        )
+                    ]
+                )
+            ]
+        )
+        t_pub = t_del = 0.0
+        seq = 1
+        for r in range(n // 64):
+            t_pub += apply(
+                [
+                    Job(
+                        [
+                            Publish(
+                                subjects[(r * 64 + k) // run % sessions], PAYLOAD, PEND_BLOCK, "P"
+                            )
+                        ]
+                    )
+                    for k in range(64)
+                ]
+            )
+            t_del += apply(
+                [Job([DeleteMsg("P", seq + k + j) for j in range(run)]) for k in range(0, 64, run)]
+            )
+            seq += 64
+        return t_pub / n * 1e6, t_del / n * 1e6
+    finally:
+        env.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def engine_cpu() -> int:
     pub = min(_engine_cpu_us(19_200, False) for _ in range(5))
     cyc = min(_engine_cpu_us(20_000, True) for _ in range(5))
@@ -778,6 +843,14 @@ def engine_cpu() -> int:
         f"  engine CPU (best of 5): {pub:6.2f} us per append (64 per batch, one filtered"
         f" consumer); {cyc:6.2f} us per explicit-ack deliver+ack cycle (pulls of 100)"
     )
+    for run in (1, 8, 64):
+        pairs = [_pend_cpu_us(19_200, run) for _ in range(RUNS)]
+        app = statistics.median(a for a, _ in pairs)
+        dele = statistics.median(b for _, b in pairs)
+        print(
+            f"  engine CPU (median of {RUNS}) per pending entry, deleted in runs of {run:2}:"
+            f" append {app:5.2f} us, deletion {dele:5.2f} us"
+        )
     return 0
 
 

@@ -64,6 +64,7 @@ from store.ops import (
 )
 from store.pulls import PullQueue, PullRequest
 from store.purgeplan import plan_of
+from store.rundelete import delete_run
 from store.streams import Rollup, StreamRt
 from store.writer import AnyJob
 
@@ -207,16 +208,27 @@ class Engine:
                 continue
             self._waiting_snapshot[key] = c.waiting.copy()
         publish = self._publish
+        catalog = self.catalog
         for job in jobs:
             results = job.results
             ctx.job = job
-            for op in job.ops:
+            ops = job.ops
+            n = len(ops)
+            i = 0
+            while i < n:
+                op = ops[i]
+                i += 1
                 try:
                     # The hot paths skip the dispatch below.
                     if type(op) is Publish:
                         res: OpResult = publish(ctx, op)
                     elif type(op) is DeleteMsg:
-                        res = admin.delete_msg(self.catalog, ctx, op)
+                        if i < n and type(ops[i]) is DeleteMsg:
+                            # With the deletions after it, a walk per stream (their
+                            # results appended there: store.rundelete).
+                            i = delete_run(catalog, ctx, ops, i - 1, results)
+                            continue
+                        res = admin.delete_msg(catalog, ctx, op)
                     else:
                         res = self._op(ctx, op)
                 except JetStreamError as exc:

@@ -585,14 +585,14 @@ def msg_bytes(subject_len: int, header_len: int, payload_len: int) -> int:
 
 def msg_subject_and_size(record: bytes) -> tuple[bytes, int]:
     """:func:`msg_subject_bytes` and :func:`record_bytes` of a record in one decode (the
-    writer's removal path)."""
+    writer's removal path: :func:`msg_bytes` written out, a call less per removal)."""
     version, _, slen = _MSG_HEAD.unpack_from(record)
     if version != MSG_RECORD_VERSION:
         raise RecordError(f"unknown message record version {version}")
     end = _MSG_HEAD.size + slen
     (hlen,) = _U32.unpack_from(record, end)
-    plen = len(record) - end - 4 - hlen
-    return bytes(record[_MSG_HEAD.size : end]), msg_bytes(slen, hlen, plen)
+    n = 30 + slen + len(record) - end - 4 - hlen  # 30 + slen + payload length
+    return bytes(record[_MSG_HEAD.size : end]), n + 4 + hlen if hlen else n
 
 
 def record_bytes(record: bytes) -> int:

@@ -382,6 +382,92 @@ class SubjectRecords:
         found = icur.set_key(key)
         if found:
             icur.delete()  # and the cursor moves to the next key
+        self._unrecord(ctx, subject, subj_b, seq, key, found)
+
+    def unindex_run(self, ctx: Ctx, subject: str, subj_b: bytes, seqs: list[int]) -> None:
+        """:meth:`unindex` of each of ``seqs`` in turn (one subject's, in the order they
+        went), with the same index and records, cheaper: a key the index cursor already
+        stands on is not sought, and a chain of deletions of the subject's first message,
+        each the index key right after the last within one epoch, is one record update
+        (store.rundelete: the acknowledgements of a session's pending entries)."""
+        icur = ctx.subjects_cur
+        pack = keys.subject_packers(self.sid_b, subj_b).index_key
+        sid = self.sid
+        shift = keys.EPOCH_SHIFT
+        srec = self._subj.get(subject) or self.subject_record(ctx, subject)
+        small = self._seqs.get(subject)  # (removals never make a list)
+        at = b""  # the key the index cursor stands on ("": not known)
+        chain = 0  # deletions of the first folded into one update, the last of ``last_key``
+        last_q = 0
+        last_key = b""
+        dirty = False
+        for q in seqs:
+            key = pack(sid, q >> shift, subj_b, q)
+            if chain:
+                if key == at and q >> shift == last_q >> shift and srec[0] - chain >= 3:
+                    # The subject's next message is its new first (unindex: the next key
+                    # in the same epoch), and it goes too.
+                    icur.delete()
+                    at = icur.key()
+                    chain += 1
+                    last_q, last_key = q, key
+                    continue
+                self._end_chain(ctx, subject, srec, chain, last_q, last_key, at)
+                chain = 0
+            found = key == at or icur.set_key(key)
+            if found:
+                icur.delete()
+            n = srec[0]
+            if small is not None:
+                if n > 1 and q in small:  # as _unrecord
+                    small.remove(q)
+                    srec[0], srec[1], srec[2] = n - 1, small[0], small[-1]
+                    if n - 1 <= 2:
+                        del self._seqs[subject]
+                        small = None
+                    dirty = True
+                    at = icur.key()
+                    continue
+            elif found and n >= 3 and q == srec[1]:
+                at = icur.key()
+                chain, last_q, last_key = 1, q, key
+                continue
+            self._unrecord(ctx, subject, subj_b, q, key, found)
+            at = icur.key()  # wherever the update left it
+        if chain:
+            self._end_chain(ctx, subject, srec, chain, last_q, last_key, at)
+        elif dirty:
+            self._mark_dirty(ctx, subject)
+
+    def _end_chain(
+        self,
+        ctx: Ctx,
+        subject: str,
+        srec: list[int],
+        chain: int,
+        seq: int,
+        key: bytes,
+        at: bytes,
+    ) -> None:
+        """The record after ``chain`` deletions of the subject's first message, the last
+        of ``seq`` (index key ``key``; ``at``: the key after it): as :meth:`_unrecord` for
+        it, its count less ``chain``."""
+        srec[0] -= chain
+        epoch_prefix = keys.subject_key_epoch_prefix(key)
+        if at[: len(epoch_prefix)] == epoch_prefix:
+            srec[1] = keys.subject_key_seq(at)
+            self._stale.discard(subject)
+        else:
+            srec[1] = seq + 1  # a lower bound, resolved by flush_counts
+            self._stale.add(subject)
+        self._mark_dirty(ctx, subject)
+
+    def _unrecord(
+        self, ctx: Ctx, subject: str, subj_b: bytes, seq: int, key: bytes, found: bool
+    ) -> None:
+        """The record part of :meth:`unindex`: ``seq``'s index ``key`` was just deleted
+        (``found``) or is not in the index, and the index cursor stands where that left it."""
+        icur = ctx.subjects_cur
         srec = self._subj.get(subject) or self.subject_record(ctx, subject)
         n, first, last = srec
         if n <= 1:
