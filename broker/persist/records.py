@@ -128,8 +128,19 @@ def props_from_json(text: str | None) -> Properties:
     return Properties(**kwargs)
 
 
-@functools.lru_cache(maxsize=4096)
+# Topics up to this length have their header lines cached (a topic may be 65,535 bytes:
+# 4,096 cached long ones would hold hundreds of MiB).
+_CACHED_TOPIC = 256
+
+
 def _topic_json(topic: bytes) -> str:
+    if len(topic) <= _CACHED_TOPIC:
+        return _short_topic_json(topic)
+    return json.dumps(topic.decode("utf-8"), ensure_ascii=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_topic_json(topic: bytes) -> str:
     return json.dumps(topic.decode("utf-8"), ensure_ascii=True)
 
 
@@ -139,10 +150,13 @@ def message_block(msg: AppMessage, pend: str | None = None) -> bytes:
     entry that holds its message, ``Mqtt-Pend``. Built here in one string, per stored
     message, and handed to the store encoded (``store.Publish`` takes the block)."""
     props = msg.publish.properties
-    if props is EMPTY_PROPERTIES:  # the common case: the first four lines repeat per topic
-        head = _plain_head(msg.topic, msg.qos, msg.retain)
+    topic = msg.topic
+    if props is not EMPTY_PROPERTIES:
+        head = _head(topic, msg.qos, msg.retain, _props_to_json(props))
+    elif len(topic) <= _CACHED_TOPIC:  # the common case: the first lines repeat per topic
+        head = _plain_head(topic, msg.qos, msg.retain)
     else:
-        head = _head(msg.topic, msg.qos, msg.retain, _props_to_json(props))
+        head = _head(topic, msg.qos, msg.retain, "{}")
     if pend is None:
         return (head + "\r\n").encode()
     return f"{head}{PEND_HEADER}: {pend}\r\n\r\n".encode()

@@ -29,7 +29,10 @@ def _message(topic: bytes, qos: int, retain: bool, props: Properties) -> AppMess
 
 
 @pytest.mark.parametrize("props", [EMPTY_PROPERTIES, PROPS], ids=["plain", "properties"])
-@pytest.mark.parametrize("topic", [b"a/b", 'q"uo\\te/\u00e9t\u00e9/\U0001f600'.encode()])
+@pytest.mark.parametrize(
+    "topic",
+    [b"a/b", 'q"uo\\te/\u00e9t\u00e9/\U0001f600'.encode(), b"long/" * 60],  # (300: not cached)
+)
 @pytest.mark.parametrize(("qos", "retain"), [(0, False), (1, True), (2, False)])
 @pytest.mark.parametrize("pend", [None, '{"p":0,"q":1,"r":0,"s":[],"st":0}'])
 def test_the_block_holds_the_documented_headers_and_reads_back(
@@ -56,7 +59,8 @@ def test_the_block_holds_the_documented_headers_and_reads_back(
 
 def test_a_cached_head_is_the_same_bytes_as_one_built_afresh() -> None:
     """Two messages on one topic share the first lines; another topic, QoS or retain flag
-    gets its own, and a message with properties never takes the cached ones."""
+    gets its own, and a message with properties never takes the cached ones; a long topic's
+    lines (not cached) are the same as a short one's."""
     first = message_block(_message(b"t/1", 1, False, EMPTY_PROPERTIES), '{"a":1}')
     again = message_block(_message(b"t/1", 1, False, EMPTY_PROPERTIES), '{"a":2}')
     assert first.replace(b'{"a":1}', b'{"a":2}') == again
@@ -68,3 +72,7 @@ def test_a_cached_head_is_the_same_bytes_as_one_built_afresh() -> None:
         message_block(_message(b"t/1", 1, False, EMPTY_PROPERTIES)),
     }
     assert len(others) == 5
+    long_topic = b"t/" * 200
+    assert message_block(_message(long_topic, 1, False, EMPTY_PROPERTIES), "{}") == message_block(
+        _message(b"t/1", 1, False, EMPTY_PROPERTIES), "{}"
+    ).replace(b"t/1", long_topic.decode().encode())
