@@ -22,6 +22,9 @@ from store.streams import StreamRt
 from store.subjects import subject_matches
 
 MAX_CAPTURE_CACHE = 100_000  # subjects remembered by capture(); cleared when over
+# Longer subjects are looked up every time: a full cache of 64 KiB subjects (an MQTT topic
+# may be that long) would hold GiBs.
+CACHED_SUBJECT_MAX = 1024
 
 
 class Touched:
@@ -99,9 +102,10 @@ class Catalog:
             if any(subject_matches(s, subject) for s in st.config.subjects):
                 found = st
                 break
-        if len(self._capture) > MAX_CAPTURE_CACHE:
-            self._capture.clear()
-        self._capture[subject] = found
+        if len(subject) <= CACHED_SUBJECT_MAX:
+            if len(self._capture) > MAX_CAPTURE_CACHE:
+                self._capture.clear()
+            self._capture[subject] = found
         return found
 
     # -- changes -------------------------------------------------------------------------

@@ -538,8 +538,14 @@ def _header_name_ok(name: str) -> bool:
     return bool(name) and not any(c in _HEADER_BAD or c == ":" or c.isspace() for c in name)
 
 
-@lru_cache(maxsize=65536)
 def _publish_subject_ok(subject: str) -> bool:
+    # More characters than MAX_SUBJECT bytes can hold: refused without entering the cache
+    # (whose keys stay short: a topic, and so a subject, may be 65,535 bytes).
+    return len(subject) <= MAX_SUBJECT and _short_subject_ok(subject)
+
+
+@lru_cache(maxsize=65536)
+def _short_subject_ok(subject: str) -> bool:
     if not is_valid_subject(subject, wildcards=False):
         return False
     try:

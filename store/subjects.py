@@ -46,8 +46,19 @@ def is_valid_name(name: str) -> bool:
     return bool(name) and len(name.encode()) <= 255 and not any(c in _BAD_NAME_CHARS for c in name)
 
 
-@lru_cache(maxsize=65536)
+# Subjects up to this length have their tokens cached: 65,536 cached 64 KiB subjects (an
+# MQTT topic may be that long) would hold GiBs.
+_CACHED_SUBJECT_MAX = 1024
+
+
 def _tokens(subject: str) -> tuple[str, ...]:
+    if len(subject) <= _CACHED_SUBJECT_MAX:
+        return _short_tokens(subject)
+    return tuple(subject.split("."))
+
+
+@lru_cache(maxsize=65536)
+def _short_tokens(subject: str) -> tuple[str, ...]:
     return tuple(subject.split("."))
 
 

@@ -40,6 +40,9 @@ ReadRetained = Callable[[Sequence[int]], list[AppMessage | None]]
 MATCH_CHUNK = 256  # retained messages of a paced SUBSCRIBE read per store transaction
 
 ROUTE_CACHE_SIZE = 16_384  # topics; the cache starts over when full
+# Longer topics are matched every time, not cached: a topic may be 65,535 bytes, and a full
+# cache of such keys would hold a GiB a client could fill with PUBLISHes to fresh topics.
+CACHED_TOPIC_MAX = 1024
 
 
 class Delivery(NamedTuple):
@@ -147,6 +150,8 @@ class Router:
         return out
 
     def _remember(self, topic: bytes, deliveries: list[Delivery]) -> None:
+        if len(topic) > CACHED_TOPIC_MAX:
+            return
         routes = self._routes
         if len(routes) >= self._route_cache_size:
             routes.clear()

@@ -30,6 +30,7 @@ from store.subjects import subject_matches
 from store.topics import SubjectConversionError, topic_to_subject
 
 CACHE_MAX: Final = 65_536  # topics remembered; the cache starts afresh when full
+CACHED_TOPIC_MAX: Final = 1024  # longer topics are looked up every time (memory: router's)
 _QUOTA: Final = frozenset((10077, 10054))  # store failed (discard new), message too large
 _FORMAT: Final = frozenset((10003,))  # bad request: a header the store refuses
 _NOT_CAPTURED: Final = (None, False)
@@ -77,9 +78,10 @@ class Capture:
         found = self._cache.get(topic)
         if found is None:
             found = self._find(topic)
-            if len(self._cache) >= CACHE_MAX:
-                self._cache = {}
-            self._cache[topic] = found
+            if len(topic) <= CACHED_TOPIC_MAX:
+                if len(self._cache) >= CACHE_MAX:
+                    self._cache = {}
+                self._cache[topic] = found
         subject, exact = found
         if subject is None:
             return None

@@ -38,6 +38,7 @@ DENY = 4
 _ACCESS = {"read": READ, "write": WRITE, "readwrite": READ | WRITE, "deny": DENY}
 _SPECIAL = ("+", "#", "/")
 CACHE_LIMIT = 4096  # topics remembered per client; the cache starts over when full
+CACHED_TOPIC_MAX = 1024  # longer topics are decided every time (memory: see broker.core.router)
 
 Levels = tuple[str, ...]
 
@@ -238,10 +239,11 @@ class ClientAccess:
                 bits |= READ
             if any(matches(w, levels) for w in self._write):
                 bits |= WRITE
-        cache = self._cache
-        if len(cache) >= CACHE_LIMIT:
-            cache.clear()
-        cache[topic] = bits
+        if len(topic) <= CACHED_TOPIC_MAX:
+            cache = self._cache
+            if len(cache) >= CACHE_LIMIT:
+                cache.clear()
+            cache[topic] = bits
         return bits
 
     def may_read(self, topic: bytes) -> bool:

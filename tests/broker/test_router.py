@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from broker.core import handles
-from broker.core.router import Delivery, Router
+from broker.core.router import CACHED_TOPIC_MAX, Delivery, Router
 
 
 def _h(qos: int = 1, *, no_local: bool = False, sub_id: int = 0) -> int:
@@ -75,5 +75,22 @@ def test_the_cache_is_bounded() -> None:
         for i in range(20):
             assert r.route(f"x/{i}".encode(), 9, _always) == [Delivery(1, 1, False, ())]
         assert len(r._routes) <= 8
+    finally:
+        r.close()
+
+
+def test_a_long_topic_is_routed_but_not_cached() -> None:
+    """A topic may be 65,535 bytes: one above ``CACHED_TOPIC_MAX`` is matched every time
+    (a cache of such keys, filled by PUBLISHes to fresh topics, would hold a GiB)."""
+    r = Router()
+    try:
+        r.subscribe(1, b"x/#", _h(1))
+        long_topic = b"x/" + b"y" * CACHED_TOPIC_MAX
+        for _ in range(2):
+            assert r.route(long_topic, 9, _always) == [Delivery(1, 1, False, ())]
+            assert r.route(b"z/" + b"y" * 60_000, 9, _always) == []
+        assert r._routes == {}
+        assert r.route(b"x/short", 9, _always) == [Delivery(1, 1, False, ())]
+        assert list(r._routes) == [b"x/short"]
     finally:
         r.close()

@@ -8,6 +8,9 @@ import json
 
 import pytest
 
+from broker.jetstream.capture import CACHED_TOPIC_MAX, Capture
+from broker.mqtt.packets import Publish
+from store import Publish as StorePublish
 from tests.jetstream.jsclient import JsClient, ok
 
 pytestmark = pytest.mark.timeout(60)
@@ -129,3 +132,31 @@ def test_direct_get_answers_with_the_message(js: JsClient) -> None:
     assert (up["Status"], up["Description"]) == ("404", "Message Not Found")
     got = js.request_with("$JS/API/DIRECT/GET/NOPE", b'{"seq": 1}', b"d4")
     assert dict(getattr(got.properties, "UserProperty", []))["Status"] == "503"
+
+
+def test_a_topic_too_long_for_a_subject_is_refused_and_not_cached(js: JsClient) -> None:
+    """A captured topic whose subject would be over 480 bytes is refused with the store's
+    reason (a bad header, 0x99); the broker's and the store's per-topic caches keep no
+    such long key (65,535-byte topics would make them hold GiBs), and the stream goes on."""
+    _stream(js)
+    long_topic = "s/" + "t" * 2000
+    for _ in range(2):
+        refused = js.publish(long_topic, b"x", 1)
+        assert refused is not None
+        assert refused.code == 0x99, (refused.code, refused.reason)
+        assert "invalid subject" in (refused.reason or "")
+    acked = ok(js.publish("s/short", b"y", 1))
+    assert acked.user == {"Nats-Stream": "S", "Nats-Sequence": "1"}
+
+
+def test_the_capture_cache_keeps_no_long_topic() -> None:
+    cap = Capture()
+    cap.set_subjects((("s.>", "S"),))
+    long_topic = b"s/" + b"t" * CACHED_TOPIC_MAX
+    for _ in range(2):
+        op = cap.op_for(Publish(long_topic, b"x", 1, False, packet_id=1))
+        assert isinstance(op, StorePublish)
+        assert op.subject == "s." + "t" * CACHED_TOPIC_MAX
+    assert cap._cache == {}
+    assert isinstance(cap.op_for(Publish(b"s/a", b"x", 1, False, packet_id=1)), StorePublish)
+    assert list(cap._cache) == [b"s/a"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.security.acl import AclFileError, covers, overlaps, parse
+from broker.security.acl import CACHED_TOPIC_MAX, AclFileError, covers, overlaps, parse
 
 ACL = """
 # anonymous section: before any user line
@@ -57,6 +57,21 @@ def test_every_rule_kind() -> None:
     assert alice.may_read(b"users/alice/inbox/1")
     assert not alice.may_read(b"users/bob/inbox/1")
     assert not anon.may_read(b"users/kiosk/inbox/1")  # no username: %u grants nothing
+
+
+def test_a_long_topic_is_decided_every_time_and_not_cached() -> None:
+    """A client's decisions are cached per topic, but not for a topic longer than
+    ``CACHED_TOPIC_MAX`` (65,535-byte topics would make the cache hold GiBs)."""
+    alice = parse(ACL).access_for("phone", "alice")
+    long_topic = b"home/alice/" + b"t" * CACHED_TOPIC_MAX
+    denied = b"home/alice/private/" + b"t" * CACHED_TOPIC_MAX
+    for _ in range(2):
+        assert alice.may_read(long_topic)
+        assert alice.may_write(long_topic)
+        assert not alice.may_read(denied)
+    assert alice._cache == {}
+    assert alice.may_read(b"home/alice/temp")
+    assert list(alice._cache) == [b"home/alice/temp"]
 
 
 def test_dollar_topics_need_rules_that_name_them() -> None:

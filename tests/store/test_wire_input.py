@@ -27,6 +27,8 @@ from store import (
     PurgeStream,
     Store,
     StreamConfig,
+    streams,
+    subjects,
 )
 from store.acks import ack_from_payload, parse_ack_reply
 from store.errors import js_error
@@ -550,3 +552,25 @@ def test_header_blocks(store: Store) -> None:
     assert second.duplicate
     assert second.seq == first.seq
     assert store.stream_info("HB").state.messages == 3
+
+
+def test_a_long_subject_is_refused_and_leaves_no_cached_key(store: Store) -> None:
+    """A subject over 480 bytes (an MQTT topic may be 65,535) is refused as nats-server
+    refuses it, captured or named, and the store's per-subject caches keep no such key:
+    a cache of 65,536 of them would hold GiBs."""
+    _stream(store)
+    long_subject = "s." + "t" * 60_000
+    ok_before = streams._short_subject_ok.cache_info()
+    tokens_before = subjects._short_tokens.cache_info()
+    res = store.submit([Publish(long_subject, b"x"), Publish(long_subject, b"x", stream="S")])
+    for r in res.result(timeout=10):
+        assert isinstance(r, JetStreamError)
+        assert r.err_code == 10003, r
+        assert "invalid subject" in r.description
+    assert long_subject not in store._engine.catalog._capture
+    # Neither cache was asked about it (no hit, no miss: it never became a key).
+    assert streams._short_subject_ok.cache_info()[:2] == ok_before[:2]
+    after = subjects._short_tokens.cache_info()
+    assert after.currsize <= tokens_before.currsize + 1  # at most the stream's "s.>"
+    assert store.publish("s.ok", b"y") is not None
+    assert store.stream_state("S").messages == 1
