@@ -49,6 +49,9 @@ FORWARD_IN_FLIGHT = 4  # batches of core forwards the NATS thread may hold at on
 FORWARD_BATCH = 2048  # core messages handed to the NATS thread at once (at most ...
 FORWARD_BATCH_BYTES = 1 << 20  # ... and about this many bytes)
 HEAD_CACHE = 16_384  # encoded subject + headers of plain messages, by (topic, qos, retain)
+# Longer topics and subjects are worked out every time: 16,384 cached 64 KiB keys (a topic
+# may be 65,535 bytes) would hold a GiB.
+CACHED_KEY_MAX = 1024
 IMPORT_WINDOW = 1024  # imported messages the broker is working on at once
 DRAIN_FORWARDS_S = 5.0  # a stopping bridge hands its queued core forwards over this long
 
@@ -186,9 +189,10 @@ class Bridge:
         if sub_ids is None:
             num = self.num
             sub_ids = next((d.sub_ids for d in deliveries if d.client == num), ())
-            if len(self._matched) >= HEAD_CACHE:
-                self._matched.clear()
-            self._matched[topic] = sub_ids
+            if len(topic) <= CACHED_KEY_MAX:
+                if len(self._matched) >= HEAD_CACHE:
+                    self._matched.clear()
+                self._matched[topic] = sub_ids
         if not sub_ids or not self._modes(msg.qos, sub_ids) & JETSTREAM:
             return []
         out = self._convert(msg)
@@ -252,7 +256,7 @@ class Bridge:
             return None
         subject, payload, headers = out
         head, block = hpub_head(subject), header_block(headers)
-        if plain:
+        if plain and len(publish.topic) <= CACHED_KEY_MAX:
             if len(self._heads) >= HEAD_CACHE:
                 self._heads.clear()
             self._heads[key] = (head, block)
@@ -356,7 +360,7 @@ class Bridge:
             self._finished(ack, True)
             return
         topic = imp.topic.encode()
-        if not headers:
+        if not headers and len(subject) <= CACHED_KEY_MAX:
             if len(self._plain) >= HEAD_CACHE:
                 self._plain.clear()
             self._plain[(index, subject)] = (topic, imp.qos, imp.retain)

@@ -77,6 +77,13 @@ def test_forward_core_carries_topic_qos_retain_and_every_property(
     # 'sensors/#' also matches 'sensors' (MQTT), forwarded on subject 'sensors'.
     pub.publish("sensors", "p", qos=0)
     assert parent.get(timeout=10).data == b"p"
+    # A topic over the bridge's cached length is converted every time, the same way.
+    long_topic = "sensors/" + "x" * 1500
+    for n in (b"1", b"2"):
+        pub.publish(long_topic, n, qos=0)
+        msg = got.get(timeout=10)
+        assert (msg.subject, msg.data) == ("sensors." + "x" * 1500, n)
+        assert (msg.headers or {})["Mqtt-Topic"] == long_topic
     pub.publish("other/x", "no", qos=0)
     pub.publish("sensors/bad topic", "no", qos=0)  # whitespace: cannot be a subject
     wait_for(lambda: b.state()["forward_bad_topic"] == 1)
