@@ -453,14 +453,20 @@ class SubjectRecords:
         of ``seq`` (index key ``key``; ``at``: the key after it): as :meth:`_unrecord` for
         it, its count less ``chain``."""
         srec[0] -= chain
+        self._first_after(subject, srec, seq, key, at)
+        self._mark_dirty(ctx, subject)
+
+    def _first_after(self, subject: str, srec: list[int], seq: int, key: bytes, at: bytes) -> None:
+        """The subject's first seq once its first, ``seq`` (index ``key``), is deleted: the
+        index key ``at`` after it when that is in the same epoch (the usual case), else
+        ``seq + 1`` as a lower bound (resolved by flush_counts)."""
         epoch_prefix = keys.subject_key_epoch_prefix(key)
         if at[: len(epoch_prefix)] == epoch_prefix:
             srec[1] = keys.subject_key_seq(at)
             self._stale.discard(subject)
         else:
-            srec[1] = seq + 1  # a lower bound, resolved by flush_counts
+            srec[1] = seq + 1
             self._stale.add(subject)
-        self._mark_dirty(ctx, subject)
 
     def _unrecord(
         self, ctx: Ctx, subject: str, subj_b: bytes, seq: int, key: bytes, found: bool
@@ -498,15 +504,7 @@ class SubjectRecords:
         else:
             srec[0] = n - 1
             if seq == first:
-                # The next one usually sits right after the deleted key, in the same epoch.
-                k = icur.key() if found else b""
-                epoch_prefix = keys.subject_key_epoch_prefix(key)
-                if k[: len(epoch_prefix)] == epoch_prefix:
-                    srec[1] = keys.subject_key_seq(k)
-                    self._stale.discard(subject)
-                else:
-                    srec[1] = seq + 1  # a lower bound, resolved by flush_counts
-                    self._stale.add(subject)
+                self._first_after(subject, srec, seq, key, icur.key() if found else b"")
             elif seq == last:
                 srec[2] = subjindex.prev_seq(icur, self.sid_b, subj_b, seq, first)
         self._mark_dirty(ctx, subject)
