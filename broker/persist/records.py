@@ -128,9 +128,9 @@ def props_from_json(text: str | None) -> Properties:
     return Properties(**kwargs)
 
 
-# Topics up to this length have their header lines cached (a topic may be 65,535 bytes:
-# 4,096 cached long ones would hold hundreds of MiB).
-_CACHED_TOPIC = 256
+# Topics up to this length have their header lines cached, as every per-topic cache of the
+# broker (a topic may be 65,535 bytes: 4,096 cached long ones would hold hundreds of MiB).
+_CACHED_TOPIC = 1024
 
 
 def _topic_json(topic: bytes) -> str:

@@ -12,6 +12,7 @@ import store
 from broker.core.message import AppMessage
 from broker.mqtt.packets import Publish
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
+from broker.persist import records
 from broker.persist.records import PEND_HEADER, message_block, message_from_stored
 from store.headerblock import decode_headers
 
@@ -31,7 +32,7 @@ def _message(topic: bytes, qos: int, retain: bool, props: Properties) -> AppMess
 @pytest.mark.parametrize("props", [EMPTY_PROPERTIES, PROPS], ids=["plain", "properties"])
 @pytest.mark.parametrize(
     "topic",
-    [b"a/b", 'q"uo\\te/\u00e9t\u00e9/\U0001f600'.encode(), b"long/" * 60],  # (300: not cached)
+    [b"a/b", 'q"uo\\te/\u00e9t\u00e9/\U0001f600'.encode(), b"long/" * 210],  # (1,050: not cached)
 )
 @pytest.mark.parametrize(("qos", "retain"), [(0, False), (1, True), (2, False)])
 @pytest.mark.parametrize("pend", [None, '{"p":0,"q":1,"r":0,"s":[],"st":0}'])
@@ -72,7 +73,11 @@ def test_a_cached_head_is_the_same_bytes_as_one_built_afresh() -> None:
         message_block(_message(b"t/1", 1, False, EMPTY_PROPERTIES)),
     }
     assert len(others) == 5
-    long_topic = b"t/" * 200
+    long_topic = b"t/" * 520
+    heads, jsons = records._plain_head.cache_info(), records._short_topic_json.cache_info()
     assert message_block(_message(long_topic, 1, False, EMPTY_PROPERTIES), "{}") == message_block(
         _message(b"t/1", 1, False, EMPTY_PROPERTIES), "{}"
     ).replace(b"t/1", long_topic.decode().encode())
+    # ... and neither of the two caches got a key for it (4,096 of them could hold GiBs).
+    assert records._plain_head.cache_info().currsize == heads.currsize
+    assert records._short_topic_json.cache_info().currsize == jsons.currsize
