@@ -289,6 +289,19 @@ class Hub:
             self._retained_pending.append((msg, plan))
         return deliveries, plan
 
+    def plain_route(self, topic: bytes) -> list[Delivery] | None:
+        """The deliveries of a QoS 0 message on ``topic`` without retain or properties,
+        when no decision is made per message: no capture hook (the bridge) sees messages
+        and the route is cached (``Router.cached_route``); None otherwise. Such a message
+        stores nothing (``Persistence.plan``: no QoS, no retain, no extra operation), so
+        ``plan_publish`` would give these deliveries and an empty plan."""
+        if self.capture is not None:
+            return None
+        deliveries = self.router.cached_route(topic)
+        if deliveries is not None and self.acl_active:
+            deliveries = self._readable(topic, deliveries)
+        return deliveries
+
     def _readable(self, topic: bytes, deliveries: list[Delivery]) -> list[Delivery]:
         """The deliveries whose session may read ``topic`` (the ACL, cached per client and
         topic: one dictionary lookup per recipient). The route list is shared, so a new

@@ -149,6 +149,12 @@ class Router:
             self._remember(topic, out)
         return out
 
+    def cached_route(self, topic: bytes) -> list[Delivery] | None:
+        """``route``'s deliveries for ``topic`` when they are cached, which they are only
+        when they depend neither on the publisher (No Local) nor on a shared group's pick;
+        None otherwise."""
+        return self._routes.get(topic)
+
     def _remember(self, topic: bytes, deliveries: list[Delivery]) -> None:
         if len(topic) > CACHED_TOPIC_MAX:
             return

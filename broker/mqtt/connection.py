@@ -401,6 +401,11 @@ class Connection:
         self._inbound_qos1.discard(packet_id)
         return b"\x40\x02" + packet_id.to_bytes(2, "big")
 
+    def takes_plain_qos0(self) -> bool:
+        """``send_publish`` of a QoS 0 copy without retain or identifiers returns
+        ``encoder.plain_qos0``'s bytes and changes nothing: connected, no topic alias."""
+        return self.state is _CONNECTED and not self.peer_topic_alias_maximum
+
     def send_publish(
         self,
         message: EncodedPublish,

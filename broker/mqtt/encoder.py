@@ -52,7 +52,7 @@ from broker.mqtt.properties import (
 from broker.mqtt.reason_codes import ReasonCode, allowed_reason_codes, connack_return_code
 from broker.mqtt.wire import encode_binary, encode_string, encode_string_bytes, encode_varint
 
-__all__ = ["EncodedPublish", "encode"]
+__all__ = ["EncodedPublish", "encode", "plain_qos0", "plain_qos0_prefix"]
 
 _V5 = ProtocolVersion.MQTT_5
 _USER_ID = encode_varint(int(PropertyId.USER_PROPERTY))
@@ -531,6 +531,23 @@ class EncodedPublish:
                 message_expiry_interval=expiry,
             )
         return Publish(self.publish.topic, self._payload, qos, retain, dup, packet_id, props)
+
+
+def plain_qos0_prefix(topic: bytes, version: ProtocolVersion) -> bytes:
+    """The part after the fixed header of a plain QoS 0 copy: a PUBLISH without
+    properties sent without retain, topic alias or subscription identifier (the Topic
+    Name, then in 5.0 a Property Length of 0). ``plain_qos0(prefix, payload)`` is then
+    ``EncodedPublish(Publish(topic, payload), version).qos0(False)``, without the object:
+    a run of such PUBLISHes to one topic encodes the prefix once."""
+    if len(topic) > 0xFFFF:
+        raise LocalProtocolError(f"topic of {len(topic)} bytes exceeds 65535")
+    head = len(topic).to_bytes(2, "big") + topic
+    return head + b"\x00" if version is _V5 else head
+
+
+def plain_qos0(prefix: bytes, payload: bytes) -> bytes:
+    """The plain QoS 0 copy of ``payload`` (see ``plain_qos0_prefix``)."""
+    return b"".join((b"\x30", encode_varint(len(prefix) + len(payload)), prefix, payload))
 
 
 def strip_diagnostics(props: Properties) -> Properties:

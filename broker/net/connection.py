@@ -66,6 +66,7 @@ from broker.net.handshake import Handshake, log_disconnect, log_over_limit
 from broker.net.inbound import Inbound
 from broker.net.output import FLUSH_TIMEOUT, Output
 from broker.net.parking import LEFT, PINGED, SERVED
+from broker.net.qos0run import Qos0Run, open_run
 from broker.net.transport import READ_SIZE, Transport
 
 if TYPE_CHECKING:
@@ -526,10 +527,30 @@ class ClientConnection:
             return bool(exc.packets)
         self.broker.stats.packets_received += len(events)
         on_publish = self.inbound.on_publish
+        # A plain QoS 0 PUBLISH to the topic of the one just before it: a run (qos0run).
+        topic: bytes | None = None
+        run: Qos0Run | None = None
+        tried = False
         for event in events:
             if type(event) is Publish:  # (what _handle does first, without its call)
-                on_publish(event)
+                if event.qos or event.retain or event.properties is not EMPTY_PROPERTIES:
+                    topic = None
+                    on_publish(event)
+                elif event.topic == topic:
+                    if not tried:
+                        tried = True
+                        run = open_run(self, self.out, event)
+                    if run is None:
+                        on_publish(event)
+                    else:
+                        run.forward(event)
+                else:
+                    topic = event.topic
+                    run = None
+                    tried = False
+                    on_publish(event)
             else:
+                topic = None
                 self._handle(event)
             if self.closing:
                 break

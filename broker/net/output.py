@@ -19,6 +19,7 @@ import trio
 from broker.core.message import AppMessage, Outgoing
 from broker.mqtt.connection import ConnectionState
 from broker.mqtt.errors import PacketTooLargeError
+from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Packet
 from broker.mqtt.reason_codes import ReasonCode
 from broker.net.transport import Transport
@@ -227,6 +228,29 @@ class Output:
         self.out.append(data)
         self.qos0_pending += 1
         self.host.stats.publish_sent += 1
+        self.output_ready()
+
+    def plain_qos0_version(self) -> ProtocolVersion | None:
+        """This connection's protocol version when it takes plain QoS 0 copies now
+        (``broker.mqtt.encoder.plain_qos0``: what ``send_qos0`` would send of a message
+        without properties, retain or subscription identifiers); None otherwise."""
+        if self.conn.closing or not self.proto.takes_plain_qos0():
+            return None
+        return self.conn.version
+
+    def send_plain_qos0(self, data: bytes) -> None:
+        """``send_qos0`` of a plain QoS 0 copy already encoded (``broker.net.qos0run``)."""
+        if self.conn.closing or self.proto.state is _CLOSED:
+            return
+        host = self.host
+        if self.qos0_pending >= host.config.sessions.max_outbound_queue:
+            host.stats.publish_dropped += 1
+            return  # as send_qos0: a slow consumer's QoS 0 is dropped
+        if len(data) > self.proto.peer_maximum_packet_size:
+            return  # as send_qos0: too large for this client [MQTT-3.1.2-24]
+        self.out.append(data)
+        self.qos0_pending += 1
+        host.stats.publish_sent += 1
         self.output_ready()
 
     def take(self, staged: list[tuple[Outgoing, int, int]] | None) -> list[bytes]:

@@ -11,6 +11,7 @@ import pytest
 
 from broker.mqtt.codec import EncodedPublish, encode
 from broker.mqtt.connection import Connection, ConnectionState, DuplicatePublish, Event, Role
+from broker.mqtt.encoder import plain_qos0, plain_qos0_prefix
 from broker.mqtt.errors import (
     Answer,
     LocalProtocolError,
@@ -233,6 +234,19 @@ def test_connack_limits_are_ours_and_connect_limits_are_the_peers() -> None:
     assert (client.peer_receive_maximum, client.peer_maximum_packet_size) == (5, 200)
     assert (client.receive_maximum, client.max_packet_size) == (3, 100)
     assert (client.peer_topic_alias_maximum, client.keep_alive) == (6, 30)
+
+
+def test_takes_plain_qos0_when_connected_without_topic_aliases() -> None:
+    waiting = Connection()
+    assert not waiting.takes_plain_qos0()  # no CONNECT yet
+    server, _ = pair()
+    assert server.takes_plain_qos0()
+    wire = server.send_publish(EncodedPublish(Publish(b"t", b"p"), V5), qos=0, retain=False)
+    assert wire == plain_qos0(plain_qos0_prefix(b"t", V5), b"p")
+    aliased, _ = pair(connect=Properties(topic_alias_maximum=2))
+    assert not aliased.takes_plain_qos0()  # its copies may carry an alias
+    server.send(Disconnect())
+    assert not server.takes_plain_qos0()
 
 
 def test_keepalive_deadline_is_one_and_a_half_keep_alive() -> None:

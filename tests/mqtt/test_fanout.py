@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.mqtt.codec import Decoder, EncodedPublish, encode
+from broker.mqtt.encoder import plain_qos0, plain_qos0_prefix
 from broker.mqtt.errors import LocalProtocolError
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Publish
@@ -177,3 +178,25 @@ def test_copy_is_for_qos_1_and_2_with_a_packet_id() -> None:
         message.copy(1, False, 0)
     with pytest.raises(LocalProtocolError, match="QoS 1 and 2"):
         message.copy(0, False, 1)
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=lambda v: v.name)
+@settings(max_examples=60, deadline=None)
+@given(
+    topic=st.binary(min_size=1, max_size=300).filter(lambda t: b"+" not in t and b"#" not in t),
+    size=st.sampled_from([0, 1, 120, 127, 128, 16_380, 16_384, 70_000]),
+    data=st.data(),
+)
+def test_plain_qos0_is_the_shared_copy_of_a_publish_without_properties(
+    version: ProtocolVersion, topic: bytes, size: int, data: st.DataObject
+) -> None:
+    # Remaining Length in 1, 2 and 3 bytes (around 127 and 16,383 with the topic).
+    payload = data.draw(st.binary(min_size=size, max_size=size + 3))
+    wire = plain_qos0(plain_qos0_prefix(topic, version), payload)
+    assert wire == EncodedPublish(Publish(topic, payload), version).qos0(False)
+    assert wire == encode(Publish(topic, payload), version)
+
+
+def test_plain_qos0_prefix_refuses_a_topic_over_65535_bytes() -> None:
+    with pytest.raises(LocalProtocolError, match="exceeds 65535"):
+        plain_qos0_prefix(b"t" * 0x10000, V5)

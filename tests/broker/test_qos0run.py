@@ -1,0 +1,425 @@
+"""QoS 0 runs (``broker.net.qos0run``): plain QoS 0 PUBLISHes to one topic in one chunk,
+forwarded with the decisions made once, give every subscriber exactly the bytes the
+PUBLISH-by-PUBLISH path gives.
+
+The differential tests send one chunk twice to a fresh broker: as is (runs form), and
+with a PINGREQ behind every PUBLISH (any other packet ends a run, so none forms), and
+compare each subscriber's raw byte stream. ``open_run`` is checked on its own on a real
+broker for each reason it declines a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from broker.config import load_config
+from broker.mqtt.decoder import Decoder
+from broker.mqtt.packet_types import ProtocolVersion
+from broker.mqtt.packets import (
+    Connack,
+    Connect,
+    Pingresp,
+    Publish,
+    Suback,
+    Subscribe,
+    Subscription,
+)
+from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
+from broker.net.connection import ClientConnection
+from broker.net.qos0run import Qos0Run, open_run
+from broker.net.runtime import Broker
+from tests.broker.harness import BrokerThread, run_with_broker
+from tests.broker.memclient import SockClient
+from tests.broker.rawclient import RawClient
+from tests.jetstream.jsclient import JsClient
+
+pytestmark = pytest.mark.timeout(60)
+
+V5 = ProtocolVersion.MQTT_5
+V311 = ProtocolVersion.MQTT_3_1_1
+V31 = ProtocolVersion.MQTT_3_1
+END = b"end"
+PINGREQ = b"\xc0\x00"
+
+
+@dataclass
+class Sub:
+    """A subscriber: its version, CONNECT properties and SUBSCRIBEs."""
+
+    name: str
+    version: ProtocolVersion = V5
+    filters: tuple[tuple[bytes, int], ...] = ((b"t/#", 0),)
+    connect: dict[str, Any] = field(default_factory=dict)
+    subscribe: dict[str, Any] = field(default_factory=dict)
+
+
+def _p(topic: bytes, payload: bytes, qos: int = 0, pid: int | None = None, **kw: Any) -> Publish:
+    props = Properties(**kw.pop("props")) if "props" in kw else EMPTY_PROPERTIES
+    return Publish(topic, payload, qos, kw.pop("retain", False), False, pid, props)
+
+
+def _sequence() -> list[Publish]:
+    """Runs of every length, payloads across the Remaining Length's 1/2/3-byte forms,
+    broken by QoS 1, retain, properties and other topics."""
+    seq = [_p(b"t/a", b"x" * n) for n in (0, 5, 100, 130, 200, 17_000)]
+    seq.append(_p(b"t/a", b"q1", 1, 1))
+    seq += [_p(b"t/a", b"after q1 %d" % i) for i in range(3)]
+    seq.append(_p(b"t/a", b"retained", retain=True))
+    seq += [_p(b"t/b", b"b%d" % i) for i in range(4)]
+    seq += [_p(b"t/a", b"a%d" % i) for i in range(2)]
+    seq.append(_p(b"t/a", b"with props", props={"user_properties": (("k", "v"),)}))
+    seq += [_p(b"t/a", b"z%d" % i * 30) for i in range(40)]
+    seq += [_p(b"t/c/d", b"c"), _p(b"t/c/d", b"cc"), _p(b"t/a", b"last")]
+    return seq
+
+
+def _connect(port: int, sub: Sub) -> RawClient:
+    c = RawClient(port, version=sub.version)
+    with contextlib.ExitStack() as on_error:
+        on_error.callback(c.close)
+        _subscribe(c, sub)
+        on_error.pop_all()
+    return c
+
+
+def _subscribe(c: RawClient, sub: Sub) -> None:
+    assert isinstance(c.connect(sub.name, properties=Properties(**sub.connect)), Connack)
+    filters = (*sub.filters, (END, 0))
+    subs = tuple(Subscription(f, q) for f, q in filters)
+    c.send(Subscribe(1, subs, Properties(**sub.subscribe)))
+    suback = c.next()
+    assert isinstance(suback, Suback)
+    assert all(code < 0x80 for code in suback.reason_codes), suback
+
+
+def _collect(c: RawClient) -> bytes:
+    """The raw bytes the broker sends ``c`` up to and including the PUBLISH to END."""
+    decoder = Decoder(c.version)
+    got = bytearray()
+    deadline = time.monotonic() + 10
+    while True:
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, "no PUBLISH to the end topic"
+        c.sock.settimeout(remaining)
+        data = c.sock.recv(65536)
+        assert data, "the broker closed the connection"
+        got += data
+        if any(isinstance(p, Publish) and p.topic == END for p in decoder.feed(data)):
+            return bytes(got)
+
+
+def _run_once(
+    data_dir: pathlib.Path,
+    subs: list[Sub],
+    sequence: list[Publish],
+    pinged: bool,
+    setup: Callable[[int], None] | None = None,
+    **overrides: dict[str, Any],
+) -> dict[str, bytes]:
+    """Each subscriber's bytes from a fresh broker (config ``overrides``) after
+    ``sequence`` is sent in one chunk (``pinged``: a PINGREQ behind every PUBLISH), then,
+    once the broker answered the chunk's last PINGREQ, a PUBLISH to END. ``setup(port)``
+    runs once the subscribers are connected."""
+    sections: dict[str, dict[str, Any]] = {
+        "listener": {"listen": ["127.0.0.1:0"]},
+        "storage": {"data_dir": str(data_dir)},
+    }
+    config = load_config(None, sections | overrides)
+    broker = BrokerThread(config)
+    broker.start()
+    with contextlib.ExitStack() as closing:
+        closing.callback(broker.stop)
+        clients = {}
+        for sub in subs:
+            clients[sub.name] = closing.enter_context(_connect(broker.port, sub))
+        if setup is not None:
+            setup(broker.port)
+        pub = closing.enter_context(RawClient(broker.port))
+        pub.connect("pub")
+        wire = [pub.encode(p) + (PINGREQ if pinged else b"") for p in sequence]
+        pub.send_raw(b"".join(wire) + (b"" if pinged else PINGREQ))
+        answered = 0
+        while answered < (len(sequence) if pinged else 1):
+            answered += isinstance(pub.next(), Pingresp)
+        pub.send(_p(END, b""))
+        return {name: _collect(c) for name, c in clients.items()}
+
+
+def _both(
+    tmp_path: pathlib.Path, subs: list[Sub], seq: list[Publish], **kw: Any
+) -> dict[str, bytes]:
+    """``_run_once`` in runs and packet by packet: the same bytes (returned)."""
+    in_runs = _run_once(tmp_path / "runs", subs, seq, False, **kw)
+    one_by_one = _run_once(tmp_path / "one", subs, seq, True, **kw)
+    assert in_runs == one_by_one
+    return in_runs
+
+
+SCENARIOS = {
+    "v5 and 3.1.1 recipients, one with a small Maximum Packet Size": [
+        Sub("v5"),
+        Sub("v311", V311, ((b"t/+", 1),)),
+        Sub("v31", V31, ((b"t/a", 0),)),
+        Sub("small", connect={"maximum_packet_size": 60}),
+    ],
+    "no subscriber but the end topic's": [Sub("other", filters=((b"u/#", 0),))],
+    "a subscription identifier": [
+        Sub("v5"),
+        Sub("sid", subscribe={"subscription_identifiers": (7,)}),
+    ],
+    "a recipient taking topic aliases": [
+        Sub("v5"),
+        Sub("alias", connect={"topic_alias_maximum": 4}),
+    ],
+    "a shared group": [
+        Sub("m1", filters=((b"$share/g/t/#", 0),)),
+        Sub("m2", filters=((b"$share/g/t/#", 0),)),
+        Sub("v5"),
+    ],
+}
+
+
+@pytest.mark.parametrize("subs", SCENARIOS.values(), ids=SCENARIOS.keys())
+def test_a_chunk_in_runs_sends_what_packet_by_packet_sends(
+    tmp_path: pathlib.Path, subs: list[Sub]
+) -> None:
+    in_runs = _both(tmp_path, subs, _sequence())
+    assert all(len(in_runs[s.name]) > 100 for s in subs if s.name != "other")  # not just END
+
+
+def test_the_qos0_queue_limit_drops_the_same_copies(tmp_path: pathlib.Path) -> None:
+    # A small chunk (one segment, so one read and one round in both forms): past 16
+    # copies in the round, a recipient's QoS 0 copies are dropped.
+    subs = [Sub("v5"), Sub("v311", V311)]
+    seq = [_p(b"t/a", b"%d" % i) for i in range(30)]
+    in_runs = _both(tmp_path, subs, seq, sessions={"max_outbound_queue": 16})
+    assert in_runs["v5"].count(b"\x00\x03t/a") == 16
+
+
+ACL = """
+topic readwrite end
+topic readwrite t/a
+topic readwrite t/r/#
+topic read t/secret
+pattern deny t/r/%c
+"""
+
+
+def test_the_acl_refuses_and_hides_the_same_messages(tmp_path: pathlib.Path) -> None:
+    acl = tmp_path / "acl"
+    acl.write_text(ACL)
+    # "pub" may not write t/secret, which "seer" may read. (A filter overlapping a denied
+    # topic is refused at SUBSCRIBE: these are not.)
+    seer = ((b"t/r/blind", 0), (b"t/a", 0), (b"t/secret", 0))
+    subs = [Sub("seer", filters=seer), Sub("a", filters=((b"t/a", 0),))]
+    seq = [_p(t, b"%d" % i) for t in (b"t/r/blind", b"t/secret", b"t/a") for i in range(5)]
+    got = _both(tmp_path, subs, seq, auth={"allow_anonymous": True, "acl_file": str(acl)})
+    assert got["seer"].count(b"t/r/blind") == 5
+    assert got["a"].count(b"t/a") == 5
+    assert b"t/secret" not in got["seer"]  # refused, each of them
+
+
+def test_a_stream_captures_every_message_of_a_run(tmp_path: pathlib.Path) -> None:
+    stored: list[int] = []
+
+    def stream(port: int) -> None:
+        js = JsClient(port)
+        try:
+            out = js.request("$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["t.c.>"]})
+            assert "error" not in out, out
+        finally:
+            js.close()
+
+    def count(port: int) -> None:
+        js = JsClient(port)
+        try:
+            stored.append(js.request("$JS.API.STREAM.INFO.S")["state"]["messages"])
+        finally:
+            js.close()
+
+    subs = [Sub("v5")]
+    seq = [_p(t, b"%d" % i) for t in (b"t/c/d", b"t/a", b"t/c/e") for i in range(6)]
+    _both(tmp_path, subs, seq, setup=stream)
+    # The stream's count, read by a second pass through a broker on the same data.
+    _run_once(tmp_path / "runs", subs, [], False, setup=count)
+    _run_once(tmp_path / "one", subs, [], False, setup=count)
+    assert stored == [12, 12]
+
+
+# -- open_run on a real broker ---------------------------------------------------------------
+
+
+def _conn(broker: Broker, client_id: str) -> ClientConnection:
+    for conn in broker.connections:
+        if conn.session is not None and conn.session.client_id == client_id:
+            assert isinstance(conn, ClientConnection)
+            return conn
+    raise AssertionError(f"{client_id} is not connected")
+
+
+async def _client(
+    broker: Broker, name: str, filters: tuple[bytes, ...] = (), **props: Any
+) -> SockClient:
+    c = SockClient(broker, name, connect=Connect(V5, name, True, 0, properties=Properties(**props)))
+    with trio.fail_after(5):
+        assert isinstance(await c.next(), Connack)
+    if filters:
+        await c.send(Subscribe(1, tuple(Subscription(f, 0) for f in filters)))
+        with trio.fail_after(5):
+            assert isinstance(await c.next(), Suback)
+    return c
+
+
+def _open(broker: Broker, publisher: str, topic: bytes) -> Qos0Run | None:
+    conn = _conn(broker, publisher)
+    p = _p(topic, b"x")
+    broker.hub.router.route(topic, 0, broker.hub.sessions.is_connected)  # as on_publish did
+    return open_run(conn, conn.out, p)
+
+
+def test_open_run_groups_recipients_by_the_bytes_they_take(tmp_path: pathlib.Path) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        pub = await _client(broker, "pub")
+        a = await _client(broker, "a", (b"t/#",))
+        b = await _client(broker, "b", (b"t/+",))
+        run = _open(broker, "pub", b"t/x")
+        assert run is not None
+        [(prefix, outs)] = run.groups
+        assert prefix == b"\x00\x03t/x\x00"
+        assert {id(o) for o in outs} == {id(_conn(broker, "a").out), id(_conn(broker, "b").out)}
+        assert _open(broker, "pub", b"$SYS/x") is None  # a topic under $
+        assert _open(broker, "pub", b"nobody") is not None  # no recipient: counters only
+        for c in (pub, a, b):
+            c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+@pytest.mark.parametrize(
+    ("props", "filters", "reason"),
+    [
+        ({"topic_alias_maximum": 3}, (b"t/#",), "takes aliases"),
+        ({}, (b"$share/g/t/#",), "shared group: a pick per message"),
+    ],
+)
+def test_open_run_declines(
+    tmp_path: pathlib.Path, props: dict[str, Any], filters: tuple[bytes, ...], reason: str
+) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        pub = await _client(broker, "pub")
+        r = await _client(broker, "r", filters, **props)
+        assert _open(broker, "pub", b"t/x") is None, reason
+        for c in (pub, r):
+            c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def test_open_run_declines_a_subscription_identifier(tmp_path: pathlib.Path) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        pub = await _client(broker, "pub")
+        r = await _client(broker, "r")
+        await r.send(
+            Subscribe(2, (Subscription(b"t/#", 0),), Properties(subscription_identifiers=(9,)))
+        )
+        with trio.fail_after(5):
+            assert isinstance(await r.next(), Suback)
+        assert _open(broker, "pub", b"t/x") is None
+        for c in (pub, r):
+            c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def test_open_run_declines_a_rate_limit(tmp_path: pathlib.Path) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        pub = await _client(broker, "pub")
+        r = await _client(broker, "r", (b"t/#",))
+        assert _open(broker, "pub", b"t/x") is not None
+        limits = broker.config.limits.model_copy(update={"max_publish_rate": 10.0})
+        broker.apply_config(broker.config.model_copy(update={"limits": limits}))
+        assert _open(broker, "pub", b"t/x") is None
+        for c in (pub, r):
+            c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def test_open_run_declines_a_captured_topic_and_a_capture_hook(tmp_path: pathlib.Path) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        pub = await _client(broker, "pub")
+        r = await _client(broker, "r", (b"t/#",))
+        js = broker.jetstream
+        assert js is not None
+        js.capture.set_subjects((("t.c.>", "S"),))  # as a stream's creation does
+        assert _open(broker, "pub", b"t/c/d") is None
+        assert _open(broker, "pub", b"t/a") is not None
+        broker.hub.capture = lambda msg, deliveries: ()  # the bridge's hook
+        assert _open(broker, "pub", b"t/a") is None
+        broker.hub.capture = None
+        for c in (pub, r):
+            c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def test_open_run_declines_a_topic_the_acl_refuses(tmp_path: pathlib.Path) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        pub = await _client(broker, "pub")
+        r = await _client(broker, "r", (b"t/#",))
+        assert _open(broker, "pub", b"t/w/r") is not None
+        acl = tmp_path / "acl"
+        acl.write_text("topic read t/#\npattern write t/w/%c\n")
+        auth = broker.config.auth.model_copy(update={"acl_file": str(acl)})
+        broker.apply_config(broker.config.model_copy(update={"auth": auth}))
+        assert _open(broker, "pub", b"t/w/r") is None  # (its route is cached: _open)
+        assert _open(broker, "pub", b"t/w/pub") is not None
+        for c in (pub, r):
+            c.close()
+
+    run_with_broker(tmp_path, body)
+
+
+class _Inside:
+    """An internal recipient (as the bridge's export or a $SYS listener is)."""
+
+    def __init__(self) -> None:
+        self.got: list[bytes] = []
+
+    def deliver(self, msg: Any, qos: int, retain: bool, sub_ids: tuple[int, ...]) -> None:
+        self.got.append(msg.payload)
+
+
+def test_open_run_declines_an_offline_session_and_an_internal_recipient(
+    tmp_path: pathlib.Path,
+) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        pub = await _client(broker, "pub")
+        away = await _client(broker, "away", (b"t/off",), session_expiry_interval=600)
+        away.close()
+        await trio.testing.wait_all_tasks_blocked()
+        assert not broker.hub.sessions.is_connected(_num(broker, "away"))
+        assert _open(broker, "pub", b"t/off") is None  # its copies: the session's rules
+        inside = _Inside()
+        num = broker.hub.add_recipient(inside)
+        broker.hub.subscribe_internal(num, b"t/in", 0)
+        assert _open(broker, "pub", b"t/in") is None
+        pub.close()
+
+    run_with_broker(tmp_path, body)
+
+
+def _num(broker: Broker, client_id: str) -> int:
+    for session in broker.hub.sessions.by_num.values():
+        if session.client_id == client_id:
+            return session.num
+    raise AssertionError(f"no session {client_id}")
