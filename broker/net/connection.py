@@ -527,31 +527,35 @@ class ClientConnection:
             return bool(exc.packets)
         self.broker.stats.packets_received += len(events)
         on_publish = self.inbound.on_publish
-        # A plain QoS 0 PUBLISH to the topic of the one just before it: a run (qos0run).
-        topic: bytes | None = None
-        run: Qos0Run | None = None
-        tried = False
+        out = self.out
+        # Plain QoS 0 PUBLISHes (no retain, no properties) in a stretch without other
+        # events: the second to a topic opens the topic's run (broker.net.qos0run).
+        seen: set[bytes] = set()
+        runs: dict[bytes, Qos0Run | None] = {}
         for event in events:
-            if type(event) is Publish:  # (what _handle does first, without its call)
-                if event.qos or event.retain or event.properties is not EMPTY_PROPERTIES:
-                    topic = None
-                    on_publish(event)
-                elif event.topic == topic:
-                    if not tried:
-                        tried = True
-                        run = open_run(self, self.out, event)
-                    if run is None:
-                        on_publish(event)
-                    else:
-                        run.forward(event)
-                else:
-                    topic = event.topic
-                    run = None
-                    tried = False
-                    on_publish(event)
-            else:
-                topic = None
+            if type(event) is not Publish:
+                seen.clear()
+                runs.clear()
                 self._handle(event)
+            elif event.qos or event.retain or event.properties is not EMPTY_PROPERTIES:
+                seen.clear()
+                runs.clear()
+                on_publish(event)  # (what _handle does first, without its call)
+            else:
+                topic = event.topic
+                run = runs.get(topic)
+                if run is None and topic in seen and topic not in runs:
+                    run = runs[topic] = open_run(self, out, event)
+                if run is not None:
+                    run.forward(event)
+                else:
+                    seen.add(topic)
+                    on_publish(event)
+                    # A step now waiting (a capture), or a system topic: the open runs'
+                    # decisions may no longer hold.
+                    if runs and (topic[:1] == b"$" or not out.idle()):
+                        seen.clear()
+                        runs.clear()
             if self.closing:
                 break
         return bool(events)

@@ -1,21 +1,24 @@
-"""QoS 0 runs: consecutive plain QoS 0 PUBLISHes to one topic in one chunk, forwarded
-with the decisions made once.
+"""QoS 0 runs: the plain QoS 0 PUBLISHes to one topic in one chunk, forwarded with the
+decisions made once.
 
-A device streaming readings sends many PUBLISHes to one topic, and one read of its socket
-holds dozens to hundreds of them. Each goes through ``Inbound.on_publish`` on its own:
-the checks, the route, the store plan, a message object, an encoding per protocol
-version, and the copy per recipient. For a *plain* QoS 0 PUBLISH (QoS 0, no retain, no
-properties, a topic not under ``$``) every one of those decisions is the same for the
-next PUBLISH to the same topic in the same chunk, because nothing else runs in between
-(handling a chunk never suspends) and such a PUBLISH changes no state but the recipients'
-output. So the connection's ``_feed`` hands the first one to ``on_publish`` as always,
-and when the next event is a plain QoS 0 PUBLISH to the same topic it opens a run:
-``open_run`` makes the decisions ``on_publish`` would make, and when they hold for every
-message of the topic it gives a ``Qos0Run``. Its ``forward`` is then all a message of the
-run costs: the counters, one encoding per protocol family (``plain_qos0``: 5.0, or 3.1 and
-3.1.1, whose PUBLISH bytes are the same) and ``Output.send_plain_qos0`` per recipient,
-which applies the per-copy rules of ``send_qos0`` (closing, the QoS 0 queue limit, the
-client's Maximum Packet Size). Any other event ends the run.
+A device streaming readings sends many PUBLISHes to one topic (or to a few, taking
+turns: the axes of a sensor), and one read of its socket holds dozens to hundreds of
+them. Each goes through ``Inbound.on_publish`` on its own: the checks, the route, the
+store plan, a message object, an encoding per protocol version, and the copy per
+recipient. For a *plain* QoS 0 PUBLISH (QoS 0, no retain, no properties, a topic not
+under ``$``) every one of those decisions is the same for the next PUBLISH to the same
+topic in the same chunk, because nothing else runs in between (handling a chunk never
+suspends) and such a PUBLISH changes no state but the recipients' output. So the
+connection's ``_feed`` hands the first one to a topic to ``on_publish`` as always, and
+at the second one to that topic in a stretch of plain QoS 0 PUBLISHes it opens the
+topic's run: ``open_run`` makes the decisions ``on_publish`` would make, and when they
+hold for every message of the topic it gives a ``Qos0Run``. Its ``forward`` is then all
+a message of the run costs: the counters, one encoding per protocol family
+(``plain_qos0``: 5.0, or 3.1 and 3.1.1, whose PUBLISH bytes are the same) and
+``Output.send_plain_qos0`` per recipient, which applies the per-copy rules of
+``send_qos0`` (closing, the QoS 0 queue limit, the client's Maximum Packet Size). Any
+other packet ends the stretch and its runs; so does a PUBLISH that ``on_publish``
+handled leaving an acknowledgement step waiting (a captured one) or to a ``$`` topic.
 
 No run (None: every message of the topic goes through ``on_publish``) when a message
 needs a decision of its own or state that only ``on_publish`` keeps: a publish rate limit
@@ -64,9 +67,10 @@ class Qos0Run:
 
 
 def open_run(conn: Link, out: Output, p: Publish) -> Qos0Run | None:
-    """The run for ``p`` and the plain QoS 0 PUBLISHes to its topic after it in the chunk
-    (``p`` is plain and follows one to its topic that ``on_publish`` handled), or None
-    when they need ``on_publish`` (see the module docstring). ``out`` is ``conn``'s."""
+    """The run for ``p`` and the plain QoS 0 PUBLISHes to its topic after it in the
+    stretch (``p`` is plain, and one to its topic before it was handled by
+    ``on_publish``), or None when they need ``on_publish`` (see the module docstring).
+    ``out`` is ``conn``'s."""
     topic = p.topic
     session = conn.session
     if topic[:1] == b"$" or session is None:

@@ -79,6 +79,8 @@ def _sequence() -> list[Publish]:
     seq.append(_p(b"t/a", b"with props", props={"user_properties": (("k", "v"),)}))
     seq += [_p(b"t/a", b"z%d" % i * 30) for i in range(40)]
     seq += [_p(b"t/c/d", b"c"), _p(b"t/c/d", b"cc"), _p(b"t/a", b"last")]
+    # Topics taking turns (three axes of a sensor): every topic's run stays open.
+    seq += [_p(b"t/%s" % axis, b"%d" % i) for i in range(12) for axis in (b"x", b"y", b"z/1")]
     return seq
 
 
@@ -247,12 +249,17 @@ def test_a_stream_captures_every_message_of_a_run(tmp_path: pathlib.Path) -> Non
             js.close()
 
     subs = [Sub("v5")]
-    seq = [_p(t, b"%d" % i) for t in (b"t/c/d", b"t/a", b"t/c/e") for i in range(6)]
-    _both(tmp_path, subs, seq, setup=stream)
+    # Turns: t/b's run opens before t/c/f's captured PUBLISHes, whose acknowledgement
+    # steps then wait for their commit; t/b's later copies must wait behind them.
+    seq = [_p(b"t/b", b"p0"), _p(b"t/b", b"p1")]
+    seq += [_p(t, t[-1:] + b"%d" % i) for i in range(6) for t in (b"t/b", b"t/c/f")]
+    seq += [_p(t, b"%d" % i) for t in (b"t/c/d", b"t/a", b"t/c/e") for i in range(6)]
+    got = _both(tmp_path, subs, seq, setup=stream)
+    assert got["v5"].index(b"f0") < got["v5"].index(b"b1") < got["v5"].index(b"f5")
     # The stream's count, read by a second pass through a broker on the same data.
     _run_once(tmp_path / "runs", subs, [], False, setup=count)
     _run_once(tmp_path / "one", subs, [], False, setup=count)
-    assert stored == [12, 12]
+    assert stored == [18, 18]
 
 
 # -- open_run on a real broker ---------------------------------------------------------------
