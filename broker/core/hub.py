@@ -290,11 +290,11 @@ class Hub:
         return deliveries, plan
 
     def plain_route(self, topic: bytes) -> list[Delivery] | None:
-        """The deliveries of a QoS 0 message on ``topic`` without retain or properties,
-        when no decision is made per message: no capture hook (the bridge) sees messages
-        and the route is cached (``Router.cached_route``); None otherwise. Such a message
-        stores nothing (``Persistence.plan``: no QoS, no retain, no extra operation), so
-        ``plan_publish`` would give these deliveries and an empty plan."""
+        """The deliveries of a message on ``topic`` without retain or properties, when no
+        decision is made per message: no capture hook (the bridge) sees messages and the
+        route is cached (``Router.cached_route``); None otherwise (``broker.net.runs``).
+        ``plan_publish`` would give these deliveries, and an empty plan at QoS 0 and at
+        QoS 1 unless a persistent session takes a QoS 1 copy (``Persistence.plan``)."""
         if self.capture is not None:
             return None
         deliveries = self.router.cached_route(topic)

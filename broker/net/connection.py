@@ -66,7 +66,7 @@ from broker.net.handshake import Handshake, log_disconnect, log_over_limit
 from broker.net.inbound import Inbound
 from broker.net.output import FLUSH_TIMEOUT, Output
 from broker.net.parking import LEFT, PINGED, SERVED
-from broker.net.qos0run import Qos0Run, open_run
+from broker.net.runs import Run, open_run
 from broker.net.transport import READ_SIZE, Transport
 
 if TYPE_CHECKING:
@@ -528,16 +528,16 @@ class ClientConnection:
         self.broker.stats.packets_received += len(events)
         on_publish = self.inbound.on_publish
         out = self.out
-        # Plain QoS 0 PUBLISHes (no retain, no properties) in a stretch without other
-        # events: the second to a topic opens the topic's run (broker.net.qos0run).
+        # Plain QoS 0/1 PUBLISHes (no retain, no properties) in a stretch without other
+        # events: the second to a topic opens the topic's run (broker.net.runs).
         seen: set[bytes] = set()
-        runs: dict[bytes, Qos0Run | None] = {}
+        runs: dict[bytes, Run | None] = {}
         for event in events:
             if type(event) is not Publish:
                 seen.clear()
                 runs.clear()
                 self._handle(event)
-            elif event.qos or event.retain or event.properties is not EMPTY_PROPERTIES:
+            elif event.qos == 2 or event.retain or event.properties is not EMPTY_PROPERTIES:
                 seen.clear()
                 runs.clear()
                 on_publish(event)  # (what _handle does first, without its call)
@@ -546,12 +546,10 @@ class ClientConnection:
                 run = runs.get(topic)
                 if run is None and topic in seen and topic not in runs:
                     run = runs[topic] = open_run(self, out, event)
-                if run is not None:
-                    run.forward(event)
-                else:
+                if run is None or not run.forward(event):
                     seen.add(topic)
                     on_publish(event)
-                    # A step now waiting (a capture), or a system topic: the open runs'
+                    # A step now waiting (a commit), or a system topic: the open runs'
                     # decisions may no longer hold.
                     if runs and (topic[:1] == b"$" or not out.idle()):
                         seen.clear()

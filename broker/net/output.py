@@ -239,7 +239,7 @@ class Output:
         return self.conn.version
 
     def send_plain_qos0(self, data: bytes) -> None:
-        """``send_qos0`` of a plain QoS 0 copy already encoded (``broker.net.qos0run``)."""
+        """``send_qos0`` of a plain QoS 0 copy already encoded (``broker.net.runs``)."""
         if self.conn.closing or self.proto.state is _CLOSED:
             return
         host = self.host

@@ -1,4 +1,4 @@
-"""QoS 0 runs (``broker.net.qos0run``): plain QoS 0 PUBLISHes to one topic in one chunk,
+"""Publish runs (``broker.net.runs``): plain QoS 0/1 PUBLISHes to one topic in one chunk,
 forwarded with the decisions made once, give every subscriber exactly the bytes the
 PUBLISH-by-PUBLISH path gives.
 
@@ -27,6 +27,7 @@ from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import (
     Connack,
     Connect,
+    Packet,
     Pingresp,
     Publish,
     Suback,
@@ -35,7 +36,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.net.connection import ClientConnection
-from broker.net.qos0run import Qos0Run, open_run
+from broker.net.runs import Run, open_run
 from broker.net.runtime import Broker
 from tests.broker.harness import BrokerThread, run_with_broker
 from tests.broker.memclient import SockClient
@@ -79,6 +80,10 @@ def _sequence() -> list[Publish]:
     seq.append(_p(b"t/a", b"with props", props={"user_properties": (("k", "v"),)}))
     seq += [_p(b"t/a", b"z%d" % i * 30) for i in range(40)]
     seq += [_p(b"t/c/d", b"c"), _p(b"t/c/d", b"cc"), _p(b"t/a", b"last")]
+    # QoS 1 runs, QoS 0 and 1 taking turns on a topic, and QoS 1 no one receives (0x10).
+    seq += [_p(b"t/q", b"q%d" % i, 1, 100 + i) for i in range(8)]
+    seq += [_p(b"t/q", b"r%d" % i, i % 2, 200 + i if i % 2 else None) for i in range(8)]
+    seq += [_p(b"u/none", b"n%d" % i, 1, 300 + i) for i in range(3)]
     # Topics taking turns (three axes of a sensor): every topic's run stays open.
     seq += [_p(b"t/%s" % axis, b"%d" % i) for i in range(12) for axis in (b"x", b"y", b"z/1")]
     return seq
@@ -150,10 +155,18 @@ def _run_once(
         wire = [pub.encode(p) + (PINGREQ if pinged else b"") for p in sequence]
         pub.send_raw(b"".join(wire) + (b"" if pinged else PINGREQ))
         answered = 0
-        while answered < (len(sequence) if pinged else 1):
-            answered += isinstance(pub.next(), Pingresp)
+        acks: list[Packet] = []  # what the publisher gets but PINGRESPs, in order
+        acks_due = sum(1 for p in sequence if p.qos)
+        while answered < (len(sequence) if pinged else 1) or len(acks) < acks_due:
+            packet = pub.next()
+            if isinstance(packet, Pingresp):
+                answered += 1
+            else:
+                acks.append(packet)
         pub.send(_p(END, b""))
-        return {name: _collect(c) for name, c in clients.items()}
+        got = {name: _collect(c) for name, c in clients.items()}
+        got["pub"] = repr(acks).encode()
+        return got
 
 
 def _both(
@@ -181,6 +194,15 @@ SCENARIOS = {
     "a recipient taking topic aliases": [
         Sub("v5"),
         Sub("alias", connect={"topic_alias_maximum": 4}),
+    ],
+    "recipients at QoS 0, 1 and 2": [
+        Sub("q0"),
+        Sub("q1", filters=((b"t/#", 1),)),
+        Sub("q2", V311, ((b"t/+", 2),)),
+    ],
+    "a persistent session at QoS 1 (its copies stored first)": [
+        Sub("v5"),
+        Sub("keeper", filters=((b"t/#", 1),), connect={"session_expiry_interval": 600}),
     ],
     "a shared group": [
         Sub("m1", filters=((b"$share/g/t/#", 0),)),
@@ -286,7 +308,7 @@ async def _client(
     return c
 
 
-def _open(broker: Broker, publisher: str, topic: bytes) -> Qos0Run | None:
+def _open(broker: Broker, publisher: str, topic: bytes) -> Run | None:
     conn = _conn(broker, publisher)
     p = _p(topic, b"x")
     broker.hub.router.route(topic, 0, broker.hub.sessions.is_connected)  # as on_publish did
@@ -300,7 +322,7 @@ def test_open_run_groups_recipients_by_the_bytes_they_take(tmp_path: pathlib.Pat
         b = await _client(broker, "b", (b"t/+",))
         run = _open(broker, "pub", b"t/x")
         assert run is not None
-        [(prefix, outs)] = run.groups
+        [(prefix, outs)] = run.plain
         assert prefix == b"\x00\x03t/x\x00"
         assert {id(o) for o in outs} == {id(_conn(broker, "a").out), id(_conn(broker, "b").out)}
         assert _open(broker, "pub", b"$SYS/x") is None  # a topic under $
@@ -430,3 +452,34 @@ def _num(broker: Broker, client_id: str) -> int:
         if session.client_id == client_id:
             return session.num
     raise AssertionError(f"no session {client_id}")
+
+
+def test_open_run_takes_qos1_unless_a_copy_is_stored_or_no_one_receives(
+    tmp_path: pathlib.Path,
+) -> None:
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        pub = await _client(broker, "pub")
+        q1 = await _client(broker, "q1")
+        await q1.send(Subscribe(1, (Subscription(b"t/q", 1), Subscription(b"t/k", 1))))
+        q0 = await _client(broker, "q0", (b"t/q",))
+        keeper = await _client(broker, "keeper", session_expiry_interval=600)
+        await keeper.send(Subscribe(1, (Subscription(b"t/k", 1),)))
+        for c in (q1, keeper):
+            with trio.fail_after(5):
+                assert isinstance(await c.next(), Suback)
+        run = _open(broker, "pub", b"t/q")
+        assert run is not None
+        assert run.qos1 is not None
+        assert [(s.client_id, qos) for s, qos in run.qos1] == [("q1", 1)]
+        [(_, outs)] = run.plain_qos1  # QoS 0 copies of a QoS 1 message: q0's only
+        assert [id(o) for o in outs] == [id(_conn(broker, "q0").out)]
+        stored = _open(broker, "pub", b"t/k")  # keeper's QoS 1 copy is stored first
+        assert stored is not None
+        assert stored.qos1 is None
+        nobody = _open(broker, "pub", b"t/none")  # PUBACK 0x10: on_publish's
+        assert nobody is not None
+        assert nobody.qos1 is None
+        for c in (pub, q1, q0, keeper):
+            c.close()
+
+    run_with_broker(tmp_path, body)
