@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import pathlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -333,6 +333,25 @@ def test_open_run_groups_recipients_by_the_bytes_they_take(tmp_path: pathlib.Pat
     run_with_broker(tmp_path, body)
 
 
+def _with_pub_and_r(
+    tmp_path: pathlib.Path,
+    check: Callable[[Broker, SockClient], Awaitable[None]],
+    filters: tuple[bytes, ...] = (b"t/#",),
+    **props: Any,
+) -> None:
+    """``check`` on a real broker with client "pub" connected and "r" (CONNECT
+    properties ``props``) subscribed to ``filters`` at QoS 0."""
+
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        pub = await _client(broker, "pub")
+        r = await _client(broker, "r", filters, **props)
+        await check(broker, r)
+        for c in (pub, r):
+            c.close()
+
+    run_with_broker(tmp_path, body)
+
+
 @pytest.mark.parametrize(
     ("props", "filters", "reason"),
     [
@@ -343,50 +362,36 @@ def test_open_run_groups_recipients_by_the_bytes_they_take(tmp_path: pathlib.Pat
 def test_open_run_declines(
     tmp_path: pathlib.Path, props: dict[str, Any], filters: tuple[bytes, ...], reason: str
 ) -> None:
-    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
-        pub = await _client(broker, "pub")
-        r = await _client(broker, "r", filters, **props)
+    async def check(broker: Broker, r: SockClient) -> None:
         assert _open(broker, "pub", b"t/x") is None, reason
-        for c in (pub, r):
-            c.close()
 
-    run_with_broker(tmp_path, body)
+    _with_pub_and_r(tmp_path, check, filters, **props)
 
 
 def test_open_run_declines_a_subscription_identifier(tmp_path: pathlib.Path) -> None:
-    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
-        pub = await _client(broker, "pub")
-        r = await _client(broker, "r")
+    async def check(broker: Broker, r: SockClient) -> None:
         await r.send(
             Subscribe(2, (Subscription(b"t/#", 0),), Properties(subscription_identifiers=(9,)))
         )
         with trio.fail_after(5):
             assert isinstance(await r.next(), Suback)
         assert _open(broker, "pub", b"t/x") is None
-        for c in (pub, r):
-            c.close()
 
-    run_with_broker(tmp_path, body)
+    _with_pub_and_r(tmp_path, check, ())
 
 
 def test_open_run_declines_a_rate_limit(tmp_path: pathlib.Path) -> None:
-    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
-        pub = await _client(broker, "pub")
-        r = await _client(broker, "r", (b"t/#",))
+    async def check(broker: Broker, r: SockClient) -> None:
         assert _open(broker, "pub", b"t/x") is not None
         limits = broker.config.limits.model_copy(update={"max_publish_rate": 10.0})
         broker.apply_config(broker.config.model_copy(update={"limits": limits}))
         assert _open(broker, "pub", b"t/x") is None
-        for c in (pub, r):
-            c.close()
 
-    run_with_broker(tmp_path, body)
+    _with_pub_and_r(tmp_path, check)
 
 
 def test_open_run_declines_a_captured_topic_and_a_capture_hook(tmp_path: pathlib.Path) -> None:
-    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
-        pub = await _client(broker, "pub")
-        r = await _client(broker, "r", (b"t/#",))
+    async def check(broker: Broker, r: SockClient) -> None:
         js = broker.jetstream
         assert js is not None
         js.capture.set_subjects((("t.c.>", "S"),))  # as a stream's creation does
@@ -395,16 +400,12 @@ def test_open_run_declines_a_captured_topic_and_a_capture_hook(tmp_path: pathlib
         broker.hub.capture = lambda msg, deliveries: ()  # the bridge's hook
         assert _open(broker, "pub", b"t/a") is None
         broker.hub.capture = None
-        for c in (pub, r):
-            c.close()
 
-    run_with_broker(tmp_path, body)
+    _with_pub_and_r(tmp_path, check)
 
 
 def test_open_run_declines_a_topic_the_acl_refuses(tmp_path: pathlib.Path) -> None:
-    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
-        pub = await _client(broker, "pub")
-        r = await _client(broker, "r", (b"t/#",))
+    async def check(broker: Broker, r: SockClient) -> None:
         assert _open(broker, "pub", b"t/w/r") is not None
         acl = tmp_path / "acl"
         acl.write_text("topic read t/#\npattern write t/w/%c\n")
@@ -412,10 +413,8 @@ def test_open_run_declines_a_topic_the_acl_refuses(tmp_path: pathlib.Path) -> No
         broker.apply_config(broker.config.model_copy(update={"auth": auth}))
         assert _open(broker, "pub", b"t/w/r") is None  # (its route is cached: _open)
         assert _open(broker, "pub", b"t/w/pub") is not None
-        for c in (pub, r):
-            c.close()
 
-    run_with_broker(tmp_path, body)
+    _with_pub_and_r(tmp_path, check)
 
 
 class _Inside:
