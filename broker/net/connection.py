@@ -547,11 +547,13 @@ class ClientConnection:
                 if run is None and topic in seen and topic not in runs:
                     run = runs[topic] = open_run(self, out, event)
                 if run is None or not run.forward(event):
-                    seen.add(topic)
                     on_publish(event)
-                    # A step now waiting (a commit), or a system topic: the open runs'
-                    # decisions may no longer hold.
-                    if runs and (topic[:1] == b"$" or not out.idle()):
+                    if out.idle() and topic[:1] != b"$":
+                        seen.add(topic)
+                    elif seen:
+                        # A step now waits for a commit (later messages wait behind it;
+                        # no run opens meanwhile), or a system topic: the open runs'
+                        # decisions may no longer hold.
                         seen.clear()
                         runs.clear()
             if self.closing:
