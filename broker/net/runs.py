@@ -71,7 +71,7 @@ class Run:
         out: Output,
         plain: Groups,
         plain_qos1: Groups,
-        qos1: list[tuple[Session, int]] | None,
+        qos1: list[Session] | None,
     ) -> None:
         self.hub = hub
         self.stats: Stats = hub.stats
@@ -79,27 +79,25 @@ class Run:
         self.out = out  # the publisher's
         self.plain = plain  # every recipient, for a QoS 0 message
         self.plain_qos1 = plain_qos1  # those subscribed at QoS 0, for a QoS 1 message
-        self.qos1 = qos1  # (session, QoS) subscribed above 0; None: QoS 1 not taken
+        self.qos1 = qos1  # the sessions subscribed above QoS 0; None: QoS 1 not taken
 
     def forward(self, p: Publish) -> bool:
         """What ``on_publish`` does with ``p``, a plain PUBLISH to the run's topic; False
         (nothing done) for a QoS 1 one the run does not take."""
+        qos1 = self.qos1
+        if p.qos and qos1 is None:
+            return False
         payload = p.payload
         stats = self.stats
-        if p.qos:
-            qos1 = self.qos1
-            if qos1 is None:
-                return False
-            stats.publish_received += 1
-            stats.publish_bytes_received += len(payload)
+        stats.publish_received += 1
+        stats.publish_bytes_received += len(payload)
+        if qos1 is not None and p.qos:
             msg = AppMessage(p, None, self.origin)
             queue_copy = self.hub.queue_copy
-            for session, qos in qos1:
-                queue_copy(session, Outgoing(msg, qos, False, ()))
+            for session in qos1:  # (a QoS 1 copy: the message's QoS, below theirs)
+                queue_copy(session, Outgoing(msg, 1, False, ()))
             groups = self.plain_qos1
         else:
-            stats.publish_received += 1
-            stats.publish_bytes_received += len(payload)
             groups = self.plain
         for prefix, outs in groups:
             data = plain_qos0(prefix, payload)
@@ -141,7 +139,7 @@ def open_run(conn: Link, out: Output, p: Publish) -> Run | None:
     v3: list[Output] = []
     v5_qos0: list[Output] = []
     v3_qos0: list[Output] = []
-    qos1: list[tuple[Session, int]] = []
+    qos1: list[Session] = []
     stored = False  # a persistent session's copy of a QoS 1 message is stored first
     for d in deliveries:
         recipient = by_num.get(d.client)
@@ -159,7 +157,7 @@ def open_run(conn: Link, out: Output, p: Publish) -> Run | None:
         elif recipient.persistent:
             stored = True
         else:
-            qos1.append((recipient, 1))  # (the message's QoS: 1, below the subscription's)
+            qos1.append(recipient)
     plain = _groups(topic, v5, v3)
     plain_qos1 = _groups(topic, v5_qos0, v3_qos0)
     taken = None if stored or not deliveries else qos1
