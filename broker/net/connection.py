@@ -35,7 +35,6 @@ import contextlib
 import logging
 import math
 import socket
-import sys
 from typing import TYPE_CHECKING
 
 import trio
@@ -62,11 +61,12 @@ from broker.mqtt.packets import (
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode
 from broker.mqtt.session import SessionState
+from broker.net.bugs import internal_errors
 from broker.net.handshake import Handshake, log_disconnect, log_over_limit
 from broker.net.inbound import Inbound
 from broker.net.output import FLUSH_TIMEOUT, Output
 from broker.net.parking import LEFT, PINGED, SERVED
-from broker.net.runs import Run, open_run
+from broker.net.runs import Run, StoredRun, drop_eager, open_run
 from broker.net.transport import READ_SIZE, Transport
 
 if TYPE_CHECKING:
@@ -87,40 +87,6 @@ _NOT_CONNECTED = SessionState()
 
 # SUBACK codes by granted QoS (an Enum call per subscription is measurable in a storm).
 _GRANTED = (ReasonCode.GRANTED_QOS_0, ReasonCode.GRANTED_QOS_1, ReasonCode.GRANTED_QOS_2)
-
-
-class _InternalErrors:
-    """A bug met while serving clients: logged with its traceback the first time in
-    ``TRACEBACK_EVERY`` seconds, one line (client id, the error) otherwise. Any client can
-    trigger a bug over and over: 500 connections once wrote 1 MB of tracebacks in 0.9 s."""
-
-    TRACEBACK_EVERY = 60.0
-
-    def __init__(self) -> None:
-        self._last_traceback = -math.inf
-        self.count = 0
-
-    def report(self, conn: ClientConnection) -> None:
-        self.count += 1
-        session = conn.session
-        client_id = session.client_id if session is not None else "-"
-        now = trio.current_time()
-        if now - self._last_traceback >= self.TRACEBACK_EVERY:
-            self._last_traceback = now
-            log.exception(
-                "internal error while serving client %r; closing its connection", client_id
-            )
-        else:
-            exc = sys.exc_info()[1]
-            log.error(
-                "internal error while serving client %r (%d so far): %r; closing its connection",
-                client_id,
-                self.count,
-                exc,
-            )
-
-
-_internal_errors = _InternalErrors()
 
 
 class ClientConnection:
@@ -241,7 +207,7 @@ class ClientConnection:
         except Exception:
             # A bug while serving this client must not take the broker down: log it,
             # tell the client (0x83), and close only this connection.
-            _internal_errors.report(self)
+            internal_errors.report(self)
             self.close_reason = self.close_reason or "internal error (0x83)"
             if self.version is _V5:
                 data = encode(Disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR), _V5)
@@ -370,7 +336,7 @@ class ClientConnection:
             if self._feed(data):
                 self.heard = now
         except Exception:
-            _internal_errors.report(self)
+            internal_errors.report(self)
             self.close_reason = self.close_reason or "internal error (0x83)"
             self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
         finally:
@@ -526,36 +492,47 @@ class ClientConnection:
             self._protocol_error(exc)
             return bool(exc.packets)
         self.broker.stats.packets_received += len(events)
-        on_publish = self.inbound.on_publish
+        inbound = self.inbound
+        on_publish = inbound.on_publish
         out = self.out
         # Plain QoS 0/1 PUBLISHes (no retain, no properties) in a stretch without other
-        # events: the second to a topic opens the topic's run (broker.net.runs).
+        # events: the second to a topic opens the topic's run (broker.net.runs). A run
+        # that acknowledges at once is dropped once a step waits (it would overtake it).
         seen: set[bytes] = set()
-        runs: dict[bytes, Run | None] = {}
+        runs: dict[bytes, Run | StoredRun | None] = {}
+        eager = False  # some run in runs acknowledges at once
         for event in events:
             if type(event) is not Publish:
                 seen.clear()
                 runs.clear()
+                eager = False
                 self._handle(event)
             elif event.qos == 2 or event.retain or event.properties is not EMPTY_PROPERTIES:
                 seen.clear()
                 runs.clear()
+                eager = False
                 on_publish(event)  # (what _handle does first, without its call)
             else:
                 topic = event.topic
                 run = runs.get(topic)
                 if run is None and topic in seen and topic not in runs:
-                    run = runs[topic] = open_run(self, out, event)
-                if run is None or not run.forward(event):
+                    run = runs[topic] = open_run(inbound, event)
+                    if run is not None and not run.stored:
+                        eager = True
+                if run is not None and run.forward(event):
+                    if eager and run.stored:
+                        eager = drop_eager(runs)
+                else:
                     on_publish(event)
-                    if out.idle() and topic[:1] != b"$":
-                        seen.add(topic)
-                    elif seen:
-                        # A step now waits for a commit (later messages wait behind it;
-                        # no run opens meanwhile), or a system topic: the open runs'
-                        # decisions may no longer hold.
+                    if topic[:1] == b"$":
+                        # A system topic: the open runs' decisions may no longer hold.
                         seen.clear()
                         runs.clear()
+                        eager = False
+                    else:
+                        seen.add(topic)
+                        if eager and not out.idle():
+                            eager = drop_eager(runs)
             if self.closing:
                 break
         return bool(events)

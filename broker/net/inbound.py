@@ -216,14 +216,18 @@ class Inbound:
                 self._acknowledge(p, code)
 
         def not_stored() -> None:
-            # Not stored, so not delivered. MQTT 5 is told (0x80, the exchange ends); a
-            # 3.1.x client gets no acknowledgement and is disconnected, so it sends it again.
-            if p.qos and self.conn.version is _V5:
-                self.out.send(self._ack(p, ReasonCode.UNSPECIFIED_ERROR, NOT_STORED))
-            elif p.qos:
-                self.out.storage_failed()
+            self.not_stored(p)
 
         self.out.step(None if plan.empty else plan, then, not_stored)
+
+    def not_stored(self, p: Publish) -> None:
+        """``p``'s commit failed: not stored, so not delivered. MQTT 5 is told (0x80, the
+        exchange ends); a 3.1.x client gets no acknowledgement and is disconnected, so it
+        sends it again."""
+        if p.qos and self.conn.version is _V5:
+            self.out.send(self._ack(p, ReasonCode.UNSPECIFIED_ERROR, NOT_STORED))
+        elif p.qos:
+            self.out.storage_failed()
 
     def _acknowledge(self, p: Publish, code: ReasonCode) -> None:
         """PUBACK/PUBREC of a routed QoS 1/2 PUBLISH (a plain success PUBACK from the

@@ -377,6 +377,12 @@ class Output:
         """No step is waiting: a step with nothing to wait for would run at once."""
         return not self._steps
 
+    def last_step(self) -> Callable[[], None] | None:
+        """The ``then`` of the last step waiting (None: idle): a stored run joins its
+        messages to its own step while nothing was queued behind it."""
+        steps = self._steps
+        return steps[-1][1] if steps else None
+
     def congested(self) -> bool:
         """So many steps wait that the reader should stop reading (it awaits
         :meth:`uncongested`): a client that floods requests whose commits lag."""

@@ -24,10 +24,21 @@ topic it gives a ``Run``. Its ``forward`` is then all a message of the run costs
   counters, the message, a queued copy per recipient of QoS 1 or 2 (``Hub.queue_copy``,
   its queue limits), the plain QoS 0 bytes for the others, and the PUBACK.
 
-A PUBLISH the run cannot take (a QoS 1 one that would be stored) goes to ``on_publish``.
-Any other packet ends the stretch and its runs; so does a PUBLISH that ``on_publish``
-handled leaving an acknowledgement step waiting (one being stored or captured: later
-messages wait behind it) or to a ``$`` topic.
+Such a run acknowledges at once, so it opens only while no acknowledgement step waits,
+and ``_feed`` drops it once one does (its next message would overtake the step).
+
+A QoS 1 message whose route holds exactly one persistent session above QoS 0 is stored in
+that session's pending entry before its PUBACK, and nothing else is stored for it: its
+topic opens a ``StoredRun`` (steps waiting or not). The entry's subject and header block
+are made once for the run, so a message costs its message object and its entry in the
+open batch; consecutive messages share one step (``StoredGroup``) while nothing was
+queued behind it, which after the commit does for each, in order, what ``on_publish``'s
+step does: ``Hub.apply_publish`` (with the deliveries routed once), the acknowledgement
+latency and the PUBACK, or ``Inbound.not_stored`` if the commit failed.
+
+A PUBLISH a run cannot take (a QoS 1 one stored some other way, a QoS 0 one to a stored
+run's topic) goes to ``on_publish``. Any other packet ends the stretch and its runs; so
+does a PUBLISH to a ``$`` topic.
 
 No run (None: every message of the topic goes through ``on_publish``) when a message
 needs a decision of its own or state that only ``on_publish`` keeps: a publish rate limit
@@ -40,6 +51,7 @@ the topic or is being sent its retained messages.
 
 from __future__ import annotations
 
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 from broker.core.message import AppMessage, Outgoing
@@ -49,10 +61,13 @@ from broker.net.output import Output
 
 if TYPE_CHECKING:
     from broker.core.hub import Hub
+    from broker.core.router import Delivery
     from broker.core.sessions import Session
     from broker.core.stats import Stats
     from broker.mqtt.packets import Publish
+    from broker.net.inbound import Inbound
     from broker.net.link import Link
+    from broker.persist.client import Batch, PublishPlan
 
 _V5 = ProtocolVersion.MQTT_5
 Groups = list[tuple[bytes, list[Output]]]  # (plain_qos0_prefix, the outputs taking those bytes)
@@ -63,6 +78,8 @@ class Run:
     and (for QoS 1 messages) those whose subscription asks for QoS 1 or 2."""
 
     __slots__ = ("hub", "origin", "out", "plain", "plain_qos1", "qos1", "stats")
+
+    stored = False  # its messages are acknowledged at once (no step: the output must be idle)
 
     def __init__(
         self,
@@ -110,11 +127,105 @@ class Run:
         return True
 
 
-def open_run(conn: Link, out: Output, p: Publish) -> Run | None:
+class StoredRun:
+    """The QoS 1 messages of a run stored for the one persistent session subscribed to
+    its topic above QoS 0: each is its pending entry in the open batch, and the messages
+    of a stretch share one acknowledgement step (``StoredGroup``) as long as nothing was
+    queued behind it. A QoS 0 message goes to ``on_publish``."""
+
+    __slots__ = (
+        "block",
+        "conn",
+        "deliveries",
+        "group",
+        "inbound",
+        "out",
+        "pend_index",
+        "stats",
+        "subject",
+    )
+
+    stored = True  # its messages wait for a commit in a step
+
+    def __init__(
+        self,
+        inbound: Inbound,
+        deliveries: list[Delivery],
+        pend_index: dict[int, int],
+        subject: str,
+        block: bytes,
+    ) -> None:
+        self.inbound = inbound
+        self.conn: Link = inbound.conn
+        self.out: Output = inbound.out
+        self.stats: Stats = inbound.conn.broker.stats
+        self.deliveries = deliveries
+        self.pend_index = pend_index  # the persistent session's delivery -> its entry
+        self.subject = subject
+        self.block = block
+        self.group: StoredGroup | None = None
+
+    def forward(self, p: Publish) -> bool:
+        """``on_publish`` for ``p``, stored for the session; False (nothing done) for a
+        QoS 0 one."""
+        if not p.qos:
+            return False
+        payload = p.payload
+        stats = self.stats
+        stats.publish_received += 1
+        stats.publish_bytes_received += len(payload)
+        conn = self.conn
+        assert conn.session is not None
+        broker = conn.broker
+        msg = AppMessage(p, None, conn.session.num)
+        plan = broker.persist.plan_entry(self.subject, self.block, payload, self.pend_index)
+        group = self.group
+        out = self.out
+        if group is None or group.batch is not plan.batch or out.last_step() is not group:
+            group = self.group = StoredGroup(self, plan.batch)
+            out.step(plan, group, group.failed)
+        group.items.append((p, msg, plan, perf_counter()))
+        return True
+
+
+class StoredGroup:
+    """The step of consecutive messages of a stored run in one batch: once it commits,
+    what ``on_publish``'s step does for each of them, in order (delivery, then PUBACK)."""
+
+    __slots__ = ("batch", "items", "run")
+
+    def __init__(self, run: StoredRun, batch: Batch | None) -> None:
+        self.run = run
+        self.batch = batch
+        self.items: list[tuple[Publish, AppMessage, PublishPlan, float]] = []
+
+    def __call__(self) -> None:
+        run = self.run
+        hub = run.conn.broker.hub
+        deliveries = run.deliveries
+        out = run.out
+        observe = run.stats.publish_ack.observe
+        now = perf_counter()
+        for p, msg, plan, started in self.items:
+            plan.settled()  # (its results in place: the batch is done)
+            hub.apply_publish(msg, deliveries, plan)
+            observe(now - started)
+            assert p.packet_id is not None
+            out.send_puback(p.packet_id)
+
+    def failed(self) -> None:
+        not_stored = self.run.inbound.not_stored
+        for item in self.items:
+            not_stored(item[0])
+
+
+def open_run(inbound: Inbound, p: Publish) -> Run | StoredRun | None:
     """The run for ``p`` and the plain PUBLISHes to its topic after it in the stretch
     (``p`` is plain, and one to its topic before it was handled by ``on_publish``), or
-    None when they need ``on_publish`` (see the module docstring). ``out`` is
-    ``conn``'s."""
+    None when they need ``on_publish`` (see the module docstring). ``inbound`` is the
+    publisher's."""
+    conn = inbound.conn
+    out = inbound.out
     topic = p.topic
     session = conn.session
     if topic[:1] == b"$" or session is None:
@@ -128,13 +239,17 @@ def open_run(conn: Link, out: Output, p: Publish) -> Run | None:
     js = broker.jetstream
     if js is not None and js.capture.subjects and js.capture.op_for(p) is not None:
         return None
-    if not out.idle():
-        return None
     hub = broker.hub
     deliveries = hub.plain_route(topic)
     if deliveries is None:
         return None
     by_num = hub.sessions.by_num
+    if p.qos:
+        stored_run = _stored_run(inbound, p, deliveries)
+        if stored_run is not None:
+            return stored_run
+    if not out.idle():
+        return None
     v5: list[Output] = []
     v3: list[Output] = []
     v5_qos0: list[Output] = []
@@ -164,6 +279,30 @@ def open_run(conn: Link, out: Output, p: Publish) -> Run | None:
     return Run(hub, session.num, out, plain, plain_qos1, taken)
 
 
+def _stored_run(inbound: Inbound, p: Publish, deliveries: list[Delivery]) -> StoredRun | None:
+    """A stored run for ``p``'s topic: exactly one recipient of its QoS 1 messages keeps
+    a persistent session (``Persistence.plan`` stores each message in that session's
+    pending entry, nothing else); None otherwise."""
+    conn = inbound.conn
+    by_num = conn.broker.hub.sessions.by_num
+    target = -1
+    for index, d in enumerate(deliveries):
+        if d.qos:
+            recipient = by_num.get(d.client)
+            if recipient is not None and recipient.persistent:
+                if target >= 0:
+                    return None  # the message is stored once for several: refs
+                target = index
+    if target < 0:
+        return None
+    d = deliveries[target]
+    recipient = by_num[d.client]
+    assert conn.session is not None
+    msg = AppMessage(p, None, conn.session.num)
+    subject, block = conn.broker.persist.entry_record(recipient, msg, 1, d.sub_ids)
+    return StoredRun(inbound, deliveries, {target: 0}, subject, block)
+
+
 def _groups(topic: bytes, v5: list[Output], v3: list[Output]) -> Groups:
     groups: Groups = []
     if v5:
@@ -171,3 +310,11 @@ def _groups(topic: bytes, v5: list[Output], v3: list[Output]) -> Groups:
     if v3:
         groups.append((plain_qos0_prefix(topic, ProtocolVersion.MQTT_3_1_1), v3))
     return groups
+
+
+def drop_eager(runs: dict[bytes, Run | StoredRun | None]) -> bool:
+    """A step now waits: forget the runs that acknowledge at once (their topics may open a
+    stored run). False: none is left."""
+    for topic in [t for t, r in runs.items() if r is not None and not r.stored]:
+        del runs[topic]
+    return False

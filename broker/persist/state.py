@@ -250,6 +250,33 @@ class Persistence:
         batch.awaited = True
         return plan
 
+    def entry_record(
+        self, session: Session, msg: AppMessage, qos: int, sub_ids: Sequence[int]
+    ) -> tuple[str, bytes]:
+        """The subject and header block of the pending entry that holds ``msg`` for
+        ``session``, its only persistent recipient, as :meth:`plan` writes it. For a plain
+        message (no retain, no properties) they are the same for every message of its topic
+        and QoS: a stored run (``broker.net.runs``) makes them once, then
+        :meth:`plan_entry` per message. The session counts as stored from here."""
+        session.stored = True
+        op = pend_op(session, msg, qos, False, sub_ids)
+        headers = op.headers
+        assert isinstance(headers, bytes)
+        return op.subject, headers
+
+    def plan_entry(
+        self, subject: str, block: bytes, payload: bytes, pend_index: dict[int, int]
+    ) -> PublishPlan:
+        """:meth:`plan` for a message of a stored run: its pending entry (subject and block
+        from :meth:`entry_record`) in the open batch; ``pend_index`` maps the persistent
+        session's delivery to it (operation 0 of the plan)."""
+        batch = self.client.open_batch()
+        ops = batch.ops
+        plan = PublishPlan(batch, len(ops), 1, pend_index)
+        ops.append(store.Publish(subject, payload, block, PEND))
+        batch.awaited = True
+        return plan
+
     def after_commit(self, msg: AppMessage, plan: Plan) -> None:
         """The plan's commit is done: a retained update and a message stored once for
         several sessions learn their sequences (its last acknowledgement deletes it)."""

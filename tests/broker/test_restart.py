@@ -41,6 +41,7 @@ EXPIRY = Properties(session_expiry_interval=3600)
 class Subscriber:
     """Counts deliveries to the application; QoS 2 state survives reconnects."""
 
+    properties: Properties = EXPIRY  # its CONNECT's
     delivered: dict[bytes, int] = field(default_factory=dict)
     awaiting_pubrel: set[int] = field(default_factory=set)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -50,7 +51,7 @@ class Subscriber:
     def run(self, port: int, first: bool) -> None:
         try:
             with RawClient(port) as c:
-                connack = c.connect("durable-sub", clean_start=first, properties=EXPIRY)
+                connack = c.connect("durable-sub", clean_start=first, properties=self.properties)
                 if first:
                     c.send(Subscribe(1, (Subscription(b"load/#", 2),)))
                     c.next()
@@ -98,6 +99,8 @@ class Subscriber:
 
 @dataclass
 class Publisher:
+    levels: tuple[int, ...] = (1, 2)  # the QoS of its messages, taking turns
+    window: int = 20  # messages in flight
     acked: dict[bytes, int] = field(default_factory=dict)  # payload -> QoS
     next_n: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
@@ -109,9 +112,9 @@ class Publisher:
                 c.connect(f"load-pub-{round_no}")
                 pid = 0
                 while not self.stop.is_set():
-                    while len(inflight) < 20 and not self.stop.is_set():
+                    while len(inflight) < self.window and not self.stop.is_set():
                         pid = pid % 65_535 + 1
-                        qos = 1 + (self.next_n % 2)
+                        qos = self.levels[self.next_n % len(self.levels)]
                         payload = f"m{self.next_n}".encode()
                         self.next_n += 1
                         inflight[pid] = (payload, qos)
@@ -134,14 +137,29 @@ class Publisher:
             return
 
 
-def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize(
+    ("levels", "window", "receive_maximum"),
+    [
+        pytest.param((1, 2), 20, None, id="qos1-and-2"),
+        # QoS 1 only, 100 in flight: chunks of PUBLISHes to one topic (stored runs); the
+        # subscriber takes 5 at a time, so most acknowledged messages wait on disk.
+        pytest.param((1,), 100, 5, id="qos1-runs-slow-subscriber"),
+    ],
+)
+def test_kill_9_under_load_loses_nothing_acknowledged(
+    tmp_path: pathlib.Path, levels: tuple[int, ...], window: int, receive_maximum: int | None
+) -> None:
     rng = random.Random(20261121)
     data = tmp_path / "data"
-    sub = Subscriber()
-    pub = Publisher()
+    sub = Subscriber(Properties(session_expiry_interval=3600, receive_maximum=receive_maximum))
+    # A queue long enough for everything the slow subscriber lags behind (the default
+    # 1,000 would drop copies, by design).
+    config = tmp_path / "jetmq.toml"
+    config.write_text("[sessions]\nmax_queued_messages = 1000000\n")
+    pub = Publisher(levels, window)
     retained_payload = b"retained-before-crash"
     for round_no in range(ROUNDS):
-        broker = BrokerProcess(data)
+        broker = BrokerProcess(data, config=config)
         broker.start()
         if round_no == 0:
             with RawClient(broker.port) as r:
@@ -165,7 +183,7 @@ def test_kill_9_under_load_loses_nothing_acknowledged(tmp_path: pathlib.Path) ->
         for t in threads:
             t.join(timeout=30)
     # Final round: no load; let the subscriber drain what the broker kept.
-    broker = BrokerProcess(data)
+    broker = BrokerProcess(data, config=config)
     broker.start()
     try:
         sub.stop.clear()

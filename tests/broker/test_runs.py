@@ -36,7 +36,8 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.net.connection import ClientConnection
-from broker.net.runs import Run, open_run
+from broker.net.inbound import Inbound
+from broker.net.runs import Run, StoredRun, open_run
 from broker.net.runtime import Broker
 from tests.broker.harness import BrokerThread, run_with_broker
 from tests.broker.memclient import SockClient
@@ -86,6 +87,12 @@ def _sequence() -> list[Publish]:
     seq += [_p(b"u/none", b"n%d" % i, 1, 300 + i) for i in range(3)]
     # Topics taking turns (three axes of a sensor): every topic's run stays open.
     seq += [_p(b"t/%s" % axis, b"%d" % i) for i in range(12) for axis in (b"x", b"y", b"z/1")]
+    # QoS 1 topics taking turns (stored runs, where a persistent session takes them).
+    seq += [
+        _p(b"t/%s" % a, b"%d" % i, 1, 600 + 2 * i + j)
+        for i in range(6)
+        for j, a in enumerate((b"x", b"y"))
+    ]
     return seq
 
 
@@ -204,6 +211,19 @@ SCENARIOS = {
         Sub("v5"),
         Sub("keeper", filters=((b"t/#", 1),), connect={"session_expiry_interval": 600}),
     ],
+    "a persistent session with a subscription identifier, beside one at QoS 1": [
+        Sub("q1", filters=((b"t/#", 1),)),
+        Sub(
+            "keeper",
+            filters=((b"t/+", 1),),
+            connect={"session_expiry_interval": 600},
+            subscribe={"subscription_identifiers": (9,)},
+        ),
+    ],
+    "two persistent sessions (each message stored once for both)": [
+        Sub("k1", filters=((b"t/#", 1),), connect={"session_expiry_interval": 600}),
+        Sub("k2", V311, ((b"t/+", 1),), connect={"session_expiry_interval": 600}),
+    ],
     "a shared group": [
         Sub("m1", filters=((b"$share/g/t/#", 0),)),
         Sub("m2", filters=((b"$share/g/t/#", 0),)),
@@ -218,6 +238,22 @@ def test_a_chunk_in_runs_sends_what_packet_by_packet_sends(
 ) -> None:
     in_runs = _both(tmp_path, subs, _sequence())
     assert all(len(in_runs[s.name]) > 100 for s in subs if s.name != "other")  # not just END
+
+
+def test_a_stored_run_opening_ends_the_runs_that_acknowledge_at_once(
+    tmp_path: pathlib.Path,
+) -> None:
+    # t/e's run forwards at once; t/s's second message opens a stored run, whose step
+    # then waits: t/e's next messages must wait behind it, as on_publish would make them.
+    seq = [_p(b"t/e", b"e0"), _p(b"t/e", b"e1"), _p(b"t/s", b"s0"), _p(b"t/s", b"s1", 1, 5)]
+    seq += [_p(b"t/e", b"e2"), _p(b"t/s", b"s2", 1, 6), _p(b"t/e", b"e3")]
+    subs = [
+        Sub("v5"),
+        Sub("keeper", filters=((b"t/s", 1),), connect={"session_expiry_interval": 600}),
+    ]
+    got = _both(tmp_path, subs, seq)
+    v5 = [p.payload for p in Decoder(V5).feed(got["v5"]) if isinstance(p, Publish)]
+    assert v5 == [b"e0", b"e1", b"s0", b"s1", b"e2", b"s2", b"e3", b""]
 
 
 def test_the_qos0_queue_limit_drops_the_same_copies(tmp_path: pathlib.Path) -> None:
@@ -308,11 +344,11 @@ async def _client(
     return c
 
 
-def _open(broker: Broker, publisher: str, topic: bytes) -> Run | None:
+def _open(broker: Broker, publisher: str, topic: bytes, qos: int = 0) -> Run | StoredRun | None:
     conn = _conn(broker, publisher)
-    p = _p(topic, b"x")
+    p = _p(topic, b"x", qos, 1 if qos else None)
     broker.hub.router.route(topic, 0, broker.hub.sessions.is_connected)  # as on_publish did
-    return open_run(conn, conn.out, p)
+    return open_run(Inbound(conn, conn.out), p)
 
 
 def test_open_run_groups_recipients_by_the_bytes_they_take(tmp_path: pathlib.Path) -> None:
@@ -321,7 +357,7 @@ def test_open_run_groups_recipients_by_the_bytes_they_take(tmp_path: pathlib.Pat
         a = await _client(broker, "a", (b"t/#",))
         b = await _client(broker, "b", (b"t/+",))
         run = _open(broker, "pub", b"t/x")
-        assert run is not None
+        assert isinstance(run, Run)
         [(prefix, outs)] = run.plain
         assert prefix == b"\x00\x03t/x\x00"
         assert {id(o) for o in outs} == {id(_conn(broker, "a").out), id(_conn(broker, "b").out)}
@@ -464,18 +500,36 @@ def test_open_run_takes_qos1_unless_a_copy_is_stored_or_no_one_receives(
             with trio.fail_after(5):
                 assert isinstance(await c.next(), Suback)
         run = _open(broker, "pub", b"t/q")
-        assert run is not None
+        assert isinstance(run, Run)
         assert run.qos1 is not None
         assert [s.client_id for s in run.qos1] == ["q1"]
         [(_, outs)] = run.plain_qos1  # QoS 0 copies of a QoS 1 message: q0's only
         assert [id(o) for o in outs] == [id(_conn(broker, "q0").out)]
         stored = _open(broker, "pub", b"t/k")  # keeper's QoS 1 copy is stored first
-        assert stored is not None
+        assert isinstance(stored, Run)
         assert stored.qos1 is None
+        # A QoS 1 run: a stored run, its messages in keeper's pending entries.
+        kept = _open(broker, "pub", b"t/k", qos=1)
+        assert isinstance(kept, StoredRun)
+        [target] = kept.pend_index
+        keeper_session = _conn(broker, "keeper").session
+        assert keeper_session is not None
+        assert kept.deliveries[target].client == keeper_session.num
+        assert kept.subject.startswith("$MQTT.pend.")
+        await keeper.send(Subscribe(2, (Subscription(b"t/2", 1),)))
+        keeper2 = await _client(broker, "keeper2", session_expiry_interval=600)
+        await keeper2.send(Subscribe(1, (Subscription(b"t/2", 1),)))
+        for c in (keeper, keeper2):
+            with trio.fail_after(5):
+                assert isinstance(await c.next(), Suback)
+        # Two persistent sessions: the message is stored once for both (on_publish's).
+        both = _open(broker, "pub", b"t/2", qos=1)
+        assert isinstance(both, Run)
+        assert both.qos1 is None
         nobody = _open(broker, "pub", b"t/none")  # PUBACK 0x10: on_publish's
-        assert nobody is not None
+        assert isinstance(nobody, Run)
         assert nobody.qos1 is None
-        for c in (pub, q1, q0, keeper):
+        for c in (pub, q1, q0, keeper, keeper2):
             c.close()
 
     run_with_broker(tmp_path, body)

@@ -87,6 +87,23 @@ def test_a_full_disk_refuses_publishes_and_the_broker_goes_on(tmp_path: pathlib.
             with pytest.raises(Closed):
                 old.next()
 
+        # A burst in one chunk (a stored run: its messages share one step): each refused,
+        # in order; a 3.1.1 one closes the connection without a PUBACK.
+        with RawClient(port) as burst:
+            burst.connect("burst")
+            pubs = [Publish(b"fill/x", payload(i), 1, packet_id=i + 1) for i in range(10)]
+            burst.send_raw(b"".join(burst.encode(p) for p in pubs))
+            for i in range(10):
+                ack = burst.expect(Puback)
+                assert (ack.packet_id, ack.reason_code) == (i + 1, ReasonCode.UNSPECIFIED_ERROR)
+                assert ack.properties.reason_string == "the broker could not store it"
+        with RawClient(port, version=ProtocolVersion.MQTT_3_1_1) as old:
+            old.connect("old-burst")
+            pubs = [Publish(b"fill/x", payload(i), 1, packet_id=i + 1) for i in range(5)]
+            old.send_raw(b"".join(old.encode(p) for p in pubs))
+            with pytest.raises(Closed):
+                old.next()
+
         # Traffic that needs no storage goes on meanwhile.
         with RawClient(port) as listener, RawClient(port) as talker:
             listener.connect("listener")
