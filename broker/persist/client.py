@@ -487,6 +487,12 @@ class StoreClient:
             batch.ops.extend(ops)
             batch.deletes.extend(ops)
 
+    def fire_delete(self, op: store.DeleteMsg) -> None:
+        """:meth:`fire_deletes` of one."""
+        batch = self.open_batch()
+        batch.ops.append(op)
+        batch.deletes.append(op)
+
     # -- deletions that failed (a full disk) ---------------------------------------------------
 
     def _deletes_done(self, deletes: list[store.DeleteMsg], fut: StoreFuture) -> None:

@@ -314,9 +314,17 @@ class Persistence:
 
     def copy_done(self, session: Session, og: Outgoing) -> None:
         """PUBACK / PUBCOMP (or a copy skipped or expired): forget its pending entry."""
-        ops: list[store.DeleteMsg] = []
-        self._release_copy(og, ops)
-        self.client.fire_deletes(ops)
+        pend_seq = og.pend_seq
+        if not pend_seq:
+            return
+        og.pend_seq = 0
+        key = og.message.key
+        if key:
+            ops: list[store.DeleteMsg] = []
+            self._release(pend_seq, key, ops)
+            self.client.fire_deletes(ops)
+        else:  # (the common case: the entry held the message; per acknowledged copy)
+            self.client.fire_delete(store.DeleteMsg(PEND, pend_seq))
 
     def stage_copies(
         self, session: Session, entries: Sequence[tuple[Outgoing, int, int]]
