@@ -16,7 +16,7 @@ advisories) are handed to the hook after the commit.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from store import admin, keys, slices
@@ -222,6 +222,10 @@ class Engine:
                     # The hot paths skip the dispatch below.
                     if type(op) is Publish:
                         res: OpResult = publish(ctx, op)
+                        if i < n and type(res) is PubAck and type(ops[i]) is Publish:
+                            results.append(res)
+                            i = self._publish_alike(ctx, ops, i, op, results)
+                            continue
                     elif type(op) is DeleteMsg:
                         if i < n and type(ops[i]) is DeleteMsg:
                             # With the deletions after it, a walk per stream (their
@@ -362,6 +366,39 @@ class Engine:
                 c.counts.on_append(res.ack.seq, op.subject)
             return slices.rollup(self.catalog, ctx, st, res.plan, res.ack)
         return res
+
+    def _publish_alike(
+        self, ctx: Ctx, ops: Sequence[Any], i: int, first: Publish, results: list[Any]
+    ) -> int:
+        """After ``first`` was stored as a new message: the ``Publish`` operations from
+        ``ops[i]`` on to its stream and subject with its header block (the same bytes
+        object: the broker's records of one run), appended without the checks that held
+        for it when none depends on the message or the stream's state
+        (``StreamRt.takes_as_is``), their results appended; where they end."""
+        headers = first.headers
+        if type(headers) is not bytes or b"Nats-" in headers:
+            return i
+        subject = first.subject
+        stream = first.stream
+        st = self.catalog.capture(subject) if stream is None else self.catalog.streams.get(stream)
+        if st is None or not st.takes_as_is():
+            return i
+        n = len(ops)
+        while i < n:
+            op = ops[i]
+            if (
+                type(op) is not Publish
+                or op.headers is not headers
+                or op.subject != subject
+                or op.stream != stream
+            ):
+                break
+            res = st.append_as_is(ctx, subject, headers, op.payload)
+            if res is None:
+                break
+            results.append(res)
+            i += 1
+        return i
 
     def _retention_remove(self, ctx: Ctx, st: Stream, seq: int) -> None:
         if st.config.retention == "limits":

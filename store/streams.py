@@ -18,7 +18,6 @@ are ``num_deleted = last_seq - first_seq + 1 - messages``.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
-from functools import lru_cache
 from itertools import islice
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
@@ -28,12 +27,11 @@ from store.dedupe import Dedupe
 from store.errors import JetStreamError, js_error
 from store.models import StreamConfig
 from store.ops import Headers, PubAck
+from store.pubsyntax import DISABLED_FEATURES, header_name_ok, parse_u64, publish_subject_ok
 from store.purgeplan import PurgePlan
 from store.subjects import is_valid_subject, matcher
 from store.subjrecs import SubjectRecords
 
-_HEADER_BAD = frozenset("\r\n")
-MAX_SUBJECT = 480  # bytes: keeps every index key under LMDB's 511-byte key limit
 # Per stream: subjects whose packers (keys.subject_packers, ≈270 bytes each) are kept; the
 # cache is dropped when full (the broker's message subjects are unique: they only fill it).
 MAX_CACHED_PACKERS = 16_384
@@ -263,6 +261,70 @@ class StreamRt(Generic[C]):
 
     # -- append --------------------------------------------------------------------------
 
+    def _write(
+        self,
+        ctx: Ctx,
+        subject: str,
+        packers: keys.SubjectPackers,
+        seq: int,
+        block: bytes,
+        payload: bytes,
+        nbytes: int,
+    ) -> int:
+        """Store message ``seq`` (the stream's next) and count it; its subject's count."""
+        now = ctx.now
+        subj_b = packers.utf8
+        subj_len = len(subj_b)
+        head = packers.record_head(MSG_RECORD_VERSION, now, subj_len, subj_b, len(block))
+        ctx.msgs_cur.put(
+            _pack_msg_key(self.sid, seq), head + block + payload if block else head + payload
+        )
+        ctx.subjects_cur.put(packers.index_key(self.sid, seq >> EPOCH_SHIFT, subj_b, seq), b"")
+        count = self.subj.index_append(ctx, subject, seq, packers.count_key)
+        if not self.messages:
+            self.first_seq = seq
+            self.first_ts = now
+        self.last_seq = seq
+        self.last_ts = now
+        self.messages += 1
+        self.bytes += nbytes
+        return count
+
+    def takes_as_is(self) -> bool:
+        """No check of :meth:`publish` depends on the stream's state or the message's size
+        (not sealed, limits retention without a limit, no maximum message size, no
+        consumer): a message to a subject and with a header block (encoded, no ``Nats-``
+        name) this stream just took as a new message takes the next seq the same way
+        (:meth:`append_as_is`)."""
+        cfg = self.config
+        return not (
+            cfg.sealed
+            or self.consumers
+            or cfg.retention != "limits"
+            or cfg.max_msgs > 0
+            or cfg.max_bytes > 0
+            or cfg.max_msgs_per_subject > 0
+            or cfg.max_msg_size >= 0
+        )
+
+    def append_as_is(self, ctx: Ctx, subject: str, block: bytes, payload: bytes) -> PubAck | None:
+        """:meth:`publish` of a message whose checks held for the one before it (see
+        :meth:`takes_as_is`), without them; None (nothing done) at the end of the
+        sequence space, which :meth:`publish` answers."""
+        seq = self.last_seq + 1
+        if seq > keys.MAX_SEQ:
+            return None
+        subj = self.subj
+        packers = subj.packers.get(subject)
+        if packers is None:
+            packers = keys.subject_packers(self.sid_b, subject.encode())
+            if len(subj.packers) >= MAX_CACHED_PACKERS:
+                subj.packers.clear()
+            subj.packers[subject] = packers  # (the subject repeats: this is its second)
+        nbytes = keys.msg_bytes(len(packers.utf8), len(block), len(payload))
+        self._write(ctx, subject, packers, seq, block, payload, nbytes)
+        return _new_tuple(PubAck, (self.name, seq, False))
+
     def publish(
         self,
         ctx: Ctx,
@@ -282,7 +344,7 @@ class StreamRt(Generic[C]):
         packers = subj.packers.get(subject)
         cache_packers = False
         if packers is None:
-            if not _publish_subject_ok(subject):
+            if not publish_subject_ok(subject):
                 return js_error("bad_header", err=f"invalid subject {subject[:64]!r}")
             packers = keys.subject_packers(self.sid_b, subject.encode())
             cache_packers = True  # once the subject is seen to repeat (below)
@@ -347,24 +409,11 @@ class StreamRt(Generic[C]):
             ):
                 return js_error("store_failed", err="maximum bytes exceeded")
         # -- every check passed: write ------------------------------------------------
-        now = ctx.now
-        head = packers.record_head(MSG_RECORD_VERSION, now, subj_len, subj_b, len(block))
-        ctx.msgs_cur.put(
-            _pack_msg_key(self.sid, seq), head + block + payload if block else head + payload
-        )
-        ctx.subjects_cur.put(packers.index_key(self.sid, seq >> EPOCH_SHIFT, subj_b, seq), b"")
-        count = subj.index_append(ctx, subject, seq, packers.count_key)
+        count = self._write(ctx, subject, packers, seq, block, payload, nbytes)
         if cache_packers and count > 1:  # it repeats (unique subjects would only churn it)
             if len(subj.packers) >= MAX_CACHED_PACKERS:
                 subj.packers.clear()
             subj.packers[subject] = packers
-        if not self.messages:
-            self.first_seq = seq
-            self.first_ts = now
-        self.last_seq = seq
-        self.last_ts = now
-        self.messages += 1
-        self.bytes += nbytes
         if msg_id:
             self.dedupe.record(ctx, msg_id, seq, cfg.duplicate_window)
         # Limits that drop old messages.
@@ -417,7 +466,7 @@ class StreamRt(Generic[C]):
         cfg = self.config
         nats = False
         for k, v in headers:
-            if not _header_name_ok(k):
+            if not header_name_ok(k):
                 return js_error("bad_header", err=f"invalid header name {k!r}")
             if "\r" in v or "\n" in v:
                 return js_error("bad_header", err=f"invalid header value for {k!r}")
@@ -429,7 +478,7 @@ class StreamRt(Generic[C]):
         # As nats-server 2.15.1 (measured): features it has and streams enable are refused
         # as disabled (this store has none of them); an empty expected-*/rollup header is
         # no header; a sequence that does not parse expects seq 0.
-        for gate, err in _DISABLED_FEATURES:
+        for gate, err in DISABLED_FEATURES:
             if gate in hdr:
                 return js_error(err)
         exp_stream = hdr.get("Nats-Expected-Stream")
@@ -438,7 +487,7 @@ class StreamRt(Generic[C]):
         subj_seq_subject = hdr.get("Nats-Expected-Last-Subject-Sequence-Subject")
         raw = hdr.get("Nats-Expected-Last-Subject-Sequence")
         if raw:
-            want = _parse_u64(raw) or 0
+            want = parse_u64(raw) or 0
             on = subj_seq_subject or subject
             if not is_valid_subject(on):
                 return js_error("bad_header", err="invalid expected last subject sequence subject")
@@ -449,7 +498,7 @@ class StreamRt(Generic[C]):
             return js_error("expected_subject_seq_required")
         raw = hdr.get("Nats-Expected-Last-Sequence")
         if raw:
-            want = _parse_u64(raw) or 0
+            want = parse_u64(raw) or 0
             if self.last_seq != want:
                 return js_error("wrong_last_sequence", seq=self.last_seq)
         msg_id = hdr.get("Nats-Msg-Id")
@@ -522,41 +571,3 @@ class StreamRt(Generic[C]):
         if self.config.max_age <= 0 or not self.messages or not self.first_ts:
             return 0
         return self.first_ts + self.config.max_age
-
-
-# Headers of nats-server features a stream must enable, none of which this store has.
-_DISABLED_FEATURES = (
-    ("Nats-Batch-Id", "atomic_publish_disabled"),
-    ("Nats-Incr", "counters_disabled"),
-    ("Nats-Schedule", "schedules_disabled"),
-)
-
-
-@lru_cache(maxsize=1024)
-def _header_name_ok(name: str) -> bool:
-    """Header names repeat (the broker sends the same four on every message): cached."""
-    return bool(name) and not any(c in _HEADER_BAD or c == ":" or c.isspace() for c in name)
-
-
-def _publish_subject_ok(subject: str) -> bool:
-    # More characters than MAX_SUBJECT bytes can hold: refused without entering the cache
-    # (whose keys stay short: a topic, and so a subject, may be 65,535 bytes).
-    return len(subject) <= MAX_SUBJECT and _short_subject_ok(subject)
-
-
-@lru_cache(maxsize=65536)
-def _short_subject_ok(subject: str) -> bool:
-    if not is_valid_subject(subject, wildcards=False):
-        return False
-    try:
-        return len(subject.encode()) <= MAX_SUBJECT
-    except UnicodeEncodeError:  # a lone surrogate has no UTF-8
-        return False
-
-
-def _parse_u64(raw: str) -> int | None:
-    raw = raw.strip()
-    if not (raw.isascii() and raw.isdigit()):  # str.isdigit takes other scripts' digits
-        return None
-    n = int(raw)
-    return n if n <= keys.MAX_U64 else None

@@ -1,4 +1,5 @@
-"""Deletions in runs (store.rundelete) equal the same deletions one by one.
+"""Deletions in runs (store.rundelete) and publishes in runs (``Engine._publish_alike``)
+equal the same operations one by one.
 
 The engine removes a run of ``DeleteMsg`` operations within one job's operation list in
 one walk per stream. A differential test applies the same batches to two stores

@@ -27,7 +27,7 @@ from store import (
     PurgeStream,
     Store,
     StreamConfig,
-    streams,
+    pubsyntax,
     subjects,
 )
 from store.acks import ack_from_payload, parse_ack_reply
@@ -560,7 +560,7 @@ def test_a_long_subject_is_refused_and_leaves_no_cached_key(store: Store) -> Non
     a cache of 65,536 of them would hold GiBs."""
     _stream(store)
     long_subject = "s." + "t" * 60_000
-    ok_before = streams._short_subject_ok.cache_info()
+    ok_before = pubsyntax._short_subject_ok.cache_info()
     res = store.submit([Publish(long_subject, b"x"), Publish(long_subject, b"x", stream="S")])
     for r in res.result(timeout=10):
         assert isinstance(r, JetStreamError)
@@ -568,7 +568,7 @@ def test_a_long_subject_is_refused_and_leaves_no_cached_key(store: Store) -> Non
         assert "invalid subject" in r.description
     assert long_subject not in store._engine.catalog._capture
     # Neither cache was asked about it (no hit, no miss: it never became a key).
-    assert streams._short_subject_ok.cache_info()[:2] == ok_before[:2]
+    assert pubsyntax._short_subject_ok.cache_info()[:2] == ok_before[:2]
     # Matched against a filter with a wildcard token (the stream's "s.>" takes a prefix
     # test, no tokens), the long subject is split every time, never a cached key.
     assert subjects.subject_matches("s.*", "s.t")
