@@ -290,6 +290,13 @@ class StreamRt(Generic[C]):
         self.bytes += nbytes
         return count
 
+    def _cache_packers(self, subject: str, packers: keys.SubjectPackers) -> keys.SubjectPackers:
+        cache = self.subj.packers
+        if len(cache) >= MAX_CACHED_PACKERS:
+            cache.clear()
+        cache[subject] = packers
+        return packers
+
     def takes_as_is(self) -> bool:
         """No check of :meth:`publish` depends on the stream's state or the message's size
         (not sealed, limits retention without a limit, no maximum message size, no
@@ -316,11 +323,10 @@ class StreamRt(Generic[C]):
             return None
         subj = self.subj
         packers = subj.packers.get(subject)
-        if packers is None:
-            packers = keys.subject_packers(self.sid_b, subject.encode())
-            if len(subj.packers) >= MAX_CACHED_PACKERS:
-                subj.packers.clear()
-            subj.packers[subject] = packers  # (the subject repeats: this is its second)
+        if packers is None:  # (the subject repeats: this is its second)
+            packers = self._cache_packers(
+                subject, keys.subject_packers(self.sid_b, subject.encode())
+            )
         nbytes = keys.msg_bytes(len(packers.utf8), len(block), len(payload))
         self._write(ctx, subject, packers, seq, block, payload, nbytes)
         return _new_tuple(PubAck, (self.name, seq, False))
@@ -411,9 +417,7 @@ class StreamRt(Generic[C]):
         # -- every check passed: write ------------------------------------------------
         count = self._write(ctx, subject, packers, seq, block, payload, nbytes)
         if cache_packers and count > 1:  # it repeats (unique subjects would only churn it)
-            if len(subj.packers) >= MAX_CACHED_PACKERS:
-                subj.packers.clear()
-            subj.packers[subject] = packers
+            self._cache_packers(subject, packers)
         if msg_id:
             self.dedupe.record(ctx, msg_id, seq, cfg.duplicate_window)
         # Limits that drop old messages.

@@ -521,7 +521,8 @@ class ClientConnection:
                         eager = True
                 if run is not None and run.forward(event):
                     if eager and run.stored:
-                        eager = drop_eager(runs)
+                        drop_eager(runs)
+                        eager = False
                 else:
                     on_publish(event)
                     if topic[:1] == b"$":
@@ -532,7 +533,8 @@ class ClientConnection:
                     else:
                         seen.add(topic)
                         if eager and not out.idle():
-                            eager = drop_eager(runs)
+                            drop_eager(runs)
+                            eager = False
             if self.closing:
                 break
         return bool(events)

@@ -66,8 +66,8 @@ if TYPE_CHECKING:
     from broker.core.stats import Stats
     from broker.mqtt.packets import Publish
     from broker.net.inbound import Inbound
-    from broker.net.link import Link
     from broker.persist.client import Batch, PublishPlan
+    from broker.persist.state import Persistence
 
 _V5 = ProtocolVersion.MQTT_5
 Groups = list[tuple[bytes, list[Output]]]  # (plain_qos0_prefix, the outputs taking those bytes)
@@ -135,12 +135,14 @@ class StoredRun:
 
     __slots__ = (
         "block",
-        "conn",
         "deliveries",
         "group",
+        "hub",
         "inbound",
+        "origin",
         "out",
         "pend_index",
+        "persist",
         "stats",
         "subject",
     )
@@ -156,9 +158,14 @@ class StoredRun:
         block: bytes,
     ) -> None:
         self.inbound = inbound
-        self.conn: Link = inbound.conn
         self.out: Output = inbound.out
-        self.stats: Stats = inbound.conn.broker.stats
+        conn = inbound.conn
+        assert conn.session is not None
+        self.origin = conn.session.num  # the publisher's client number
+        broker = conn.broker
+        self.hub: Hub = broker.hub
+        self.persist: Persistence = broker.persist
+        self.stats: Stats = broker.stats
         self.deliveries = deliveries
         self.pend_index = pend_index  # the persistent session's delivery -> its entry
         self.subject = subject
@@ -174,11 +181,8 @@ class StoredRun:
         stats = self.stats
         stats.publish_received += 1
         stats.publish_bytes_received += len(payload)
-        conn = self.conn
-        assert conn.session is not None
-        broker = conn.broker
-        msg = AppMessage(p, None, conn.session.num)
-        plan = broker.persist.plan_entry(self.subject, self.block, payload, self.pend_index)
+        msg = AppMessage(p, None, self.origin)
+        plan = self.persist.plan_entry(self.subject, self.block, payload, self.pend_index)
         group = self.group
         out = self.out
         if group is None or group.batch is not plan.batch or out.last_step() is not group:
@@ -201,7 +205,7 @@ class StoredGroup:
 
     def __call__(self) -> None:
         run = self.run
-        hub = run.conn.broker.hub
+        hub = run.hub
         deliveries = run.deliveries
         out = run.out
         observe = run.stats.publish_ack.observe
@@ -312,9 +316,8 @@ def _groups(topic: bytes, v5: list[Output], v3: list[Output]) -> Groups:
     return groups
 
 
-def drop_eager(runs: dict[bytes, Run | StoredRun | None]) -> bool:
+def drop_eager(runs: dict[bytes, Run | StoredRun | None]) -> None:
     """A step now waits: forget the runs that acknowledge at once (their topics may open a
-    stored run). False: none is left."""
+    stored run)."""
     for topic in [t for t, r in runs.items() if r is not None and not r.stored]:
         del runs[topic]
-    return False
