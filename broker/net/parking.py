@@ -24,6 +24,12 @@ without the codec machine, and after a round that answered only PINGREQs, on a b
 served no other packet for ``IDLE_QUIET_SECONDS``, the watcher waits
 ``IDLE_GATHER_SECONDS`` before it looks again, so one wake-up serves several PINGREQs
 (measured: ``scripts/bench_idle.py``).
+
+Keep-alive deadlines are looked at on a grid of ``DEADLINE_GRAIN_SECONDS``: the watcher's
+wait ends at the first grid point at or after the earliest deadline, and that one wake-up
+handles every deadline up to it. 10,000 clients keeping alive every 20 s move a deadline
+past every 2 ms, and each wake-up of its own cost trio a cancellation; a client is told
+its keep alive ran out at most a grain late (mosquitto looks once a second).
 """
 
 from __future__ import annotations
@@ -48,6 +54,14 @@ log = logging.getLogger("jetmq.parking")
 # costs trio a cancellation (≈ 200 µs of CPU here, measured): at 10 ms the rounds were
 # a third of the idle broker's CPU (4.4 % of a core vs 3.15 % at 25 ms, bench_idle.py).
 IDLE_GATHER_SECONDS = 0.025
+# Keep-alive and connect-timeout deadlines are acted on at the next multiple of this: one
+# wake-up for all that pass within it (idle 10,000 clients: ~20 % less CPU, bench_idle.py).
+DEADLINE_GRAIN_SECONDS = 0.25
+
+
+def _on_grain(deadline: float) -> float:
+    """The first multiple of ``DEADLINE_GRAIN_SECONDS`` at or after ``deadline``."""
+    return math.ceil(deadline / DEADLINE_GRAIN_SECONDS) * DEADLINE_GRAIN_SECONDS
 
 
 class Parkable(Protocol):
@@ -164,8 +178,10 @@ class Parking:
             heapq.heapify(deadlines)
         heapq.heappush(deadlines, (deadline, tag, fd))
         scope = self._scope
-        if scope is not None and deadline < scope.deadline:
-            scope.deadline = deadline
+        if scope is not None:
+            grained = _on_grain(deadline)
+            if grained < scope.deadline:
+                scope.deadline = grained
 
     def _live(self, entry: tuple[float, int, int]) -> bool:
         parked = self._parked.get(entry[2])
@@ -205,8 +221,9 @@ class Parking:
         while True:
             while deadlines and not self._live(deadlines[0]):
                 heapq.heappop(deadlines)  # unparked meanwhile
-            # One cancel scope per deadline that passes, not per wake-up.
-            with trio.CancelScope(deadline=deadlines[0][0] if deadlines else math.inf) as scope:
+            # One cancel scope per grain in which deadlines pass, not per wake-up.
+            first = _on_grain(deadlines[0][0]) if deadlines else math.inf
+            with trio.CancelScope(deadline=first) as scope:
                 self._scope = scope
                 while True:
                     await trio.lowlevel.wait_readable(epoll)

@@ -32,7 +32,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
-from broker.net.parking import Parking
+from broker.net.parking import DEADLINE_GRAIN_SECONDS, Parking
 from broker.net.runtime import Broker
 from tests.broker.harness import run_with_broker
 from tests.broker.memclient import SockClient
@@ -368,6 +368,49 @@ def test_deadlines_of_unparked_connections_do_not_pile_up() -> None:
         parking.close()
         a.close()
         b.close()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0.01))
+
+
+class _Timed(_Conn):
+    def __init__(self, until: float) -> None:
+        super().__init__(until)
+        self.at: list[float] = []
+
+    def unparked(self, expired: bool) -> None:
+        super().unparked(expired)
+        self.at.append(trio.current_time())
+
+
+def test_deadlines_within_one_grain_are_handled_in_one_wake_up() -> None:
+    grain = DEADLINE_GRAIN_SECONDS
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            parking = Parking(lambda conn: nursery.start_soon(conn.run), _nothing, _nothing)
+            nursery.start_soon(parking.run)
+            # Twenty deadlines spread inside one grain (40 grains from the start), and one
+            # in the grain after it.
+            start = 40 * grain
+            spread = [start + grain * (i + 1) / 21 for i in range(20)]
+            pairs = [socket.socketpair() for _ in range(21)]
+            conns = [_Timed(d) for d in [*spread, start + 1.5 * grain]]
+            for conn, (a, _b) in zip(conns, pairs, strict=True):
+                assert parking.park(conn, a.fileno(), conn.until)
+            with trio.fail_after(100):
+                for conn in conns:
+                    await conn.started.wait()
+            assert all(conn.expired == [True] for conn in conns)
+            # The twenty at one time: the grain's end, none of them early or a grain late.
+            at = {conn.at[0] for conn in conns[:20]}
+            assert len(at) == 1  # one wake-up
+            assert at.pop() == pytest.approx(start + grain)
+            assert conns[20].at == [pytest.approx(start + 2 * grain)]
+            nursery.cancel_scope.cancel()
+        parking.close()
+        for a, b in pairs:
+            a.close()
+            b.close()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0.01))
 
