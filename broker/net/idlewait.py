@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import select
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -56,16 +57,19 @@ class _Steps(trio.abc.Instrument):
 class IdleWait:
     def __init__(self, runner: Any, trio_epoll_fd: int, epoll_fd: int) -> None:
         # Every part of the runner read first: a missing one raises before trio counts.
-        self._next_deadline = runner.deadlines.next_deadline
-        self._queued = runner.entry_queue.size
-        self._now = runner.clock.current_time
+        self._next_deadline: Callable[[], float] = runner.deadlines.next_deadline
+        self._queued: Callable[[], int] = runner.entry_queue.size
+        self._now: Callable[[], float] = runner.clock.current_time
         self._steps = _Steps(runner.runq)
         self._trio_fd = trio_epoll_fd
         self._poll = select.poll()
         self._poll.register(trio_epoll_fd, select.POLLIN)
         self._poll.register(epoll_fd, select.POLLIN)
+        self._trio_poll = select.poll()  # pauses: the parked sockets are left to gather
+        self._trio_poll.register(trio_epoll_fd, select.POLLIN)
         self.waits = 0  # waits begun in place (tests, profiles)
         self.rounds = 0  # of them, those that ended with the parked sockets ready
+        self.pauses = 0  # pauses that took their whole time in place
         trio.lowlevel.add_instrument(self._steps)
 
     @classmethod
@@ -100,6 +104,22 @@ class IdleWait:
             self.rounds += 1
             return True
         return False
+
+    def pause(self, seconds: float) -> float:
+        """Block for ``seconds`` without looking at the parked sockets (the watcher lets
+        PINGREQs gather) while trio has nothing to do; 0.0 when the whole time passed here,
+        else what is left of it, for trio's own sleep: at once when a task is runnable, a
+        callback queued or a deadline of trio's comes first; when trio's descriptors have
+        an event, the rest."""
+        if self._steps.pending or self._queued():
+            return seconds
+        now = self._now()
+        if self._next_deadline() - now < seconds:
+            return seconds
+        if self._trio_poll.poll(math.ceil(seconds * 1000)):
+            return max(now + seconds - self._now(), 0.0)
+        self.pauses += 1
+        return 0.0
 
     def close(self) -> None:
         """The watcher ends: trio stops counting for it."""

@@ -251,7 +251,13 @@ class Parking:
                     # a packet arriving meanwhile waits at most this long), until a round
                     # finds no PINGREQ or something else.
                     while True:
-                        await trio.sleep(IDLE_GATHER_SECONDS)
+                        # In place while trio has nothing to do: a trio sleep is a
+                        # cancellation, each time.
+                        left = (
+                            IDLE_GATHER_SECONDS if idle is None else idle.pause(IDLE_GATHER_SECONDS)
+                        )
+                        if left:
+                            await trio.sleep(left)
                         if not self._serve_ready():
                             break
                     self._last_round = trio.current_time()

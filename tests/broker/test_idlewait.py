@@ -28,6 +28,8 @@ from broker.mqtt.packets import (
     Connack,
     Connect,
     Packet,
+    Pingreq,
+    Pingresp,
     Puback,
     Publish,
     Suback,
@@ -35,6 +37,7 @@ from broker.mqtt.packets import (
     Subscription,
 )
 from broker.net.idlewait import MAX_WAIT_SECONDS, IdleWait
+from broker.net.parking import IDLE_QUIET_SECONDS
 from broker.net.runtime import Broker
 from broker.net.transport import prepare_socket
 from tests.broker.harness import make_config, running_broker
@@ -263,3 +266,65 @@ def test_new_clients_are_accepted_while_the_watcher_waits_in_place(
             for c in clients:
                 c.disconnect()
                 c.loop_stop()
+
+
+def test_pingreqs_gather_in_place_and_trio_work_is_on_time(tmp_path: pathlib.Path) -> None:
+    """A broker doing nothing but answering PINGREQs lets them gather between rounds
+    (``IDLE_GATHER_SECONDS``), paused in place: PINGRESPs still come within a gathering,
+    and a sleep of another task, a call from another thread and a new client's CONNECT
+    are handled on time during the pauses."""
+
+    async def body(broker: Broker) -> None:
+        pinger = _ThreadClient(broker, "pinger")
+        in_place = await _in_place(broker)
+        gathering = threading.Event()  # the broker has served only PINGREQs long enough
+        stop = threading.Event()
+        slowest: list[float] = [0.0]
+
+        def ping() -> None:
+            assert isinstance(pinger.next(), Connack)
+            quiet_from = time.monotonic()
+            while not stop.is_set():
+                started = time.monotonic()
+                pinger.send(Pingreq())
+                assert isinstance(pinger.next(), Pingresp)
+                took = time.monotonic() - started
+                if started - quiet_from > IDLE_QUIET_SECONDS:
+                    slowest[0] = max(slowest[0], took)
+                    if in_place.pauses:
+                        gathering.set()
+                time.sleep(0.005)  # faster than one round per gathering: they gather
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, ping)
+            with trio.fail_after(10):
+                await trio.to_thread.run_sync(gathering.wait)
+            # A sleep ends on time.
+            started = trio.current_time()
+            await trio.sleep(0.05)
+            assert trio.current_time() - started < STALL
+            # A call from another thread runs on time.
+            token = trio.lowlevel.current_trio_token()
+            done = trio.Event()
+            called: list[float] = []
+
+            def call() -> None:
+                called.append(time.monotonic())
+                done.set()
+
+            asked = time.monotonic()
+            threading.Thread(target=token.run_sync_soon, args=(call,)).start()
+            with trio.fail_after(5):
+                await done.wait()
+            assert called[0] - asked < STALL
+            # A new client is answered on time.
+            started = trio.current_time()
+            late = await _connected(broker, "late")
+            assert trio.current_time() - started < STALL
+            late.close()
+            stop.set()
+        assert in_place.pauses > 0
+        assert slowest[0] < STALL  # each PINGRESP within a gathering, and some slack
+        pinger.sock.close()
+
+    _run(tmp_path, body)
