@@ -49,10 +49,11 @@ from broker.net.idlewait import IdleWait
 log = logging.getLogger("jetmq.parking")
 
 # After a round of answered PINGREQs the watcher waits this long before it looks again,
-# so one wake-up of the trio loop serves the PINGREQs of that time (10,000 clients with
-# a 20 s keep alive: 500 a second, about 12 a round) instead of one each. A timed wait
-# costs trio a cancellation (≈ 200 µs of CPU here, measured): at 10 ms the rounds were
-# a third of the idle broker's CPU (4.4 % of a core vs 3.15 % at 25 ms, bench_idle.py).
+# so one round serves the PINGREQs of that time (10,000 clients with a 20 s keep alive:
+# 500 a second, about 12 a round) instead of one each. The wait is a pause in place
+# (IdleWait.pause: a poll) while trio has nothing to do, else a trio sleep, which costs a
+# cancellation (≈ 200 µs of CPU here: at 10 ms such rounds were a third of the idle
+# broker's CPU, bench_idle.py). It is also how long a packet may wait on an idle broker.
 IDLE_GATHER_SECONDS = 0.025
 # Keep-alive and connect-timeout deadlines are acted on at the next multiple of this: one
 # wake-up for all that pass within it (idle 10,000 clients: ~20 % less CPU, bench_idle.py).
