@@ -105,12 +105,12 @@ class IdleWait:
             return True
         return False
 
-    def pause(self, seconds: float) -> float:
+    def pause(self, seconds: float) -> float | None:
         """Block for ``seconds`` without looking at the parked sockets (the watcher lets
-        PINGREQs gather) while trio has nothing to do; 0.0 when the whole time passed here,
-        else what is left of it, for trio's own sleep: at once when a task is runnable, a
-        callback queued or a deadline of trio's comes first; when trio's descriptors have
-        an event, the rest."""
+        PINGREQs gather) while trio has nothing to do. None when the whole time passed
+        here; else what is left of it (0 or more) for a trio sleep, which lets trio do what
+        it has: at once when a task is runnable, a callback queued or a deadline of trio's
+        comes first, and when trio's descriptors have an event."""
         if self._steps.pending or self._queued():
             return seconds
         now = self._now()
@@ -119,7 +119,7 @@ class IdleWait:
         if self._trio_poll.poll(math.ceil(seconds * 1000)):
             return max(now + seconds - self._now(), 0.0)
         self.pauses += 1
-        return 0.0
+        return None
 
     def close(self) -> None:
         """The watcher ends: trio stops counting for it."""
