@@ -7,6 +7,7 @@ and check order, QoS 2, acknowledgements, and that nothing is left in the store.
 from __future__ import annotations
 
 import logging
+import math
 import pathlib
 from collections.abc import Callable
 
@@ -231,6 +232,11 @@ def test_an_offline_session_keeps_no_message_in_ram_and_expiry_holds(
     count = PAGE_MESSAGES + 10
 
     async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        # The virtual clock moves only where the test sleeps: while every task waits for a
+        # commit or a page read (the writer or a worker thread, real time), autojump would
+        # skip to the next deadline (the offline session's expiry, the messages' expiry).
+        jump = clock.autojump_threshold
+        clock.autojump_threshold = math.inf
         sub = await MemClient.connect(broker, "mem-sub", properties=KEEP)
         await sub.send(Subscribe(1, (Subscription(b"mem/t", 1),)))
         assert isinstance(await sub.next(), Suback)
@@ -248,7 +254,9 @@ def test_an_offline_session_keeps_no_message_in_ram_and_expiry_holds(
         assert session.backlog is not None
         assert session.queued == count
         assert all(isinstance(item, OnDisk) for item in session.backlog)
+        clock.autojump_threshold = jump
         await trio.sleep(30)
+        clock.autojump_threshold = math.inf
         sub = await MemClient.connect(broker, "mem-sub", clean_start=False, properties=KEEP)
         for i in range(1, count):
             p = await sub.next()
@@ -256,6 +264,7 @@ def test_an_offline_session_keeps_no_message_in_ram_and_expiry_holds(
             assert (p.payload, p.properties.message_expiry_interval) == (b"%06d" % i, 70)
             assert p.packet_id is not None
             await sub.send(Puback(p.packet_id))
+        clock.autojump_threshold = jump
         with trio.move_on_after(5) as waited:
             await sub.next()
         assert waited.cancelled_caught
