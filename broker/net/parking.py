@@ -179,10 +179,8 @@ class Parking:
             heapq.heapify(deadlines)
         heapq.heappush(deadlines, (deadline, tag, fd))
         scope = self._scope
-        if scope is not None:
-            grained = _on_grain(deadline)
-            if grained < scope.deadline:
-                scope.deadline = grained
+        if scope is not None and deadline < scope.deadline:  # (the scope's is on the grid)
+            scope.deadline = _on_grain(deadline)
 
     def _live(self, entry: tuple[float, int, int]) -> bool:
         parked = self._parked.get(entry[2])

@@ -9,6 +9,7 @@ that must ``kill -9`` it; it reports its port on stdout ("listening on").
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import pathlib
 import queue
@@ -234,6 +235,20 @@ class BrokerProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
         return self._reap(30)
+
+
+@contextlib.contextmanager
+def clock_held(clock: trio.testing.MockClock) -> Iterator[None]:
+    """The virtual clock does not jump while the test waits for real work (a commit on
+    the writer thread, a page read in a worker thread): with autojump, every task waiting
+    for it longer than the threshold would skip to the next deadline (a session's expiry,
+    a message's)."""
+    jump = clock.autojump_threshold
+    clock.autojump_threshold = math.inf
+    try:
+        yield
+    finally:
+        clock.autojump_threshold = jump
 
 
 def run_with_broker(

@@ -7,7 +7,6 @@ and check order, QoS 2, acknowledgements, and that nothing is left in the store.
 from __future__ import annotations
 
 import logging
-import math
 import pathlib
 from collections.abc import Callable
 
@@ -33,7 +32,7 @@ from broker.mqtt.packets import (
 from broker.mqtt.properties import Properties
 from broker.net.runtime import Broker
 from broker.persist import records as persist
-from tests.broker.harness import BrokerThread, run_with_broker
+from tests.broker.harness import BrokerThread, clock_held, run_with_broker
 from tests.broker.memclient import MemClient
 from tests.broker.rawclient import RawClient
 
@@ -232,39 +231,35 @@ def test_an_offline_session_keeps_no_message_in_ram_and_expiry_holds(
     count = PAGE_MESSAGES + 10
 
     async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
-        # The virtual clock moves only where the test sleeps: while every task waits for a
-        # commit or a page read (the writer or a worker thread, real time), autojump would
-        # skip to the next deadline (the offline session's expiry, the messages' expiry).
-        jump = clock.autojump_threshold
-        clock.autojump_threshold = math.inf
-        sub = await MemClient.connect(broker, "mem-sub", properties=KEEP)
-        await sub.send(Subscribe(1, (Subscription(b"mem/t", 1),)))
-        assert isinstance(await sub.next(), Suback)
-        await sub.send(Disconnect())
-        pub = await MemClient.connect(broker, "mem-pub")
-        for i in range(count):
-            lifetime = 10 if i == 0 else 100  # the first one expires while offline
-            props = Properties(message_expiry_interval=lifetime)
-            await pub.send(Publish(b"mem/t", b"%06d" % i, 1, False, packet_id=1, properties=props))
-            assert isinstance(await pub.next(), Puback)
-        session = broker.hub.sessions.get("mem-sub")
-        assert session is not None
-        assert session.conn is None
-        assert not session.queue
-        assert session.backlog is not None
-        assert session.queued == count
-        assert all(isinstance(item, OnDisk) for item in session.backlog)
-        clock.autojump_threshold = jump
+        with clock_held(clock):  # virtual time moves only in the test's two timed waits
+            sub = await MemClient.connect(broker, "mem-sub", properties=KEEP)
+            await sub.send(Subscribe(1, (Subscription(b"mem/t", 1),)))
+            assert isinstance(await sub.next(), Suback)
+            await sub.send(Disconnect())
+            pub = await MemClient.connect(broker, "mem-pub")
+            for i in range(count):
+                lifetime = 10 if i == 0 else 100  # the first one expires while offline
+                props = Properties(message_expiry_interval=lifetime)
+                await pub.send(
+                    Publish(b"mem/t", b"%06d" % i, 1, False, packet_id=1, properties=props)
+                )
+                assert isinstance(await pub.next(), Puback)
+            session = broker.hub.sessions.get("mem-sub")
+            assert session is not None
+            assert session.conn is None
+            assert not session.queue
+            assert session.backlog is not None
+            assert session.queued == count
+            assert all(isinstance(item, OnDisk) for item in session.backlog)
         await trio.sleep(30)
-        clock.autojump_threshold = math.inf
-        sub = await MemClient.connect(broker, "mem-sub", clean_start=False, properties=KEEP)
-        for i in range(1, count):
-            p = await sub.next()
-            assert isinstance(p, Publish)
-            assert (p.payload, p.properties.message_expiry_interval) == (b"%06d" % i, 70)
-            assert p.packet_id is not None
-            await sub.send(Puback(p.packet_id))
-        clock.autojump_threshold = jump
+        with clock_held(clock):
+            sub = await MemClient.connect(broker, "mem-sub", clean_start=False, properties=KEEP)
+            for i in range(1, count):
+                p = await sub.next()
+                assert isinstance(p, Publish)
+                assert (p.payload, p.properties.message_expiry_interval) == (b"%06d" % i, 70)
+                assert p.packet_id is not None
+                await sub.send(Puback(p.packet_id))
         with trio.move_on_after(5) as waited:
             await sub.next()
         assert waited.cancelled_caught
