@@ -1,7 +1,8 @@
 """The README's first command on a fresh copy of the tree, as a new user runs it.
 
 ``./scripts/run`` in a copy of the tree with no ``.venv``: it creates the venv,
-installs jetmq, builds the radix extension and starts the broker. The test waits
+installs jetmq, builds the radix extension, compiles the hot path (mypyc) and starts
+the broker, which says it runs compiled. The test waits
 for its "listening on" line (never a sleep), makes a publish/subscribe round trip
 with paho and stops it with SIGTERM, which must end it cleanly.
 
@@ -37,7 +38,7 @@ from tests.broker.pahoclient import Paho
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(700)]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-INSTALL_TIMEOUT = 600.0  # venv, pip install, radix build, start
+INSTALL_TIMEOUT = 600.0  # venv, pip install, radix build, mypyc build (~2 min), start
 STOP_TIMEOUT = 30.0
 
 
@@ -128,6 +129,8 @@ def test_scripts_run_on_a_fresh_copy_serves_a_round_trip(tmp_path: pathlib.Path)
         assert proc.wait(timeout=STOP_TIMEOUT) == 0, "".join(output)
         reader.join(timeout=STOP_TIMEOUT)
         assert "jetmq: SIGTERM, shutting down" in "".join(output)
+        # scripts/run compiled the hot path (scripts/build_native.py) and the broker uses it.
+        assert "hot path: compiled" in "".join(output)
     finally:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):

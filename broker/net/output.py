@@ -157,7 +157,10 @@ class Output:
             self._in_batch = True
             batch.append(self.flush_direct)
 
-    wake = output_ready  # the core's Peer: queued copies to send (no extra call)
+    def wake(self) -> None:
+        """The core's Peer: queued copies to send (a method, not an alias of
+        :meth:`output_ready`: mypyc compiles no class-level alias)."""
+        self.output_ready()
 
     def kick(self) -> None:
         """Wake the writer, starting it on first need. Before CONNACK and once closing

@@ -51,6 +51,7 @@ from typing import Any, Protocol
 import trio
 
 import store
+from broker import native
 from broker.config import BrokerConfig, KeyNames, ListenerSpec, show_value
 from broker.net.runtime import Broker
 from broker.net.tls import server_context
@@ -265,8 +266,14 @@ async def _main(
             _tune_gc()
             for host, port in addresses:
                 print(f"jetmq: listening on {host}:{port}", flush=True)
+            log = logging.getLogger("jetmq.broker")
+            hot_path = native.state()
+            if hot_path == "compiled" or hot_path.endswith("=0)"):
+                log.info("hot path: %s", hot_path)
+            else:
+                log.warning("hot path: %s", hot_path)
             if deprecated is not None:
-                logging.getLogger("jetmq.broker").warning("%s", deprecated)
+                log.warning("%s", deprecated)
             if supervisor is not None:
                 supervisor.ready(addresses)
             async for signum in signals:

@@ -510,6 +510,7 @@ def test_inbound_topic_alias_mqtt_3_3_2_9() -> None:
     assert deliver(client, server, first) == [Publish(b"a/b", b"1")]
     short = Publish(b"", b"2", properties=Properties(topic_alias=2))
     assert deliver(client, server, short) == [Publish(b"a/b", b"2")]
+    assert server._inbound_aliases == {2: b"a/b"}  # the peer's aliases, as set
     error = refused(server, encode(Publish(b"x", b"", properties=Properties(topic_alias=3)), V5))
     assert error.reason_code is RC.TOPIC_ALIAS_INVALID
 

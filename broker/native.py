@@ -1,0 +1,142 @@
+"""The broker's hot path compiled to C with mypyc, and the guard that keeps a stale build
+out (standard library only: ``broker/__init__.py`` runs it before any other module).
+
+The modules in :data:`MODULES` run per message, per connect and per wake-up. Their source
+stays the one truth: ``scripts/build_native.py`` compiles them in place (an extension
+module next to each ``.py``, which Python's import system prefers, plus the group's
+shared library ``broker/hotpath__mypyc*.so``) and writes :data:`STAMP`, the digest of the sources it
+compiled. Compiled modules call each other natively, so the build is used whole or not
+at all: unless the stamp matches the sources now, and ``JETMQ_NATIVE`` is not ``0``,
+:func:`guard` puts a finder first in ``sys.meta_path`` that loads every one of them from
+its ``.py``. An edited module is never shadowed by an old build; it runs interpreted
+until the next build. :func:`state` says which it is (``jetmq serve`` logs it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+MODULES = (
+    "broker.mqtt.aliases",
+    "broker.mqtt.connect_decoder",
+    "broker.mqtt.connection",
+    "broker.mqtt.decoder",
+    "broker.mqtt.encoder",
+    "broker.mqtt.session",
+    "broker.mqtt.wire",
+    "broker.core.hub",
+    "broker.core.message",
+    "broker.core.queues",
+    "broker.core.router",
+    "broker.core.sessions",
+    "broker.core.stats",
+    "broker.persist.client",
+    "broker.persist.state",
+    "broker.net.connection",
+    "broker.net.handshake",
+    "broker.net.idlewait",
+    "broker.net.inbound",
+    "broker.net.output",
+    "broker.net.parking",
+    "broker.net.runs",
+    "broker.net.transport",
+)
+"""Compiled when built. Sources must pass mypyc (no class-level aliases of methods, no
+``__class__`` assignment to their own classes) and keep their declared types at run time:
+mypyc checks them."""
+
+GROUP = "broker.hotpath"  # mypyc's group: its shared library is broker/hotpath__mypyc*.so
+ROOT = Path(__file__).resolve().parent.parent
+STAMP = Path(__file__).with_name("native.stamp")  # written by the build; not in git
+ENV = "JETMQ_NATIVE"  # "0": run interpreted even when the build is current
+
+
+def source_path(module: str) -> Path:
+    """Where ``module``'s ``.py`` is (its extension module goes beside it)."""
+    return ROOT.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def source_digest() -> str:
+    """The digest of the group's name and every compiled module's name and source."""
+    digest = hashlib.sha256(GROUP.encode() + b"\0")
+    for module in MODULES:
+        digest.update(module.encode() + b"\0")
+        digest.update(source_path(module).read_bytes())
+    return digest.hexdigest()
+
+
+def built(module: str) -> bool:
+    """An extension module of ``module`` is next to its source."""
+    path = source_path(module)
+    return any(
+        path.with_suffix(suffix).exists() for suffix in importlib.machinery.EXTENSION_SUFFIXES
+    )
+
+
+_state: str | None = None
+
+
+def state() -> str:
+    """``"compiled"``, or ``"interpreted (<why>)"``: set by :func:`guard`."""
+    return _state if _state is not None else _decide()
+
+
+def build_state() -> str:
+    """``"compiled"`` when the build is there and current, else why not (the environment
+    variable aside)."""
+    if not all(built(module) for module in (*MODULES, GROUP + "__mypyc")):
+        return "interpreted (not built: scripts/build_native.py)"
+    try:
+        stamp = STAMP.read_text().strip()
+    except OSError:
+        return "interpreted (no build stamp: scripts/build_native.py)"
+    if stamp != source_digest():
+        return "interpreted (sources changed since the build: scripts/build_native.py)"
+    return "compiled"
+
+
+def _decide() -> str:
+    if os.environ.get(ENV, "") == "0":
+        return f"interpreted ({ENV}=0)"
+    return build_state()
+
+
+class _SourceFirst:
+    """A meta path finder of the listed modules' ``.py`` files, ahead of the extension
+    modules beside them."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.names:
+            return None
+        leaf = fullname.rpartition(".")[2] + ".py"
+        for entry in path or ():
+            candidate = os.path.join(entry, leaf)
+            if os.path.isfile(candidate):
+                import importlib.util  # only when interpreted: the fast start stays fast
+
+                return importlib.util.spec_from_file_location(fullname, candidate)
+        return None
+
+
+def guard() -> None:
+    """Decide once per process; unless the build is current, load the sources."""
+    global _state
+    if _state is not None:
+        return
+    _state = _decide()
+    if _state != "compiled":
+        sys.meta_path.insert(0, _SourceFirst(frozenset(MODULES)))
