@@ -6,7 +6,7 @@
 #   REPEAT=1 BENCH_GROUPS="jetmq mosquitto" scripts/bench_broker.sh fanin qos1
 #   scripts/bench_broker.sh idle            # 10,000 idle clients keeping alive (bench_idle.py)
 #
-# Groups: jetmq mosquitto persist amqtt (default: all), pyfloor (scripts/bench_pyfloor.py, a
+# Groups: jetmq mosquitto persist amqtt (default: all), jetmq-pure / persist-pure (below), pyfloor (scripts/bench_pyfloor.py, a
 # null broker in plain Python: the floor of Python per wake-up, for latency/qos1/fanin only:
 #   BENCH_GROUPS="pyfloor mosquitto jetmq" scripts/bench_broker.sh latency
 # ), jetmq-nobs / jetmq-obs (observability
@@ -85,6 +85,10 @@ if old not in src:
 path.write_text(src.replace(old, new))
 PY
 
+# Which hot path the jetmq groups run (broker/native.py): compiled unless the build is
+# missing or older than the sources (then scripts/build_native.py, or ./scripts/test).
+echo "bench_broker: jetmq's hot path: $("$ROOT/.venv/bin/python" -c 'import broker.native as n; print(n.build_state())')"
+
 MQB=$WORK/mqttbench/mqttbench.py
 # MQB_OPTS: more mqttbench options for every group, e.g. one message in flight (the
 # per-message cost without batching, back to back):
@@ -112,6 +116,10 @@ JETMQ_QUIETLOG="sh -c 'rm -rf $WORK/jetmq-data; exec $ROOT/.venv/bin/jetmq serve
 printf '[sys]\ninterval = 1\n[http]\nbind = "127.0.0.1:19850"\n' > "$WORK/obs.toml"
 JETMQ_NOBS="sh -c 'rm -rf $WORK/jetmq-data; exec $ROOT/.venv/bin/jetmq serve --config $WORK/nobs.toml --listen 127.0.0.1:19842 --data-dir $WORK/jetmq-data'"
 JETMQ_OBS="sh -c 'rm -rf $WORK/jetmq-data; (while sleep 1 && kill -0 \$\$ 2>/dev/null; do curl -s -o /dev/null http://127.0.0.1:19850/metrics; done) & exec $ROOT/.venv/bin/jetmq serve --config $WORK/obs.toml --listen 127.0.0.1:19843 --data-dir $WORK/jetmq-data'"
+# "jetmq-pure" / "persist-pure": the same code interpreted (JETMQ_NATIVE=0: the hot path
+# not compiled, broker/native.py), to A/B the mypyc build in one run:
+#   BENCH_GROUPS="jetmq-pure jetmq mosquitto persist-pure persist" scripts/bench_broker.sh
+JETMQ_PURE="sh -c 'rm -rf $WORK/jetmq-pure-data; exec env JETMQ_NATIVE=0 $ROOT/.venv/bin/jetmq serve --config $WORK/bench.toml --listen 127.0.0.1:19845 --data-dir $WORK/jetmq-pure-data'"
 JETMQ_OLD="sh -c 'rm -rf $WORK/jetmq-old-data; exec $OLD/.venv/bin/jetmq serve --config $WORK/bench.toml --listen 127.0.0.1:19841 --data-dir $WORK/jetmq-old-data'"
 
 if [ -n "${ROUNDS:-}" ]; then
@@ -142,6 +150,15 @@ for g in $BENCH_GROUPS; do
     run --label jetmq-old --port 19841 --broker-cmd "$JETMQ_OLD" --broker-log "$WORK/jetmq-old.log" \
         --json "$OUT/jetmq-old.json" $SCENARIOS
     jsons+=("$OUT/jetmq-old.json") ;;
+  jetmq-pure)
+    run --label jetmq-pure --port 19845 --broker-cmd "$JETMQ_PURE" \
+        --broker-log "$WORK/jetmq-pure.log" --json "$OUT/jetmq-pure.json" $SCENARIOS
+    jsons+=("$OUT/jetmq-pure.json") ;;
+  persist-pure)
+    MQB_PERSIST_SUBS=1 run --label jetmq-pure-persist-session --port 19845 \
+        --broker-cmd "$JETMQ_PURE" --broker-log "$WORK/jetmq-pure-persist.log" \
+        --json "$OUT/jetmq-pure-persist.json" $PERSIST_SCENARIOS
+    jsons+=("$OUT/jetmq-pure-persist.json") ;;
   jetmq-nobs)
     run --label jetmq-nobs --port 19842 --broker-cmd "$JETMQ_NOBS" --broker-log "$WORK/jetmq-nobs.log" \
         --json "$OUT/jetmq-nobs.json" $SCENARIOS
