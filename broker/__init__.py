@@ -1,7 +1,7 @@
 """jetmq broker: the MQTT front end and everything that runs on the trio loop."""
 
-from broker import native as _native
+import hotpath
 
-_native.guard()  # before any compiled module loads (broker/native.py)
+hotpath.guard()  # before any compiled module loads (hotpath/__init__.py)
 
 __version__ = "0.1.0"

@@ -85,9 +85,9 @@ if old not in src:
 path.write_text(src.replace(old, new))
 PY
 
-# Which hot path the jetmq groups run (broker/native.py): compiled unless the build is
+# Which hot path the jetmq groups run (hotpath/): compiled unless the build is
 # missing or older than the sources (then scripts/build_native.py, or ./scripts/test).
-echo "bench_broker: jetmq's hot path: $("$ROOT/.venv/bin/python" -c 'import broker.native as n; print(n.build_state())')"
+echo "bench_broker: jetmq's hot path: $("$ROOT/.venv/bin/python" -c 'import hotpath as n; print(n.build_state())')"
 
 MQB=$WORK/mqttbench/mqttbench.py
 # MQB_OPTS: more mqttbench options for every group, e.g. one message in flight (the
@@ -117,7 +117,7 @@ printf '[sys]\ninterval = 1\n[http]\nbind = "127.0.0.1:19850"\n' > "$WORK/obs.to
 JETMQ_NOBS="sh -c 'rm -rf $WORK/jetmq-data; exec $ROOT/.venv/bin/jetmq serve --config $WORK/nobs.toml --listen 127.0.0.1:19842 --data-dir $WORK/jetmq-data'"
 JETMQ_OBS="sh -c 'rm -rf $WORK/jetmq-data; (while sleep 1 && kill -0 \$\$ 2>/dev/null; do curl -s -o /dev/null http://127.0.0.1:19850/metrics; done) & exec $ROOT/.venv/bin/jetmq serve --config $WORK/obs.toml --listen 127.0.0.1:19843 --data-dir $WORK/jetmq-data'"
 # "jetmq-pure" / "persist-pure": the same code interpreted (JETMQ_NATIVE=0: the hot path
-# not compiled, broker/native.py), to A/B the mypyc build in one run:
+# not compiled, hotpath/), to A/B the mypyc build in one run:
 #   BENCH_GROUPS="jetmq-pure jetmq mosquitto persist-pure persist" scripts/bench_broker.sh
 JETMQ_PURE="sh -c 'rm -rf $WORK/jetmq-pure-data; exec env JETMQ_NATIVE=0 $ROOT/.venv/bin/jetmq serve --config $WORK/bench.toml --listen 127.0.0.1:19845 --data-dir $WORK/jetmq-pure-data'"
 JETMQ_OLD="sh -c 'rm -rf $WORK/jetmq-old-data; exec $OLD/.venv/bin/jetmq serve --config $WORK/bench.toml --listen 127.0.0.1:19841 --data-dir $WORK/jetmq-old-data'"

@@ -1,12 +1,12 @@
-"""Compile the broker's hot path (``broker.native.MODULES``) with mypyc, in place.
+"""Compile the hot path (``hotpath.MODULES``) with mypyc, in place.
 
     .venv/bin/python scripts/build_native.py          # build unless current
     .venv/bin/python scripts/build_native.py --clean  # remove the build: run interpreted
 
 Needs mypy (it carries mypyc; the ``dev`` and ``native`` extras install it) and a C
 compiler. Each module gets an extension module next to its ``.py`` and the group one
-shared library, ``broker/hotpath__mypyc*.so``; then ``broker/native.stamp`` records the digest of
-the sources compiled, which ``broker.native.guard`` compares at every start. Nothing here
+shared library, ``hotpath/lib__mypyc*.so``; then ``hotpath/native.stamp`` records the digest of
+the sources compiled, which ``hotpath.guard`` compares at every start. Nothing here
 is committed (``.gitignore``). Exit status 1 when the build fails: the broker then runs
 interpreted, as it does with ``JETMQ_NATIVE=0``.
 """
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ["JETMQ_NATIVE"] = "0"  # this process imports the sources, never a half build
 
-from broker import native  # noqa: E402
+import hotpath as native  # noqa: E402
 
 
 def clean() -> None:
@@ -35,7 +35,7 @@ def clean() -> None:
         path = native.source_path(module)
         for candidate in path.parent.glob(path.stem + ".*.so"):
             candidate.unlink()
-    for shared in [*ROOT.glob("*__mypyc.*.so"), *ROOT.glob("broker/*__mypyc.*.so")]:
+    for shared in [*ROOT.glob("*__mypyc.*.so"), *ROOT.glob("*/*__mypyc.*.so")]:
         shared.unlink()
 
 
@@ -49,12 +49,12 @@ def build() -> None:
     os.chdir(ROOT)
     with tempfile.TemporaryDirectory(prefix="jetmq-native-") as work:
         # multi_file: the generated C in several files, compiled two at a time.
-        # group_name: the shared library is broker/hotpath__mypyc*.so, inside the package
+        # group_name: the shared library is hotpath/lib__mypyc*.so, inside a package
         # (an editable install puts the packages on the path, not the top of the tree).
         extensions = mypycify(
             paths, opt_level="3", multi_file=True, target_dir=work, group_name=native.GROUP
         )
-        # The group's headers are written to <work>/broker/, where multi_file's C files
+        # The group's headers are written to <work>/hotpath/, where multi_file's C files
         # (at <work>) do not look (mypyc 1.x with a dotted group name).
         package_dir = os.path.join(work, native.GROUP.rpartition(".")[0])
         for extension in extensions:

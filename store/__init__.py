@@ -4,15 +4,21 @@ Imports lmdb, pydantic and the standard library only; never ``broker`` or trio. 
 API is :class:`store.api.Store` with the operations of :mod:`store.ops`; see
 ``store/DESIGN.md``.
 
-This file imports nothing: the names below load their module on first use (PEP 562), so
-``import store.keys`` or ``import store.readonly`` (the read side a Spark executor loads)
-costs only those modules, not pydantic and the engine.
+This file imports only ``hotpath`` (standard library only), whose guard decides once per
+process whether the compiled modules run (``hotpath/__init__.py``); the names below load
+their module on first use (PEP 562), so ``import store.keys`` or ``import store.readonly``
+(the read side a Spark executor loads) costs only those modules, not pydantic and the
+engine.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
+
+import hotpath
+
+hotpath.guard()  # before any compiled module of the store loads
 
 if TYPE_CHECKING:
     from store.api import (

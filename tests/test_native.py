@@ -1,4 +1,4 @@
-"""The compiled hot path (broker/native.py, scripts/build_native.py): a current build is
+"""The compiled hot path (hotpath/, scripts/build_native.py): a current build is
 used, ``JETMQ_NATIVE=0`` and a stale build are not, and the broker says which it runs.
 
 Each case imports in a new interpreter (the decision is made once per process, when
@@ -16,17 +16,25 @@ from pathlib import Path
 
 import pytest
 
-from broker import native
+import hotpath as native
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = (
-    "import broker.native as n, broker.mqtt.decoder as d, broker.net.output as o; "
-    "print(n.state()); print(d.__file__); print(o.__file__)"
+    "import hotpath as n, broker.mqtt.decoder as d, broker.net.output as o, store.streams as s; "
+    "print(n.state()); print(d.__file__); print(o.__file__); print(s.__file__)"
 )
 needs_build = pytest.mark.skipif(
     native.build_state() != "compiled",
     reason="no current build of the hot path (scripts/build_native.py)",
 )
+
+
+def _copy_built_tree(dest: Path) -> None:
+    """The packages with compiled modules, with their build (not their caches)."""
+    for package in ("broker", "store", "hotpath"):
+        shutil.copytree(
+            REPO / package, dest / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
 
 
 def _probe(root: Path, **env: str) -> list[str]:
@@ -51,19 +59,21 @@ def test_every_listed_module_has_its_source() -> None:
 
 @pytest.mark.timeout(120)
 def test_jetmq_native_0_runs_the_sources() -> None:
-    state, decoder, output = _probe(REPO, JETMQ_NATIVE="0")
+    state, decoder, output, streams = _probe(REPO, JETMQ_NATIVE="0")
     assert state == "interpreted (JETMQ_NATIVE=0)"
     assert decoder.endswith("broker/mqtt/decoder.py")
     assert output.endswith("broker/net/output.py")
+    assert streams.endswith("store/streams.py")
 
 
 @needs_build
 @pytest.mark.timeout(120)
 def test_a_current_build_is_used() -> None:
-    state, decoder, output = _probe(REPO)
+    state, decoder, output, streams = _probe(REPO)
     assert state == "compiled"
     assert decoder.endswith(".so")
     assert output.endswith(".so")
+    assert streams.endswith(".so")
 
 
 @needs_build
@@ -71,26 +81,23 @@ def test_a_current_build_is_used() -> None:
 def test_an_edited_module_is_never_shadowed_by_the_old_build(tmp_path: Path) -> None:
     """A copy of the built tree with one compiled module edited: every listed module then
     loads from its source (they call each other natively: all or none)."""
-    shutil.copytree(
-        REPO / "broker", tmp_path / "broker", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    _copy_built_tree(tmp_path)
     assert _probe(tmp_path)[0] == "compiled"  # the copy's build is current as copied
     edited = tmp_path / "broker" / "net" / "output.py"
     edited.write_text(edited.read_text() + "\n# edited after the build\n")
-    state, decoder, output = _probe(tmp_path)
+    state, decoder, output, streams = _probe(tmp_path)
     assert state == "interpreted (sources changed since the build: scripts/build_native.py)"
     assert decoder == str(tmp_path / "broker" / "mqtt" / "decoder.py")
     assert output == str(edited)
+    assert streams == str(tmp_path / "store" / "streams.py")
 
 
 @needs_build
 @pytest.mark.timeout(120)
 def test_a_build_missing_a_module_is_not_used(tmp_path: Path) -> None:
-    shutil.copytree(
-        REPO / "broker", tmp_path / "broker", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    for lib in (tmp_path / "broker").glob("hotpath__mypyc.*.so"):
+    _copy_built_tree(tmp_path)
+    for lib in (tmp_path / "hotpath").glob("lib__mypyc.*.so"):
         lib.unlink()
-    state, decoder, _ = _probe(tmp_path)
+    state, decoder, _, _ = _probe(tmp_path)
     assert state == "interpreted (not built: scripts/build_native.py)"
     assert decoder.endswith("decoder.py")

@@ -50,8 +50,8 @@ from typing import Any, Protocol
 
 import trio
 
+import hotpath
 import store
-from broker import native
 from broker.config import BrokerConfig, KeyNames, ListenerSpec, show_value
 from broker.net.runtime import Broker
 from broker.net.tls import server_context
@@ -267,7 +267,7 @@ async def _main(
             for host, port in addresses:
                 print(f"jetmq: listening on {host}:{port}", flush=True)
             log = logging.getLogger("jetmq.broker")
-            hot_path = native.state()
+            hot_path = hotpath.state()
             if hot_path == "compiled" or hot_path.endswith("=0)"):
                 log.info("hot path: %s", hot_path)
             else:

@@ -1,10 +1,12 @@
-"""The broker's hot path compiled to C with mypyc, and the guard that keeps a stale build
-out (standard library only: ``broker/__init__.py`` runs it before any other module).
+"""The hot path compiled to C with mypyc, and the guard that keeps a stale build out
+(standard library only: ``broker/__init__.py`` and ``store/__init__.py`` run it before any
+other module of theirs).
 
-The modules in :data:`MODULES` run per message, per connect and per wake-up. Their source
+The modules in :data:`MODULES` run per message, per connect and per wake-up: the broker's
+codec, core, network and persistence client, and the store writer's per-operation work. Their source
 stays the one truth: ``scripts/build_native.py`` compiles them in place (an extension
 module next to each ``.py``, which Python's import system prefers, plus the group's
-shared library ``broker/hotpath__mypyc*.so``) and writes :data:`STAMP`, the digest of the sources it
+shared library ``hotpath/lib__mypyc*.so``) and writes :data:`STAMP`, the digest of the sources it
 compiled. Compiled modules call each other natively, so the build is used whole or not
 at all: unless the stamp matches the sources now, and ``JETMQ_NATIVE`` is not ``0``,
 :func:`guard` puts a finder first in ``sys.meta_path`` that loads every one of them from
@@ -46,12 +48,19 @@ MODULES = (
     "broker.net.parking",
     "broker.net.runs",
     "broker.net.transport",
+    "store.catalog",
+    "store.ctx",
+    "store.engine",
+    "store.keys",
+    "store.rundelete",
+    "store.streams",
+    "store.subjrecs",
 )
 """Compiled when built. Sources must pass mypyc (no class-level aliases of methods, no
 ``__class__`` assignment to their own classes) and keep their declared types at run time:
 mypyc checks them."""
 
-GROUP = "broker.hotpath"  # mypyc's group: its shared library is broker/hotpath__mypyc*.so
+GROUP = "hotpath.lib"  # mypyc's group: its shared library is hotpath/lib__mypyc*.so
 ROOT = Path(__file__).resolve().parent.parent
 STAMP = Path(__file__).with_name("native.stamp")  # written by the build; not in git
 ENV = "JETMQ_NATIVE"  # "0": run interpreted even when the build is current
