@@ -96,11 +96,25 @@ def state() -> str:
     return _state if _state is not None else _decide()
 
 
+NOT_BUILT = "interpreted (not built: scripts/build_native.py)"  # a wheel's install, say
+
+
+def usable_or_absent() -> bool:
+    """The state is one to take as it is: compiled, interpreted by choice (the variable),
+    or with no build at all. Otherwise a build is there but stale or incomplete, which
+    ``jetmq serve`` warns of."""
+    state_now = state()
+    return state_now in ("compiled", NOT_BUILT) or state_now.endswith(f"{ENV}=0)")
+
+
 def build_state() -> str:
     """``"compiled"`` when the build is there and current, else why not (the environment
     variable aside)."""
-    if not all(built(module) for module in (*MODULES, GROUP + "__mypyc")):
-        return "interpreted (not built: scripts/build_native.py)"
+    parts = [built(module) for module in (*MODULES, GROUP + "__mypyc")]
+    if not any(parts):
+        return NOT_BUILT
+    if not all(parts):
+        return "interpreted (build incomplete: scripts/build_native.py)"
     try:
         stamp = STAMP.read_text().strip()
     except OSError:

@@ -21,7 +21,8 @@ import hotpath as native
 REPO = Path(__file__).resolve().parents[1]
 PROBE = (
     "import hotpath as n, broker.mqtt.decoder as d, broker.net.output as o, store.streams as s; "
-    "print(n.state()); print(d.__file__); print(o.__file__); print(s.__file__)"
+    "print(n.state()); print(d.__file__); print(o.__file__); print(s.__file__); "
+    "print(n.usable_or_absent())"
 )
 needs_build = pytest.mark.skipif(
     native.build_state() != "compiled",
@@ -59,8 +60,9 @@ def test_every_listed_module_has_its_source() -> None:
 
 @pytest.mark.timeout(120)
 def test_jetmq_native_0_runs_the_sources() -> None:
-    state, decoder, output, streams = _probe(REPO, JETMQ_NATIVE="0")
+    state, decoder, output, streams, usable = _probe(REPO, JETMQ_NATIVE="0")
     assert state == "interpreted (JETMQ_NATIVE=0)"
+    assert usable == "True"  # by choice: jetmq serve logs it at info
     assert decoder.endswith("broker/mqtt/decoder.py")
     assert output.endswith("broker/net/output.py")
     assert streams.endswith("store/streams.py")
@@ -69,8 +71,9 @@ def test_jetmq_native_0_runs_the_sources() -> None:
 @needs_build
 @pytest.mark.timeout(120)
 def test_a_current_build_is_used() -> None:
-    state, decoder, output, streams = _probe(REPO)
+    state, decoder, output, streams, usable = _probe(REPO)
     assert state == "compiled"
+    assert usable == "True"
     assert decoder.endswith(".so")
     assert output.endswith(".so")
     assert streams.endswith(".so")
@@ -85,8 +88,9 @@ def test_an_edited_module_is_never_shadowed_by_the_old_build(tmp_path: Path) -> 
     assert _probe(tmp_path)[0] == "compiled"  # the copy's build is current as copied
     edited = tmp_path / "broker" / "net" / "output.py"
     edited.write_text(edited.read_text() + "\n# edited after the build\n")
-    state, decoder, output, streams = _probe(tmp_path)
+    state, decoder, output, streams, usable = _probe(tmp_path)
     assert state == "interpreted (sources changed since the build: scripts/build_native.py)"
+    assert usable == "False"  # jetmq serve warns
     assert decoder == str(tmp_path / "broker" / "mqtt" / "decoder.py")
     assert output == str(edited)
     assert streams == str(tmp_path / "store" / "streams.py")
@@ -98,6 +102,24 @@ def test_a_build_missing_a_module_is_not_used(tmp_path: Path) -> None:
     _copy_built_tree(tmp_path)
     for lib in (tmp_path / "hotpath").glob("lib__mypyc.*.so"):
         lib.unlink()
-    state, decoder, _, _ = _probe(tmp_path)
-    assert state == "interpreted (not built: scripts/build_native.py)"
+    state, decoder, _, _, usable = _probe(tmp_path)
+    assert state == "interpreted (build incomplete: scripts/build_native.py)"
     assert decoder.endswith("decoder.py")
+    assert usable == "False"
+
+
+@needs_build
+@pytest.mark.timeout(120)
+def test_a_tree_without_a_build_runs_interpreted_as_it_is(tmp_path: Path) -> None:
+    """As a wheel installs it (no mypyc build): interpreted, logged at info, not warned."""
+    _copy_built_tree(tmp_path)
+    for lib in tmp_path.glob("*/**/*.so"):
+        lib.unlink()
+    state, decoder, output, streams, usable = _probe(tmp_path)
+    assert state == native.NOT_BUILT
+    assert (decoder, output, streams) == (
+        str(tmp_path / "broker" / "mqtt" / "decoder.py"),
+        str(tmp_path / "broker" / "net" / "output.py"),
+        str(tmp_path / "store" / "streams.py"),
+    )
+    assert usable == "True"

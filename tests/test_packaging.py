@@ -1,5 +1,5 @@
-"""``pip install .`` as an operator runs it: a wheel with the compiled radix extension and
-the status page's files, no dev dependencies, installed into a fresh venv, serving a round
+"""``pip install .`` as an operator runs it: a wheel with the compiled radix extension, the
+hot path compiled with mypyc, the status page's files, no dev dependencies, installed into a fresh venv, serving a round
 trip from outside the source tree."""
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ def test_the_wheel_installs_and_serves(tmp_path: pathlib.Path) -> None:
         names = zf.namelist()
         metadata = next(zf.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
     assert any(n.startswith("radix/_radix") and n.endswith(".so") for n in names), names
+    # The hot path compiled with mypyc (setup.py), the group's library and the stamp.
+    assert "hotpath/native.stamp" in names
+    assert any(n.startswith("hotpath/lib__mypyc") and n.endswith(".so") for n in names)
+    assert any(n.startswith("broker/mqtt/decoder.") and n.endswith(".so") for n in names)
     assert "broker/ops/static/index.html" in names
     assert not any(n.startswith("tests/") for n in names)
     required = {
@@ -54,7 +58,9 @@ def test_the_wheel_installs_and_serves(tmp_path: pathlib.Path) -> None:
         [
             str(py),
             "-c",
-            "import radix._radix as r, broker; print(r.__file__); print(broker.__file__)",
+            "import radix._radix as r, broker, hotpath, store.streams as s; "
+            "print(r.__file__); print(broker.__file__); print(s.__file__); "
+            "print(hotpath.state() == 'compiled')",
         ],
         capture_output=True,
         text=True,
@@ -62,8 +68,11 @@ def test_the_wheel_installs_and_serves(tmp_path: pathlib.Path) -> None:
         timeout=60,
         cwd=tmp_path,  # not the source tree
     )
-    for line in where.stdout.split():
+    *paths, compiled = where.stdout.split()
+    for line in paths:
         assert line.startswith(str(venv)), where.stdout
+    assert paths[-1].endswith(".so")
+    assert compiled == "True"
 
     proc = subprocess.Popen(
         [

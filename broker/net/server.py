@@ -267,11 +267,10 @@ async def _main(
             for host, port in addresses:
                 print(f"jetmq: listening on {host}:{port}", flush=True)
             log = logging.getLogger("jetmq.broker")
-            hot_path = hotpath.state()
-            if hot_path == "compiled" or hot_path.endswith("=0)"):
-                log.info("hot path: %s", hot_path)
+            if hotpath.usable_or_absent():
+                log.info("hot path: %s", hotpath.state())
             else:
-                log.warning("hot path: %s", hot_path)
+                log.warning("hot path: %s", hotpath.state())
             if deprecated is not None:
                 log.warning("%s", deprecated)
             if supervisor is not None:
