@@ -24,16 +24,9 @@ NATIVE = "bdist_wheel" in sys.argv and os.environ.get(hotpath.ENV, "") != "0"
 def native_extensions() -> list[Any]:
     if not NATIVE:
         return []
-    from mypyc.build import mypycify
+    from hotpath.build import extensions
 
-    work = "build/mypyc"
-    paths = [str(hotpath.source_path(module).relative_to(HERE)) for module in hotpath.MODULES]
-    extensions = mypycify(
-        paths, opt_level="3", multi_file=True, target_dir=work, group_name=hotpath.GROUP
-    )
-    for extension in extensions:  # see scripts/build_native.py
-        extension.include_dirs.append(os.path.join(work, hotpath.GROUP.rpartition(".")[0]))
-    return extensions
+    return extensions("build/mypyc")
 
 
 class BuildPy(build_py):

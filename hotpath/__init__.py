@@ -3,12 +3,13 @@
 other module of theirs).
 
 The modules in :data:`MODULES` run per message, per connect and per wake-up: the broker's
-codec, core, network and persistence client, and the store writer's per-operation work. Their source
-stays the one truth: ``scripts/build_native.py`` compiles them in place (an extension
-module next to each ``.py``, which Python's import system prefers, plus the group's
-shared library ``hotpath/lib__mypyc*.so``) and writes :data:`STAMP`, the digest of the sources it
-compiled. Compiled modules call each other natively, so the build is used whole or not
-at all: unless the stamp matches the sources now, and ``JETMQ_NATIVE`` is not ``0``,
+codec, core, network and persistence client, and the store writer's per-operation work.
+Their source stays the one truth. ``scripts/build_native.py`` compiles them in place (an
+extension module next to each ``.py``, which Python's import system prefers, plus the
+group's shared library ``hotpath/lib__mypyc*.so``), ``setup.py`` into a wheel; both write
+:data:`STAMP`, the digest of the sources compiled (``build.py`` makes the extensions).
+Compiled modules call each other natively, so the build is used whole or not at all:
+unless the stamp matches the sources now, and ``JETMQ_NATIVE`` is not ``0``,
 :func:`guard` puts a finder first in ``sys.meta_path`` that loads every one of them from
 its ``.py``. An edited module is never shadowed by an old build; it runs interpreted
 until the next build. :func:`state` says which it is (``jetmq serve`` logs it).

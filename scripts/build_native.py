@@ -1,11 +1,11 @@
 """Compile the hot path (``hotpath.MODULES``) with mypyc, in place.
 
-    .venv/bin/python scripts/build_native.py          # build unless current
-    .venv/bin/python scripts/build_native.py --clean  # remove the build: run interpreted
+    .venv/bin/python scripts/build_hotpath.py          # build unless current
+    .venv/bin/python scripts/build_hotpath.py --clean  # remove the build: run interpreted
 
 Needs mypy (it carries mypyc; the ``dev`` and ``native`` extras install it) and a C
 compiler. Each module gets an extension module next to its ``.py`` and the group one
-shared library, ``hotpath/lib__mypyc*.so``; then ``hotpath/native.stamp`` records the digest of
+shared library, ``hotpath/lib__mypyc*.so``; then ``hotpath/hotpath.stamp`` records the digest of
 the sources compiled, which ``hotpath.guard`` compares at every start. Nothing here
 is committed (``.gitignore``). Exit status 1 when the build fails: the broker then runs
 interpreted, as it does with ``JETMQ_NATIVE=0``.
@@ -25,14 +25,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ["JETMQ_NATIVE"] = "0"  # this process imports the sources, never a half build
 
-import hotpath as native  # noqa: E402
+import hotpath  # noqa: E402
 
 
 def clean() -> None:
     """Remove every extension module of the list and the shared libraries of past builds."""
-    native.STAMP.unlink(missing_ok=True)
-    for module in native.MODULES:
-        path = native.source_path(module)
+    hotpath.STAMP.unlink(missing_ok=True)
+    for module in hotpath.MODULES:
+        path = hotpath.source_path(module)
         for candidate in path.parent.glob(path.stem + ".*.so"):
             candidate.unlink()
     for shared in [*ROOT.glob("*__mypyc.*.so"), *ROOT.glob("*/*__mypyc.*.so")]:
@@ -40,34 +40,23 @@ def clean() -> None:
 
 
 def build() -> None:
-    from mypyc.build import mypycify
     from setuptools import setup  # type: ignore[import-untyped]
 
-    paths = [str(native.source_path(module).relative_to(ROOT)) for module in native.MODULES]
-    digest = native.source_digest()
+    from hotpath.build import extensions
+
+    digest = hotpath.source_digest()
     clean()
     os.chdir(ROOT)
     with tempfile.TemporaryDirectory(prefix="jetmq-native-") as work:
-        # multi_file: the generated C in several files, compiled two at a time.
-        # group_name: the shared library is hotpath/lib__mypyc*.so, inside a package
-        # (an editable install puts the packages on the path, not the top of the tree).
-        extensions = mypycify(
-            paths, opt_level="3", multi_file=True, target_dir=work, group_name=native.GROUP
-        )
-        # The group's headers are written to <work>/hotpath/, where multi_file's C files
-        # (at <work>) do not look (mypyc 1.x with a dotted group name).
-        package_dir = os.path.join(work, native.GROUP.rpartition(".")[0])
-        for extension in extensions:
-            extension.include_dirs.append(package_dir)
         setup(
             name="jetmq-native",
-            ext_modules=extensions,
-            script_args=["-q", "build_ext", "--inplace", "--build-temp", work, "-j", "2"],
+            ext_modules=extensions(work),
+            script_args=["-q", "build_ext", "--inplace", "--build-temp", work],
         )
-    missing = [module for module in native.MODULES if not native.built(module)]
+    missing = [module for module in hotpath.MODULES if not hotpath.built(module)]
     if missing:
         raise RuntimeError(f"no extension module built for {', '.join(missing)}")
-    native.STAMP.write_text(digest + "\n")
+    hotpath.STAMP.write_text(digest + "\n")
 
 
 def main() -> int:
@@ -79,7 +68,7 @@ def main() -> int:
         clean()
         print("build_native: removed; the broker runs interpreted")
         return 0
-    if native.build_state() == "compiled" and not args.force:
+    if hotpath.build_state() == "compiled" and not args.force:
         print("build_native: current")
         return 0
     if shutil.which(os.environ.get("CC", "cc")) is None:
@@ -93,7 +82,7 @@ def main() -> int:
         print(f"build_native: failed ({exc}); the broker runs interpreted", file=sys.stderr)
         return 1
     print(
-        f"build_native: {len(native.MODULES)} modules compiled in {time.monotonic() - started:.0f} s"
+        f"build_native: {len(hotpath.MODULES)} modules compiled in {time.monotonic() - started:.0f} s"
     )
     return 0
 
