@@ -1,7 +1,7 @@
 """LMDB storage engine: streams, consumers, acks, sessions and retained messages.
 
-Imports lmdb, pydantic and the standard library only; never ``broker`` or trio. The public
-API is :class:`store.api.Store` with the operations of :mod:`store.ops`; see
+Imports lmdb, pydantic, ``hotpath`` and the standard library only; never ``broker`` or
+trio. The public API is :class:`store.api.Store` with the operations of :mod:`store.ops`; see
 ``store/DESIGN.md``.
 
 This file imports only ``hotpath`` (standard library only), whose guard decides once per
