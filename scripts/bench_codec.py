@@ -9,7 +9,8 @@ that ``send_publish`` takes), and decodes the same 3.1.1 bytes with amqtt's
 ``asyncio.StreamReader`` fed the same 64 KiB chunks (amqtt speaks 3.1.1 only). Reports
 packets/s, median of 5; the amqtt ratio is the median of 5 back-to-back rounds.
 
-Run: ``.venv/bin/python scripts/bench_codec.py [--packets N]``
+Run: ``.venv/bin/python scripts/bench_codec.py [--packets N]``; it runs the codec compiled
+when the build is current (``hotpath/``), interpreted with ``JETMQ_NATIVE=0``, and says which.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import hotpath
 from broker.mqtt.codec import Decoder, EncodedPublish, encode
 from broker.mqtt.connection import Connection
 from broker.mqtt.packets import Connack, Connect, ProtocolVersion, Publish
@@ -175,6 +177,7 @@ def main() -> None:
     args = parser.parse_args()
     count: int = args.packets
     print(f"python {sys.version.split()[0]}, {count} packets per round, median of {ROUNDS}")
+    print(f"hot path: {hotpath.state()} (JETMQ_NATIVE=0: interpreted)")
     print(f"PUBLISH, topic {len(TOPIC)} B, payload {len(PAYLOAD)} B, decode chunks {CHUNK} B")
     for version in (ProtocolVersion.MQTT_5, ProtocolVersion.MQTT_3_1_1):
         for qos in (0, 1):
