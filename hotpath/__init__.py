@@ -98,14 +98,14 @@ def state() -> str:
 
 
 NOT_BUILT = "interpreted (not built: scripts/build_native.py)"  # a wheel's install, say
+BY_CHOICE = f"interpreted ({ENV}=0)"
 
 
 def usable_or_absent() -> bool:
     """The state is one to take as it is: compiled, interpreted by choice (the variable),
     or with no build at all. Otherwise a build is there but stale or incomplete, which
     ``jetmq serve`` warns of."""
-    state_now = state()
-    return state_now in ("compiled", NOT_BUILT) or state_now.endswith(f"{ENV}=0)")
+    return state() in ("compiled", NOT_BUILT, BY_CHOICE)
 
 
 def build_state() -> str:
@@ -127,7 +127,7 @@ def build_state() -> str:
 
 def _decide() -> str:
     if os.environ.get(ENV, "") == "0":
-        return f"interpreted ({ENV}=0)"
+        return BY_CHOICE
     return build_state()
 
 

@@ -1,6 +1,6 @@
 """``pip install .`` as an operator runs it: a wheel with the compiled radix extension, the
-hot path compiled with mypyc, the status page's files, no dev dependencies, installed into a fresh venv, serving a round
-trip from outside the source tree."""
+hot path compiled with mypyc and the status page's files, no dev dependencies, installed
+into a fresh venv, serving a round trip from outside the source tree."""
 
 from __future__ import annotations
 

@@ -364,7 +364,7 @@ class Inbound:
         if og is not None:
             self.conn.broker.persist.copy_done(session, og)
             if session.queue:
-                self.out.output_ready()  # the window has room for a queued copy
+                self.out.wake()  # the window has room for a queued copy
 
     def on_pubrec(self, p: Pubrec) -> None:
         session = self.conn.session
@@ -492,7 +492,7 @@ class Inbound:
             messages = broker.hub.retained_for(flt)
             if session.retained_backlog is not None or not self._retained_fit(messages):
                 broker.hub.pace_retained(session, messages, record.qos, sub_ids)
-                self.out.output_ready()
+                self.out.wake()
                 continue
             access = session.access
             for msg in messages:

@@ -131,7 +131,7 @@ class Output:
         except PacketTooLargeError:
             return  # the client's Maximum Packet Size forbids it [MQTT-3.1.2-24]
         self.host.stats.control_sent += 1
-        self.output_ready()
+        self.wake()
 
     def send_puback(self, packet_id: int) -> None:
         """``send(Puback(packet_id))`` through the machine's shortcut (4 bytes: never
@@ -140,27 +140,22 @@ class Output:
             return
         self.out.append(self.proto.send_puback(packet_id))
         self.host.stats.control_sent += 1
-        self.output_ready()
+        self.wake()
 
     def taken_over(self) -> None:
         """Another connection took this client id (the core's Peer)."""
         self.conn.taken_over()
 
-    def output_ready(self) -> None:
-        """There is something to send. Inside a reader's chunk it waits for the chunk's
-        end (``Broker.flush_batch``: one write per connection, no task switch);
-        otherwise the writer task is woken."""
+    def wake(self) -> None:
+        """There is something to send (also the core's Peer: queued copies). Inside a
+        reader's chunk it waits for the chunk's end (``Broker.flush_batch``: one write per
+        connection, no task switch); otherwise the writer task is woken."""
         batch = self.host.batch
         if batch is None:
             self.kick()
         elif not self._in_batch:
             self._in_batch = True
             batch.append(self.flush_direct)
-
-    def wake(self) -> None:
-        """The core's Peer: queued copies to send (a method, not an alias of
-        :meth:`output_ready`: mypyc compiles no class-level alias)."""
-        self.output_ready()
 
     def kick(self) -> None:
         """Wake the writer, starting it on first need. Before CONNACK and once closing
@@ -231,7 +226,7 @@ class Output:
         self.out.append(data)
         self.qos0_pending += 1
         self.host.stats.publish_sent += 1
-        self.output_ready()
+        self.wake()
 
     def plain_qos0_version(self) -> ProtocolVersion | None:
         """This connection's protocol version when it takes plain QoS 0 copies now
@@ -254,7 +249,7 @@ class Output:
         self.out.append(data)
         self.qos0_pending += 1
         host.stats.publish_sent += 1
-        self.output_ready()
+        self.wake()
 
     def take(self, staged: list[tuple[Outgoing, int, int]] | None) -> list[bytes]:
         """Move queued copies into the client's Receive Maximum window, in order, and

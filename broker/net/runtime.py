@@ -107,7 +107,7 @@ class Broker:
         self._per_listener: dict[ListenerSpec, int] = {}
         self._all_closed = trio.Event()
         # Connections that got output while a reader handles one input chunk; the reader
-        # sends it at the end of the chunk (see Output.output_ready).
+        # sends it at the end of the chunk (see Output.wake).
         self.batch: list[Callable[[], None]] | None = None
         # Connected clients that have sent nothing since their CONNECT (no task yet).
         self.parking = Parking(self._start_parked, self._begin_round, self._end_round)
