@@ -47,6 +47,7 @@ MODULES = (
     "broker.net.inbound",
     "broker.net.output",
     "broker.net.parking",
+    "broker.net.runtime",
     "broker.net.runs",
     "broker.net.transport",
     "store.catalog",

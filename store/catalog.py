@@ -12,7 +12,7 @@ engine: they look streams up, add and drop them here, and record what they touch
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from store import keys
 from store.consumers import ConsumerRt, Stream
@@ -21,10 +21,10 @@ from store.errors import js_error
 from store.streams import StreamRt
 from store.subjects import subject_matches
 
-MAX_CAPTURE_CACHE = 100_000  # subjects remembered by capture(); cleared when over
+MAX_CAPTURE_CACHE: Final = 100_000  # subjects remembered by capture(); cleared when over
 # Longer subjects are looked up every time: a full cache of 64 KiB subjects (an MQTT topic
 # may be that long) would hold GiBs.
-CACHED_SUBJECT_MAX = 1024
+CACHED_SUBJECT_MAX: Final = 1024
 
 
 class Touched:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from store import admin, keys, slices
 from store.catalog import Catalog
@@ -72,11 +72,11 @@ _K = TypeVar("_K")
 
 # About 30 ms of the writer's time per slice of a whole-stream purge (≈170,000 removals/s
 # on the reference machine), about 115 ms when the messages are scattered (a subject's).
-REMOVE_SLICE = 5_000
+REMOVE_SLICE: Final = 5_000
 # Consumers whose wildcard filters match no message nearby walk at most this many records
 # per message a slice may remove, per batch (store.consumers; two records walked cost
 # about as much as a removal with its bookkeeping: ≈3 µs each).
-WALK_PER_REMOVAL = 2
+WALK_PER_REMOVAL: Final = 2
 
 
 class Engine:

@@ -154,17 +154,17 @@ STREAM_RECORD_VERSION: Final = 1
 STATE_RECORD_VERSION: Final = 1
 CONSUMER_RECORD_VERSION: Final = 1
 
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-_U64X2 = struct.Struct(">QQ")
-_U64X3 = struct.Struct(">QQQ")
-_MSG_HEAD = struct.Struct(">BQH")  # version, time, subject length
-MSG_RECORD_OVERHEAD = _MSG_HEAD.size + 4  # a message record's bytes besides its contents
-_REC_HEAD = struct.Struct(">BQQ")  # version, id, created
-_SSTATE = struct.Struct(">B7Q")
-_CSTATE = struct.Struct(">B7Q")
-_PENDING = struct.Struct(">QIQB")
-_PURGE = struct.Struct(">BBBQQQ")  # version, filter kind, floor, start, below, compact-to
+_U32: Final = struct.Struct(">I")
+_U64: Final = struct.Struct(">Q")
+_U64X2: Final = struct.Struct(">QQ")
+_U64X3: Final = struct.Struct(">QQQ")
+_MSG_HEAD: Final = struct.Struct(">BQH")  # version, time, subject length
+MSG_RECORD_OVERHEAD: Final = _MSG_HEAD.size + 4  # a message record's bytes besides its contents
+_REC_HEAD: Final = struct.Struct(">BQQ")  # version, id, created
+_SSTATE: Final = struct.Struct(">B7Q")
+_CSTATE: Final = struct.Struct(">B7Q")
+_PENDING: Final = struct.Struct(">QIQB")
+_PURGE: Final = struct.Struct(">BBBQQQ")  # version, filter kind, floor, start, below, compact-to
 
 MAX_U64: Final = (1 << 64) - 1
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
 from itertools import islice
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Final, Generic, NamedTuple, Protocol, TypeVar
 
 from store import keys
 from store.ctx import Ctx
@@ -34,9 +34,9 @@ from store.subjrecs import SubjectRecords
 
 # Per stream: subjects whose packers (keys.subject_packers, ≈270 bytes each) are kept; the
 # cache is dropped when full (the broker's message subjects are unique: they only fill it).
-MAX_CACHED_PACKERS = 16_384
-MSG_RECORD_VERSION = keys.MSG_RECORD_VERSION
-EPOCH_SHIFT = keys.EPOCH_SHIFT
+MAX_CACHED_PACKERS: Final = 16_384
+MSG_RECORD_VERSION: Final = keys.MSG_RECORD_VERSION
+EPOCH_SHIFT: Final = keys.EPOCH_SHIFT
 _pack_msg_key = keys.pack_msg_key
 _new_tuple = tuple.__new__
 

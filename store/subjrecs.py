@@ -7,7 +7,7 @@ that read them. Writer thread only; each :class:`store.streams.StreamRt` has one
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Final, Protocol
 
 from store import keys, subjindex
 from store.ctx import Ctx
@@ -17,19 +17,19 @@ MAX_CACHED_COUNTS = 50_000  # per stream: the subject-record cache is dropped ab
 # At least this many subjects whose first seq must be found again in one flush: one pass
 # over the index keys from the lowest bound (a step per key, 256 per epoch) instead of a
 # scan per subject (a seek, ≈4 steps, per epoch it spans): about where the two cost the same.
-SWEEP_STALE_FIRSTS = 64
+SWEEP_STALE_FIRSTS: Final = 64
 # Subjects with 3 to this many stored messages created in this process keep the list of
 # their seqs in memory (``SubjectRecords._seqs``), so removing their first needs no index scan.
 SMALL_SUBJECT = 8
 # Most other small subjects whose seqs one sweep collects on the side (≈200 bytes each while
 # the sweep runs).
-MAX_SWEPT_LISTS = 16_384
+MAX_SWEPT_LISTS: Final = 16_384
 _pack_counts = keys.pack_subject_counts
 # Where a walk of the subject records a consumer's filters match stands: the index of the
 # filter it is on, and the last subject it read under that filter ("": none yet).
 RecordsPos = tuple[int, str]
 # Subject records :meth:`SubjectRecords.filtered_records` reads per call of records_slice.
-RECORDS_CHUNK = 1024
+RECORDS_CHUNK: Final = 1024
 
 
 class RecordsOwner(Protocol):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from broker.config import BrokerConfig
 from broker.core import handles
@@ -27,8 +27,8 @@ from broker.core.systopics import SystemTopics
 
 log = logging.getLogger("jetmq.broker")
 
-RETAINED_AT_ONCE = 256  # retained messages of one SUBSCRIBE sent at once; more are paced
-RETAINED_REFILL = 256  # paced retained copies are queued while the queue is shorter
+RETAINED_AT_ONCE: Final = 256  # retained messages of one SUBSCRIBE sent at once; more are paced
+RETAINED_REFILL: Final = 256  # paced retained copies are queued while the queue is shorter
 
 
 class MqttStore(QueueStore, Protocol):

@@ -5,14 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Final
 
 from broker.mqtt.encoder import EncodedPublish
 from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Publish
 from broker.mqtt.properties import EMPTY_PROPERTIES
 
-RETAIN_PENDING = 1
-RETAIN_SETTLED = 2
+RETAIN_PENDING: Final = 1
+RETAIN_SETTLED: Final = 2
 
 
 class AppMessage:

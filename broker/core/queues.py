@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from broker.config import SessionConfig
 from broker.core.message import Outgoing
@@ -44,9 +44,9 @@ Page = Any
 # A page of copies read back from disk for a connected session: at most this many, and no
 # more bytes than this unless a single copy is larger; read when fewer than PAGE_LOW
 # copies are left in RAM.
-PAGE_MESSAGES = 256
-PAGE_BYTES = 4 * 1024 * 1024
-PAGE_LOW = 64
+PAGE_MESSAGES: Final = 256
+PAGE_BYTES: Final = 4 * 1024 * 1024
+PAGE_LOW: Final = 64
 
 log = logging.getLogger("jetmq.queues")
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from typing import NamedTuple, overload
+from typing import Final, NamedTuple, overload
 
 import radix
 from broker.core import handles
@@ -37,12 +37,12 @@ from broker.mqtt.packets import Publish
 
 # Reads the retained messages stored at these seqs (None: no longer stored).
 ReadRetained = Callable[[Sequence[int]], list[AppMessage | None]]
-MATCH_CHUNK = 256  # retained messages of a paced SUBSCRIBE read per store transaction
+MATCH_CHUNK: Final = 256  # retained messages of a paced SUBSCRIBE read per store transaction
 
-ROUTE_CACHE_SIZE = 16_384  # topics; the cache starts over when full
+ROUTE_CACHE_SIZE: Final = 16_384  # topics; the cache starts over when full
 # Longer topics are matched every time, not cached: a topic may be 65,535 bytes, and a full
 # cache of such keys would hold a GiB a client could fill with PUBLISHes to fresh topics.
-CACHED_TOPIC_MAX = 1024
+CACHED_TOPIC_MAX: Final = 1024
 
 
 class Delivery(NamedTuple):
@@ -376,4 +376,4 @@ class RetainedMatch(Sequence[AppMessage]):
             yield self[i]
 
 
-_GONE = AppMessage(Publish(b"", b"", 0, True), None, 0)
+_GONE: Final = AppMessage(Publish(b"", b"", 0, True), None, 0)

@@ -32,7 +32,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from broker.core.message import AppMessage, Outgoing
 from broker.mqtt.session import SessionState
@@ -40,7 +40,7 @@ from broker.mqtt.session import SessionState
 if TYPE_CHECKING:
     from broker.core.ports import Access, Peer, TimerHandle, Timers
 
-NEVER_EXPIRES = 0xFFFF_FFFF
+NEVER_EXPIRES: Final = 0xFFFF_FFFF
 
 
 @dataclass(slots=True)
@@ -84,8 +84,8 @@ class OnDisk:
 
 # RAM copies a connected persistent session keeps before stored ones wait on disk: a
 # slow consumer does not pin what it has not read either.
-RAM_QUEUE_MESSAGES = 256
-RAM_QUEUE_BYTES = 4 * 1024 * 1024
+RAM_QUEUE_MESSAGES: Final = 256
+RAM_QUEUE_BYTES: Final = 4 * 1024 * 1024
 
 
 class RetainedBurst:

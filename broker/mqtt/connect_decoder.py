@@ -4,7 +4,7 @@ reads any (and refuses a bad one with the reason code and answer it calls for)."
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from broker.mqtt.errors import Answer, MQTTProtocolError, malformed
 from broker.mqtt.packet_types import ProtocolVersion
@@ -15,8 +15,8 @@ from broker.mqtt.wire import Reader
 
 __all__ = ["decode_connect", "plain_connect"]
 
-_V5 = ProtocolVersion.MQTT_5
-_V311 = ProtocolVersion.MQTT_3_1_1
+_V5: Final = ProtocolVersion.MQTT_5
+_V311: Final = ProtocolVersion.MQTT_3_1_1
 
 
 def plain_connect(flags: int, data: bytes, pos: int, end: int) -> Connect | None:

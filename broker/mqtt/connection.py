@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-from typing import cast
+from typing import Final, cast
 
 from broker.mqtt.aliases import AliasPlan, TopicAliases, has_wildcard
 from broker.mqtt.decoder import MAX_PACKET_SIZE, Decoder
@@ -61,14 +61,15 @@ from broker.mqtt.states import (
 
 __all__ = ["Connection", "ConnectionState", "DuplicatePublish", "Event", "Role"]
 
-_V5 = ProtocolVersion.MQTT_5
-_P = PacketType
-_S = ConnectionState
+_V5: Final = ProtocolVersion.MQTT_5
 # Shared by every connection until it uses an alias: resolving a PUBLISH without one and
 # planning with a peer maximum of 0 read nothing and write nothing.
-_NO_ALIASES = TopicAliases()
+_NO_ALIASES: Final = TopicAliases()
 _SERVER, _CLIENT = Role.SERVER, Role.CLIENT
-_CONNECTED = ConnectionState.CONNECTED
+_CONNECTED: Final = ConnectionState.CONNECTED
+_CLOSED: Final = ConnectionState.CLOSED
+_PUBACK: Final = PacketType.PUBACK
+_PUBLISH: Final = PacketType.PUBLISH
 
 
 class Connection:
@@ -114,7 +115,7 @@ class Connection:
     # ---- limits and counters -------------------------------------------------------
     @property
     def closed(self) -> bool:
-        return self.state is ConnectionState.CLOSED
+        return self.state is _CLOSED
 
     @property
     def buffered(self) -> int:
@@ -182,7 +183,7 @@ class Connection:
         On :class:`MQTTProtocolError` the connection is CLOSED; ``exc.packets`` holds the
         events processed before the bad packet (the broker may still act on them).
         """
-        if self.state is ConnectionState.CLOSED:
+        if self.state is _CLOSED:
             return []
         events: list[Event] = []
         try:
@@ -195,17 +196,21 @@ class Connection:
                     if self.closed:
                         return events  # bytes after a DISCONNECT are ignored, bad or not
                 raise
-            connected = self.state is ConnectionState.CONNECTED
+            connected = self.state is _CONNECTED
             append = events.append
             for packet in packets:
                 if connected and type(packet) is Publish:
                     # Hot path: PUBLISH is allowed in CONNECTED for both roles.
                     append(self._receive_publish(packet))
                     continue
+                if connected and type(packet) is Puback:  # (so is PUBACK)
+                    self.session.puback(packet.packet_id)
+                    append(packet)
+                    continue
                 append(self._receive(packet))
                 if self.closed:
                     break
-                connected = self.state is ConnectionState.CONNECTED
+                connected = self.state is _CONNECTED
         except MQTTProtocolError as exc:
             self._fail(exc)
             exc.packets = tuple(events)
@@ -220,20 +225,18 @@ class Connection:
                 exc.answer = Answer.CLOSE
             elif self.state is ConnectionState.CONNECTING and self.role is Role.SERVER:
                 exc.answer = Answer.CONNACK
-        self.state = ConnectionState.CLOSED
+        self.state = _CLOSED
 
     def _receive(self, packet: Packet) -> Event:
         ptype = packet.TYPE
         if ptype not in INBOUND[self.role, self.state]:
-            if ptype is _P.CONNECT:
+            if ptype is PacketType.CONNECT:
                 raise protocol_error("a second CONNECT [MQTT-3.1.0-2]")
             raise protocol_error(f"{ptype.name} is not allowed from the peer in {self.state.name}")
         if isinstance(packet, Publish):
             return self._receive_publish(packet)
         if isinstance(packet, Puback):
-            entry = self.session.outbound.get(packet.packet_id)
-            if entry is not None and entry.stage is Stage.AWAIT_PUBACK:
-                del self.session.outbound[packet.packet_id]
+            self.session.puback(packet.packet_id)
         elif isinstance(packet, Pubrec):
             entry = self.session.outbound.get(packet.packet_id)
             if entry is not None and entry.stage is Stage.AWAIT_PUBREC:
@@ -266,7 +269,7 @@ class Connection:
                 raise protocol_error(
                     "server DISCONNECT with Session Expiry Interval [MQTT-3.14.2-2]"
                 )
-            self.state = ConnectionState.CLOSED
+            self.state = _CLOSED
         return packet
 
     def _receive_connect(self, packet: Connect) -> None:
@@ -300,7 +303,7 @@ class Connection:
 
     def _receive_connack(self, packet: Connack) -> None:
         if packet.reason_code.is_error:
-            self.state = ConnectionState.CLOSED
+            self.state = _CLOSED
             return
         props = packet.properties
         if props.receive_maximum is not None:
@@ -394,7 +397,8 @@ class Connection:
         """``send(Puback(packet_id))``: a PUBACK with Success and no properties, the
         acknowledgement of nearly every QoS 1 PUBLISH, without building the packet (the
         same 4 bytes in every protocol version)."""
-        self._check_outbound(_P.PUBACK)
+        if self.state is not _CONNECTED:  # (PUBACK: sent in CONNECTED only)
+            self._check_outbound(_PUBACK)
         if not 1 <= packet_id <= 0xFFFF:
             raise LocalProtocolError("PUBACK needs a packet identifier 1..65535")
         # No size check: a peer that took our CONNACK (5 bytes at least) takes these 4.
@@ -428,7 +432,7 @@ class Connection:
         and at QoS 0 it is the bytes every such recipient shares.
         """
         if self.state is not _CONNECTED:  # the only state that allows a PUBLISH
-            self._check_outbound(_P.PUBLISH)
+            self._check_outbound(_PUBLISH)
         if message.version is not self.version:
             raise LocalProtocolError("EncodedPublish built for another protocol version")
         if qos:
@@ -564,7 +568,7 @@ class Connection:
         elif isinstance(packet, Disconnect):
             if self.role is Role.SERVER and version is not _V5:
                 raise LocalProtocolError("a 3.1.x server closes the connection, no DISCONNECT")
-            self.state = ConnectionState.CLOSED
+            self.state = _CLOSED
 
     def _sent_connect(self, packet: Connect) -> None:
         props = packet.properties
@@ -577,7 +581,7 @@ class Connection:
 
     def _sent_connack(self, packet: Connack) -> None:
         if packet.reason_code.is_error:
-            self.state = ConnectionState.CLOSED
+            self.state = _CLOSED
             return
         self.state = ConnectionState.CONNECTED
         self._decoder.gate = None

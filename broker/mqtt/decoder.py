@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Final
 
 from broker.mqtt.connect_decoder import decode_connect, plain_connect
 from broker.mqtt.errors import (
@@ -68,11 +69,18 @@ from broker.mqtt.wire import Reader, check_utf8
 __all__ = ["MAX_PACKET_SIZE", "Decoder"]
 
 #: The largest packet MQTT can express: 1 + 4 + 268,435,455 bytes.
-MAX_PACKET_SIZE = 1 + 4 + 268_435_455
+MAX_PACKET_SIZE: Final = 1 + 4 + 268_435_455
 
-_V5 = ProtocolVersion.MQTT_5
-_PUBLISH = PacketType.PUBLISH
-_SUCCESS = ReasonCode.SUCCESS
+_V5: Final = ProtocolVersion.MQTT_5
+_PUBLISH: Final = PacketType.PUBLISH
+_SUCCESS: Final = ReasonCode.SUCCESS
+# Read per packet: Final, so that compiled (hotpath) each is a C static, not a dict lookup.
+_EMPTY: Final = EMPTY_PROPERTIES
+_NEW: Final = object.__new__
+_PUBLISH_CLASS: Final = Publish
+_PUBACK_CLASS: Final = Puback
+_PUBLISH_BUILDER: Final = _PublishBuilder
+_PUBACK_BUILDER: Final = _PubackBuilder
 
 
 class Decoder:
@@ -203,8 +211,8 @@ class Decoder:
         version = self.version
         gate = self._gate
         v5 = version is _V5
-        new_builder = object.__new__
-        builder = _PublishBuilder
+        new_builder = _NEW
+        builder = _PUBLISH_BUILDER
         # Topics repeat: validate each distinct one once per call (bounded by the chunk).
         valid_topics: set[bytes] = set()
         while pos + 1 < n:
@@ -273,14 +281,14 @@ class Decoder:
                     if p >= end:
                         raise malformed("PUBLISH ends before the Property Length")
                     if data[p] == 0:
-                        props = EMPTY_PROPERTIES
+                        props = _EMPTY
                         p += 1
                     else:
                         reader = Reader(data, p, end)
                         props = decode_properties(reader, Context.PUBLISH)
                         p = reader.pos
                 else:
-                    props = EMPTY_PROPERTIES
+                    props = _EMPTY
                 # Inlined new_publish() (see packets._PublishBuilder): a real, frozen Publish.
                 packet = new_builder(builder)
                 packet.topic = topic
@@ -290,16 +298,16 @@ class Decoder:
                 packet.dup = first & 0x08 == 8
                 packet.packet_id = packet_id
                 packet.properties = props
-                packet.__class__ = Publish  # type: ignore[assignment]
+                packet.__class__ = _PUBLISH_CLASS  # type: ignore[assignment]
                 append(packet)  # type: ignore[arg-type]
             elif first == 0x40 and end - p == 2 and (data[p] or data[p + 1]):
                 # ---- PUBACK, Success and no properties (§3.4.2.1's short form): inlined,
                 # a real, frozen Puback made as the Publish above ----
-                ack = new_builder(_PubackBuilder)
+                ack = new_builder(_PUBACK_BUILDER)
                 ack.packet_id = (data[p] << 8) | data[p + 1]
                 ack.reason_code = _SUCCESS
-                ack.properties = EMPTY_PROPERTIES
-                ack.__class__ = Puback  # type: ignore[assignment]
+                ack.properties = _EMPTY
+                ack.__class__ = _PUBACK_CLASS  # type: ignore[assignment]
                 append(ack)  # type: ignore[arg-type]
             else:
                 append(self._decode_other(ptype, first & 0x0F, data, p, end))
@@ -341,8 +349,9 @@ class Decoder:
         return decoded
 
 
-_FLAGS_0010 = frozenset({PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE})
-_AUTH_ONLY = frozenset({PacketType.AUTH})  # what a server decodes between CONNECT and CONNACK
+_FLAGS_0010: Final = frozenset({PacketType.PUBREL, PacketType.SUBSCRIBE, PacketType.UNSUBSCRIBE})
+# What a server decodes between CONNECT and CONNACK.
+_AUTH_ONLY: Final = frozenset({PacketType.AUTH})
 
 
 def _remaining_length(data: bytes, pos: int, n: int) -> tuple[int, int]:
@@ -501,7 +510,7 @@ def _decode_pingresp(r: Reader, v5: bool) -> Pingresp:
 
 
 # The DISCONNECT nearly every client sends (0x00, no properties): one frozen value for all.
-_NORMAL_DISCONNECT = Disconnect()
+_NORMAL_DISCONNECT: Final = Disconnect()
 
 
 def _decode_disconnect(r: Reader, v5: bool) -> Disconnect:
@@ -520,7 +529,7 @@ def _decode_auth(r: Reader, v5: bool) -> Auth:
     return Auth(code, decode_properties(r, Context.AUTH))
 
 
-_DECODERS: dict[int, Callable[[Reader, bool], Packet]] = {
+_DECODERS: Final[dict[int, Callable[[Reader, bool], Packet]]] = {
     PacketType.CONNACK: _decode_connack,
     PacketType.PUBACK: _ack_decoder(PacketType.PUBACK, Puback),
     PacketType.PUBREC: _ack_decoder(PacketType.PUBREC, Pubrec),

@@ -18,7 +18,7 @@ import functools
 import operator
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from broker.mqtt.errors import LocalProtocolError
 from broker.mqtt.packet_types import PacketType, ProtocolVersion
@@ -54,9 +54,9 @@ from broker.mqtt.wire import encode_binary, encode_string, encode_string_bytes, 
 
 __all__ = ["EncodedPublish", "encode", "plain_qos0", "plain_qos0_prefix"]
 
-_V5 = ProtocolVersion.MQTT_5
-_USER_ID = encode_varint(int(PropertyId.USER_PROPERTY))
-_BYTE: tuple[bytes, ...] = tuple(bytes((i,)) for i in range(256))
+_V5: Final = ProtocolVersion.MQTT_5
+_USER_ID: Final = encode_varint(int(PropertyId.USER_PROPERTY))
+_BYTE: Final[tuple[bytes, ...]] = tuple(bytes((i,)) for i in range(256))
 
 
 def encode(packet: Packet, version: ProtocolVersion) -> bytes:
@@ -270,7 +270,7 @@ def _auth(p: Auth, v5: bool) -> tuple[int, bytes]:
     )
 
 
-_ENCODERS: dict[type, Callable[[Any, bool], tuple[int, bytes]]] = {
+_ENCODERS: Final[dict[type, Callable[[Any, bool], tuple[int, bytes]]]] = {
     Connect: _connect,
     Connack: _connack,
     Puback: _ack(0x40, PacketType.PUBACK),
@@ -287,30 +287,30 @@ _ENCODERS: dict[type, Callable[[Any, bool], tuple[int, bytes]]] = {
     Auth: _auth,
 }
 
-_PER_RECIPIENT = frozenset({"topic_alias", "subscription_identifiers", "user_properties"})
-_NOT_HEAD = _PER_RECIPIENT | {
+_PER_RECIPIENT: Final = frozenset({"topic_alias", "subscription_identifiers", "user_properties"})
+_NOT_HEAD: Final = _PER_RECIPIENT | {
     "message_expiry_interval",
     "content_type",
     "response_topic",
     "correlation_data",
 }
-_NOT_TAIL = _PER_RECIPIENT | {"payload_format_indicator", "message_expiry_interval"}
-_EXPIRY_ID = encode_varint(PropertyId.MESSAGE_EXPIRY_INTERVAL)
+_NOT_TAIL: Final = _PER_RECIPIENT | {"payload_format_indicator", "message_expiry_interval"}
+_EXPIRY_ID: Final = encode_varint(PropertyId.MESSAGE_EXPIRY_INTERVAL)
 
 
 def _expiry(seconds: int) -> bytes:
     return _EXPIRY_ID + seconds.to_bytes(4, "big")
 
 
-_ALIAS_ID = encode_varint(PropertyId.TOPIC_ALIAS)
-_SUB_ID = encode_varint(PropertyId.SUBSCRIPTION_IDENTIFIER)
-_FORMAT_ID = encode_varint(PropertyId.PAYLOAD_FORMAT_INDICATOR)
-_CTYPE_ID = encode_varint(PropertyId.CONTENT_TYPE)
-_RTOPIC_ID = encode_varint(PropertyId.RESPONSE_TOPIC)
-_CORR_ID = encode_varint(PropertyId.CORRELATION_DATA)
+_ALIAS_ID: Final = encode_varint(PropertyId.TOPIC_ALIAS)
+_SUB_ID: Final = encode_varint(PropertyId.SUBSCRIPTION_IDENTIFIER)
+_FORMAT_ID: Final = encode_varint(PropertyId.PAYLOAD_FORMAT_INDICATOR)
+_CTYPE_ID: Final = encode_varint(PropertyId.CONTENT_TYPE)
+_RTOPIC_ID: Final = encode_varint(PropertyId.RESPONSE_TOPIC)
+_CORR_ID: Final = encode_varint(PropertyId.CORRELATION_DATA)
 # The properties a PUBLISH carries that are not per recipient, in table order, and all the
 # others (which a PUBLISH may not carry, or which for_recipient adds), read in one C call.
-_PUBLISH_VALUES = operator.attrgetter(
+_PUBLISH_VALUES: Final = operator.attrgetter(
     "payload_format_indicator",
     "message_expiry_interval",
     "content_type",
@@ -318,7 +318,7 @@ _PUBLISH_VALUES = operator.attrgetter(
     "correlation_data",
     "user_properties",
 )
-_NOT_PUBLISH = operator.attrgetter(
+_NOT_PUBLISH: Final = operator.attrgetter(
     *(
         row.name
         for row in PROPERTY_TABLE
@@ -333,7 +333,7 @@ _NOT_PUBLISH = operator.attrgetter(
         )
     )
 )
-_ABSENT = _NOT_PUBLISH(EMPTY_PROPERTIES)
+_ABSENT: Final = _NOT_PUBLISH(EMPTY_PROPERTIES)
 # The last user properties encoded, and their bytes: JetStream's deliveries of one subject
 # share one tuple (held here, so its identity cannot be reused while it is the key).
 _last_user: tuple[tuple[tuple[str, str], ...], bytes] = ((), b"")

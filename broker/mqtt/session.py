@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Final
 
 from broker.mqtt.errors import LocalProtocolError
 from broker.mqtt.packets import Pubcomp, Publish, Pubrel
@@ -76,6 +77,9 @@ class Inflight:
         return f"Inflight({self.packet_id}, qos={self.qos}, {self.stage.name})"
 
 
+_AWAIT_PUBACK: Final = Stage.AWAIT_PUBACK  # (Final: a C static when compiled)
+
+
 @dataclass(slots=True)
 class SessionState:
     outbound: dict[int, Inflight] = field(default_factory=dict)
@@ -88,6 +92,12 @@ class SessionState:
         if qos not in (1, 2) or (qos == 1) != (stage is Stage.AWAIT_PUBACK):
             raise LocalProtocolError(f"stage {stage.name} does not fit QoS {qos}")
         self.outbound[packet_id] = Inflight(packet_id, message, qos, stage)
+
+    def puback(self, packet_id: int) -> None:
+        """A PUBACK arrived: the QoS 1 exchange ``packet_id`` is complete, if it waited for it."""
+        entry = self.outbound.get(packet_id)
+        if entry is not None and entry.stage is _AWAIT_PUBACK:
+            del self.outbound[packet_id]
 
     def restore_inbound_qos2(self, packet_id: int) -> None:
         """Put back one inbound QoS 2 packet id awaiting PUBREL."""

@@ -7,6 +7,8 @@ the body is a Malformed Packet, never "need more data".
 
 from __future__ import annotations
 
+from typing import Final
+
 from broker.mqtt.errors import LocalProtocolError, malformed
 
 __all__ = [
@@ -20,7 +22,7 @@ __all__ = [
 ]
 
 #: The largest value a Variable Byte Integer can hold (4 bytes), MQTT 5.0 §1.5.5.
-MAX_VARINT = 268_435_455
+MAX_VARINT: Final = 268_435_455
 
 
 def _encode_varint_slow(value: int) -> bytes:
@@ -35,7 +37,7 @@ def _encode_varint_slow(value: int) -> bytes:
             return bytes(out)
 
 
-_VARINT_CACHE: tuple[bytes, ...] = tuple(_encode_varint_slow(i) for i in range(16384))
+_VARINT_CACHE: Final[tuple[bytes, ...]] = tuple(_encode_varint_slow(i) for i in range(16384))
 
 
 def encode_varint(value: int) -> bytes:

@@ -35,7 +35,7 @@ import contextlib
 import logging
 import math
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import trio
 
@@ -75,18 +75,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetmq.client")
 
-_V5 = ProtocolVersion.MQTT_5
-_PINGREQ = b"\xc0\x00"  # a whole PINGREQ (the same in every protocol version)
-_PINGRESP = b"\xd0\x00"
-_CONNECTED = ConnectionState.CONNECTED
+_V5: Final = ProtocolVersion.MQTT_5
+_PINGREQ: Final = b"\xc0\x00"  # a whole PINGREQ (the same in every protocol version)
+_PINGRESP: Final = b"\xd0\x00"
+_CONNECTED: Final = ConnectionState.CONNECTED
+# Read per packet: Final, so that compiled (hotpath) each is a C static.
+_PUBLISH_CLASS: Final = Publish
+_EMPTY: Final = EMPTY_PROPERTIES
 # The codec machine's session state until the CONNECT is accepted (the handshake puts the
 # session's own in): shared, as nothing is written to it before (the machine takes nothing
 # that would before CONNACK is sent).
-_NOT_CONNECTED = SessionState()
+_NOT_CONNECTED: Final = SessionState()
 
 
 # SUBACK codes by granted QoS (an Enum call per subscription is measurable in a storm).
-_GRANTED = (ReasonCode.GRANTED_QOS_0, ReasonCode.GRANTED_QOS_1, ReasonCode.GRANTED_QOS_2)
+_GRANTED: Final = (ReasonCode.GRANTED_QOS_0, ReasonCode.GRANTED_QOS_1, ReasonCode.GRANTED_QOS_2)
 
 
 class ClientConnection:
@@ -493,7 +496,6 @@ class ClientConnection:
             return bool(exc.packets)
         self.broker.stats.packets_received += len(events)
         inbound = self.inbound
-        on_publish = inbound.on_publish
         out = self.out
         # Plain QoS 0/1 PUBLISHes (no retain, no properties) in a stretch without other
         # events: the second to a topic opens the topic's run (broker.net.runs). A run
@@ -502,16 +504,16 @@ class ClientConnection:
         runs: dict[bytes, Run | StoredRun | None] = {}
         eager = False  # some run in runs acknowledges at once
         for event in events:
-            if type(event) is not Publish:
+            if type(event) is not _PUBLISH_CLASS:
                 seen.clear()
                 runs.clear()
                 eager = False
                 self._handle(event)
-            elif event.qos == 2 or event.retain or event.properties is not EMPTY_PROPERTIES:
+            elif event.qos == 2 or event.retain or event.properties is not _EMPTY:
                 seen.clear()
                 runs.clear()
                 eager = False
-                on_publish(event)  # (what _handle does first, without its call)
+                inbound.on_publish(event)  # (what _handle does first, without its call)
             else:
                 topic = event.topic
                 run = runs.get(topic)
@@ -524,7 +526,7 @@ class ClientConnection:
                         drop_eager(runs)
                         eager = False
                 else:
-                    on_publish(event)
+                    inbound.on_publish(event)
                     if topic[:1] == b"$":
                         # A system topic: the open runs' decisions may no longer hold.
                         seen.clear()

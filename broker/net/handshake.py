@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from broker.net.link import Link
     from broker.net.output import Output
 
-_V5 = ProtocolVersion.MQTT_5
+_V5: Final = ProtocolVersion.MQTT_5
 log = logging.getLogger("jetmq.client")
 
 
@@ -60,10 +60,10 @@ def log_over_limit(conn: Link, exc: MQTTProtocolError) -> None:
     )
 
 
-_VERSIONS = {3: "3.1", 4: "3.1.1", 5: "5.0"}
+_VERSIONS: Final = {3: "3.1", 4: "3.1.1", 5: "5.0"}
 # The CONNACK most MQTT 5 clients get (no session present, the broker's common properties:
 # ``Broker.connack_properties``), made again when those are.
-_COMMON_CONNACK = [Connack()]
+_COMMON_CONNACK: Final = [Connack()]
 
 
 def log_connect(conn: Link, client_id: str, clean_start: bool, keep_alive: int) -> None:

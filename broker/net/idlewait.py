@@ -25,13 +25,13 @@ from __future__ import annotations
 import math
 import select
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import trio
 
 # The longest single wait in place: far longer than a wake-up costs, short enough that a
 # runner state this module cannot see (none is known) would not stall the loop for long.
-MAX_WAIT_SECONDS = 1.0
+MAX_WAIT_SECONDS: Final = 1.0
 
 
 class _Steps(trio.abc.Instrument):

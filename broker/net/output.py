@@ -12,7 +12,7 @@ import collections
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import trio
 
@@ -31,15 +31,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetmq.client")
 
-_CLOSED = ConnectionState.CLOSED
-FILL_BATCH = 256  # packets moved from a session queue per flush
-FLUSH_TIMEOUT = 2.0
+_CLOSED: Final = ConnectionState.CLOSED
+FILL_BATCH: Final = 256  # packets moved from a session queue per flush
+FLUSH_TIMEOUT: Final = 2.0
 
 # What a step waits for: nothing, a store plan's commit (a callback) or an async callable.
 Wait: TypeAlias = "Plan | Callable[[], Awaitable[Any]] | None"
 # (wait for this, then do this, or do that if the wait failed: None = disconnect)
 Step = tuple[Wait, Callable[[], None], Callable[[], None] | None]
-NOT_STORED = "the broker could not store it"
+NOT_STORED: Final = "the broker could not store it"
 
 
 class Output:

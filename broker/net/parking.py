@@ -40,7 +40,7 @@ import logging
 import math
 import select
 from collections.abc import Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 import trio
 
@@ -54,10 +54,10 @@ log = logging.getLogger("jetmq.parking")
 # (IdleWait.pause: a poll) while trio has nothing to do, else a trio sleep, which costs a
 # cancellation (≈ 200 µs of CPU here: at 10 ms such rounds were a third of the idle
 # broker's CPU, bench_idle.py). It is also how long a packet may wait on an idle broker.
-IDLE_GATHER_SECONDS = 0.025
+IDLE_GATHER_SECONDS: Final = 0.025
 # Keep-alive and connect-timeout deadlines are acted on at the next multiple of this: one
 # wake-up for all that pass within it (10,000 idle clients: 0.73x the CPU, bench_idle.py).
-DEADLINE_GRAIN_SECONDS = 0.25
+DEADLINE_GRAIN_SECONDS: Final = 0.25
 
 
 def _on_grain(deadline: float) -> float:
@@ -86,17 +86,19 @@ class Parkable(Protocol):
         once, without a task."""
 
 
-LEFT, SERVED, PINGED = 0, 1, 2
+LEFT: Final = 0
+SERVED: Final = 1
+PINGED: Final = 2
 
 # Sockets served per round at most before the watcher lets other tasks run (writers,
 # commit callbacks, timers): a round of 10,000 ready sockets would hold the loop for a second.
-ROUND_EVENTS = 512
+ROUND_EVENTS: Final = 512
 # The watcher gathers PINGREQs only on a broker that served nothing else for this long:
 # a packet that arrives during a gathering wait waits for it.
-IDLE_QUIET_SECONDS = 1.0
+IDLE_QUIET_SECONDS: Final = 1.0
 # The watcher waits for its next round in place (broker.net.idlewait) after rounds of at
 # most this many ready sockets.
-IN_PLACE_ROUND = 2
+IN_PLACE_ROUND: Final = 2
 
 
 class Parking:

@@ -52,7 +52,7 @@ the topic or is being sent its retained messages.
 from __future__ import annotations
 
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from broker.core.message import AppMessage, Outgoing
 from broker.mqtt.encoder import plain_qos0, plain_qos0_prefix
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from broker.persist.client import Batch, PublishPlan
     from broker.persist.state import Persistence
 
-_V5 = ProtocolVersion.MQTT_5
+_V5: Final = ProtocolVersion.MQTT_5
 Groups = list[tuple[bytes, list[Output]]]  # (plain_qos0_prefix, the outputs taking those bytes)
 
 

@@ -14,13 +14,14 @@ transport closed under a waiting task is ``trio.ClosedResourceError``.
 from __future__ import annotations
 
 import socket
+from typing import Final
 
 import trio
 
-READ_SIZE = 65536
+READ_SIZE: Final = 65536
 # What the broker reads, at most, from a client it closes (see Transport.aclose).
-LINGER_SECONDS = 1.0
-LINGER_BYTES = 1 << 20
+LINGER_SECONDS: Final = 1.0
+LINGER_BYTES: Final = 1 << 20
 
 
 def prepare_socket(sock: socket.socket, nodelay: bool = True) -> socket.socket:

@@ -36,7 +36,7 @@ import math
 import pathlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import trio
 
@@ -45,8 +45,10 @@ from broker.config import StorageConfig
 from broker.core.stats import Histogram
 from broker.persist.inbox import CommitInbox
 
-STORAGE_REPORT_INTERVAL_S = 10.0  # at most one log line per interval about failed store jobs
-RETRY_DELETES_AFTER_S = 1.0  # a failed acknowledgement's deletions are tried again after this
+STORAGE_REPORT_INTERVAL_S: Final = 10.0  # at most one log line per interval about failed store jobs
+RETRY_DELETES_AFTER_S: Final = (
+    1.0  # a failed acknowledgement's deletions are tried again after this
+)
 
 log = logging.getLogger("jetmq.persist")
 
@@ -309,7 +311,7 @@ class PublishPlan:
         return 0 if op is None else self.seq_of(op)
 
 
-EMPTY_PLAN = PublishPlan()
+EMPTY_PLAN: Final = PublishPlan()
 
 
 class StoreClient:

@@ -18,7 +18,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import trio
 
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 # Reads of queued copies release the store's mapped pages from the RSS (Store.release_pages)
 # each time they have read this much: the copies are in Python bytes by then.
-RELEASE_PAGES_AFTER = 64 * 1024 * 1024
+RELEASE_PAGES_AFTER: Final = 64 * 1024 * 1024
 
 log = logging.getLogger("jetmq.persist")
 
