@@ -15,16 +15,19 @@ into a batch before it runs the batch, so a task woken together with the watcher
 waiting further down the same batch, its wake-up already taken from the epoll set.
 
 This reads private attributes of trio's runner (its run queue's length, its deadlines,
-its entry queue's size and its epoll object). Where they are not what this module expects (another trio version, another
-I/O backend, a clock that is not the system clock, as in tests with ``MockClock``),
-``IdleWait.open`` returns None and the watcher always waits through trio.
+its entry queue's two queues, its clock's offset and its epoll object). Where they are
+not what this module expects (another trio version, another I/O backend, a clock that is
+not the system clock, as in tests with ``MockClock``), ``IdleWait.open`` returns None
+and the watcher always waits through trio.
 """
 
 from __future__ import annotations
 
 import math
 import select
+from collections import deque
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any, Final
 
 import trio
@@ -32,6 +35,27 @@ import trio
 # The longest single wait in place: far longer than a wake-up costs, short enough that a
 # runner state this module cannot see (none is known) would not stall the loop for long.
 MAX_WAIT_SECONDS: Final = 1.0
+
+
+def run_clock() -> Callable[[], float]:
+    """The current run's clock as a function. For trio's ``SystemClock``, its reading
+    (its fixed offset plus ``perf_counter``) without its Python method: compiled
+    (hotpath), a call into C, read several times per wake-up. Any other clock
+    (``MockClock`` in tests): its own ``current_time``."""
+    clock = trio.lowlevel.current_clock()
+    try:
+        from trio._core import _run
+
+        if type(clock) is _run.SystemClock:
+            offset: float = clock.offset
+
+            def now() -> float:
+                return offset + perf_counter()
+
+            return now
+    except (AttributeError, ImportError):
+        pass
+    return clock.current_time
 
 
 class _Steps(trio.abc.Instrument):
@@ -58,8 +82,10 @@ class IdleWait:
     def __init__(self, runner: Any, trio_epoll_fd: int, epoll_fd: int) -> None:
         # Every part of the runner read first: a missing one raises before trio counts.
         self._next_deadline: Callable[[], float] = runner.deadlines.next_deadline
-        self._queued: Callable[[], int] = runner.entry_queue.size
-        self._now: Callable[[], float] = runner.clock.current_time
+        # Callbacks queued by other threads: trio's entry queue, read as its size() does.
+        self._calls: deque[Any] = runner.entry_queue.queue
+        self._idempotent_calls: dict[Any, None] = runner.entry_queue.idempotent_queue
+        self._now = run_clock()
         self._steps = _Steps(runner.runq)
         self._trio_fd = trio_epoll_fd
         self._poll = select.poll()
@@ -92,7 +118,7 @@ class IdleWait:
         """Block until the parked sockets are readable (True). False at once, or after a
         wait, when trio has something to do: a runnable task, a callback, an event on its
         own descriptors, a deadline."""
-        if self._steps.pending or self._queued():
+        if self._steps.pending or self._calls or self._idempotent_calls:
             return False
         timeout = min(self._next_deadline() - self._now(), MAX_WAIT_SECONDS)
         if timeout <= 0:
@@ -111,7 +137,7 @@ class IdleWait:
         here; else what is left of it (0 or more) for a trio sleep, which lets trio do what
         it has: at once when a task is runnable, a callback queued or a deadline of trio's
         comes first, and when trio's descriptors have an event."""
-        if self._steps.pending or self._queued():
+        if self._steps.pending or self._calls or self._idempotent_calls:
             return seconds
         now = self._now()
         if self._next_deadline() - now < seconds:

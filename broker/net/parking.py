@@ -44,7 +44,7 @@ from typing import Final, Protocol
 
 import trio
 
-from broker.net.idlewait import IdleWait
+from broker.net.idlewait import IdleWait, run_clock
 
 log = logging.getLogger("jetmq.parking")
 
@@ -208,7 +208,7 @@ class Parking:
 
     async def run(self) -> None:
         """The watcher task: one wait for every parked socket and deadline."""
-        self._now = trio.lowlevel.current_clock().current_time
+        self._now = run_clock()
         idle = self.in_place = IdleWait.open(self._epoll.fileno())
         try:
             await self._watch(idle)

@@ -28,6 +28,7 @@ from broker.core.hub import Hub
 from broker.jetstream.service import JetStream
 from broker.mqtt.properties import Properties
 from broker.net.connection import ClientConnection
+from broker.net.idlewait import run_clock
 from broker.net.link import Authenticator
 from broker.net.parking import Parkable, Parking
 from broker.persist import recovery
@@ -141,9 +142,7 @@ class Broker:
         timers = TrioTimers()
         # The run's clock read directly (trio.current_time is two calls more per read; the
         # hub reads it per message).
-        hub = Hub(
-            config, persistence, clock=trio.lowlevel.current_clock().current_time, timers=timers
-        )
+        hub = Hub(config, persistence, clock=run_clock(), timers=timers)
         jetstream = JetStream(hub, client) if config.jetstream.enabled else None
         try:
             await recovery.load_into(persistence, hub)
