@@ -110,6 +110,26 @@ class Outgoing:
     shared: bool = False  # delivered as the chosen member of a shared group
     order: int = 0  # first $MQTT_pend sequence of this copy: its place in send order on restore
 
+    # Written out (the dataclass keeps it): compiled (hotpath), a native constructor;
+    # the generated one is interpreted (one per copy queued).
+    def __init__(
+        self,
+        message: AppMessage,
+        qos: int,
+        retain: bool,
+        sub_ids: tuple[int, ...],
+        pend_seq: int = 0,
+        shared: bool = False,
+        order: int = 0,
+    ) -> None:
+        self.message = message
+        self.qos = qos
+        self.retain = retain
+        self.sub_ids = sub_ids
+        self.pend_seq = pend_seq
+        self.shared = shared
+        self.order = order
+
 
 def message_from(publish: Publish, origin: int, clock: Callable[[], float]) -> AppMessage:
     """The message as it will be forwarded, properties unchanged and in order

@@ -31,7 +31,7 @@ def plain_connect(flags: int, data: bytes, pos: int, end: int) -> Connect | None
         return None
     client_id = data[p + 2 : end]
     size = (data[p] << 8) | data[p + 1]
-    if p + 2 + size != end or not client_id.isascii() or b"\x00" in client_id:
+    if p + 2 + size != end or not client_id.isascii() or 0 in client_id:
         return None
     c: Any = object.__new__(_ConnectBuilder)
     c.protocol_version = _V5 if level == 5 else _V311

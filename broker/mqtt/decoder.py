@@ -259,7 +259,8 @@ class Decoder:
                     raise malformed("PUBLISH ends inside the Topic Name")
                 topic = data[p + 2 : tend]
                 if topic not in valid_topics:
-                    if not topic.isascii() or b"\x00" in topic:
+                    # (0 in, not b"\x00" in: a bytes needle is tried as an int first)
+                    if not topic.isascii() or 0 in topic:
                         check_utf8(topic)
                     valid_topics.add(topic)
                 p = tend

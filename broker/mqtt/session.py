@@ -85,6 +85,13 @@ class SessionState:
     outbound: dict[int, Inflight] = field(default_factory=dict)
     inbound_qos2: set[int] = field(default_factory=set)
 
+    # Written out (the dataclass keeps it): compiled (hotpath), a native constructor.
+    def __init__(
+        self, outbound: dict[int, Inflight] | None = None, inbound_qos2: set[int] | None = None
+    ) -> None:
+        self.outbound = {} if outbound is None else outbound
+        self.inbound_qos2 = set() if inbound_qos2 is None else inbound_qos2
+
     def restore_outbound(self, packet_id: int, message: Publish, qos: int, stage: Stage) -> None:
         """Put back one outbound in-flight message (restored from storage), in send order."""
         if not 1 <= packet_id <= 0xFFFF:

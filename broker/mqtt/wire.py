@@ -59,7 +59,7 @@ def check_utf8(raw: bytes) -> str:
     stripped [MQTT-1.5.4-3].
     """
     if raw.isascii():
-        if b"\x00" in raw:
+        if 0 in raw:  # (0: a bytes needle is tried as an int first)
             raise malformed("UTF-8 string contains U+0000 [MQTT-1.5.4-2]")
         return raw.decode("ascii")
     try:
