@@ -48,6 +48,7 @@ MODULES = (
     "broker.net.output",
     "broker.net.parking",
     "broker.net.runtime",
+    "broker.net.settings",
     "broker.net.runs",
     "broker.net.transport",
     "store.catalog",

@@ -134,9 +134,8 @@ class ClientConnection:
         self.username: str | None = None  # the identity the ACL knows it by
         self.over_limit = False  # accepted past max_connections: its CONNECT is refused
         self.transport = Transport(transport)
-        cfg = broker.config.mqtt
         self.proto = Connection(
-            Role.SERVER, session=_NOT_CONNECTED, max_packet_size=cfg.max_packet_size
+            Role.SERVER, session=_NOT_CONNECTED, max_packet_size=broker.settings.max_packet_size
         )
         self.session: Session | None = None
         self.version = _V5
@@ -172,7 +171,7 @@ class ClientConnection:
                 if hs is not None and self.session is None:  # not connected by connect_now
                     if self.closing:
                         return  # the connect timeout ran out while parked, or shutdown
-                    connect_timeout = self.broker.config.mqtt.connect_timeout
+                    connect_timeout = self.broker.settings.connect_timeout
                     scope.deadline = trio.current_time() + connect_timeout
                     connect = await hs.read_connect()
                     if connect is None:
@@ -243,7 +242,7 @@ class ClientConnection:
         if hs.connect_inline():
             deadline = self.proto.keepalive_deadline(now)
         elif hs.pending and self.transport.raw is not None:  # not all of the CONNECT yet
-            deadline = now + self.broker.config.mqtt.connect_timeout
+            deadline = now + self.broker.settings.connect_timeout
         else:
             return False
         raw = self.transport.raw
@@ -288,7 +287,7 @@ class ClientConnection:
         """Called by ``Parking``: the keep-alive deadline, from the last complete packet
         (before the CONNECT: the connect timeout, from the accept)."""
         if self.session is None:
-            return self.heard + self.broker.config.mqtt.connect_timeout
+            return self.heard + self.broker.settings.connect_timeout
         return self.proto.keepalive_deadline(self.heard)
 
     def serve(self, now: float) -> int:

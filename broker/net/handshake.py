@@ -69,7 +69,7 @@ _COMMON_CONNACK: Final = [Connack()]
 def log_connect(conn: Link, client_id: str, clean_start: bool, keep_alive: int) -> None:
     """One line per accepted CONNECT: client id, address, protocol (never a password);
     none with ``[log] connections = false``."""
-    if not conn.broker.config.log.connections or not log.isEnabledFor(logging.INFO):
+    if not conn.broker.settings.log_connections or not log.isEnabledFor(logging.INFO):
         return
     raw = conn.transport.raw
     if raw is not None:
@@ -91,7 +91,7 @@ def log_connect(conn: Link, client_id: str, clean_start: bool, keep_alive: int) 
 def log_disconnect(conn: Link, client_id: str) -> None:
     """One line when a connected client's connection ends, with why (not with
     ``[log] connections = false``)."""
-    if not conn.broker.config.log.connections or not log.isEnabledFor(logging.INFO):
+    if not conn.broker.settings.log_connections or not log.isEnabledFor(logging.INFO):
         return
     reason = conn.close_reason or ("DISCONNECT (0x00)" if conn.peer_gone else "closed")
     protocol = _VERSIONS.get(int(conn.version), "?")
@@ -265,7 +265,7 @@ class Handshake:
     def accept(self, connect: Connect) -> None:
         """Session lookup, takeover, CONNACK (the CONNECT passed ``_refusal``)."""
         broker = self.conn.broker
-        cfg = broker.config.mqtt
+        cfg = broker.settings
         version = connect.protocol_version
         self.conn.version = version
         props = connect.properties
@@ -362,7 +362,7 @@ class Handshake:
         return ReasonCode.QUOTA_EXCEEDED, "too many connections (max_connections)"
 
     def refusal(self, connect: Connect) -> tuple[ReasonCode, str] | None:
-        cfg = self.conn.broker.config.mqtt
+        cfg = self.conn.broker.settings
         props = connect.properties
         if props.authentication_method is not None:
             return ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"

@@ -126,7 +126,7 @@ class Inbound:
         if access is not None and not access.may_write(topic):
             self._not_authorised(p)
             return
-        rate = broker.config.limits.max_publish_rate
+        rate = broker.settings.max_publish_rate
         if rate and self._over_rate(rate):
             self._over_publish_rate(p)
             return

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from broker.mqtt.properties import Properties
     from broker.mqtt.reason_codes import ReasonCode
     from broker.net.parking import Parking
+    from broker.net.settings import Settings
     from broker.net.transport import Transport
     from broker.persist.client import StoreClient
     from broker.persist.state import Persistence
@@ -50,6 +51,7 @@ class Host(Protocol):
 
     hub: Hub
     config: BrokerConfig
+    settings: Settings  # the values of ``config`` read per connect or message
     persist: Persistence  # the MQTT state in the store
     store_client: StoreClient  # the store's trio client (Persistence writes through it)
     parking: Parking

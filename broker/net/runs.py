@@ -235,7 +235,7 @@ def open_run(inbound: Inbound, p: Publish) -> Run | StoredRun | None:
     if topic[:1] == b"$" or session is None:
         return None
     broker = conn.broker
-    if broker.config.limits.max_publish_rate:
+    if broker.settings.max_publish_rate:
         return None
     access = session.access
     if access is not None and not access.may_write(topic):

@@ -31,6 +31,7 @@ from broker.net.connection import ClientConnection
 from broker.net.idlewait import run_clock
 from broker.net.link import Authenticator
 from broker.net.parking import Parkable, Parking
+from broker.net.settings import Settings
 from broker.persist import recovery
 from broker.persist.client import StoreClient
 from broker.persist.inbox import CommitInbox
@@ -96,6 +97,7 @@ class Broker:
     ) -> None:
         self.hub = hub
         self.config = hub.config
+        self.settings = Settings(self.config)  # its values read per connect or message
         self.stats = hub.stats
         self.persist = persistence
         # The store's trio client, shared by every part that writes: lifecycle, batches.
@@ -200,7 +202,7 @@ class Broker:
 
     def _over_limit(self, listener: ListenerSpec | None) -> bool:
         """``[limits] max_connections`` (the broker) or the listener's own, reached."""
-        most = self.config.limits.max_connections
+        most = self.settings.max_connections
         if most and len(self.connections) >= most:
             return True
         if listener is not None and listener.max_connections:
@@ -263,6 +265,7 @@ class Broker:
         if new.bridge != self.config.bridge:
             self.spawn(self._swap_bridge, new.bridge)
         self.config = new
+        self.settings = Settings(new)
         self.hub.config = new
         self.connack_properties = None  # built from the configuration: built again
         return kept
