@@ -342,7 +342,7 @@ class NatsLink:
             self._backlog_bytes += size
             self._pump()
 
-        nc._process_msg = process_msg  # type: ignore[method-assign]
+        nc._process_msg = process_msg  # type: ignore[method-assign, unused-ignore]  # (unused without nats-py)
         return True
 
     async def _subscribe_core(self, index: int, subject: str, fast: bool) -> None:
