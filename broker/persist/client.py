@@ -46,9 +46,8 @@ from broker.core.stats import Histogram
 from broker.persist.inbox import CommitInbox
 
 STORAGE_REPORT_INTERVAL_S: Final = 10.0  # at most one log line per interval about failed store jobs
-RETRY_DELETES_AFTER_S: Final = (
-    1.0  # a failed acknowledgement's deletions are tried again after this
-)
+# A failed acknowledgement's deletions are tried again after this.
+RETRY_DELETES_AFTER_S: Final = 1.0
 
 log = logging.getLogger("jetmq.persist")
 
