@@ -47,7 +47,7 @@ from broker.mqtt.packets import (
     Unsuback,
     Unsubscribe,
 )
-from broker.mqtt.properties import EMPTY_PROPERTIES
+from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode
 from broker.mqtt.session import Inflight, SessionState, Stage
 from broker.mqtt.states import (
@@ -70,6 +70,20 @@ _CONNECTED: Final = ConnectionState.CONNECTED
 _CLOSED: Final = ConnectionState.CLOSED
 _PUBACK: Final = PacketType.PUBACK
 _PUBLISH: Final = PacketType.PUBLISH
+_CONNECT: Final = PacketType.CONNECT
+# The packet classes (final: dispatch is on the exact type), as C statics when compiled.
+_PUBLISH_CLASS: Final = Publish
+_PUBACK_CLASS: Final = Puback
+_PUBREC_CLASS: Final = Pubrec
+_PUBREL_CLASS: Final = Pubrel
+_PUBCOMP_CLASS: Final = Pubcomp
+_CONNECT_CLASS: Final = Connect
+_CONNACK_CLASS: Final = Connack
+_DISCONNECT_CLASS: Final = Disconnect
+_SUBSCRIBE_CLASS: Final = Subscribe
+_SUBACK_CLASS: Final = Suback
+_UNSUBSCRIBE_CLASS: Final = Unsubscribe
+_UNSUBACK_CLASS: Final = Unsuback
 
 
 class Connection:
@@ -173,7 +187,7 @@ class Connection:
         plan = self._alias_plan(topic)
         if plan is None:
             return None
-        self._commit_alias(topic, plan)
+        self._aliases.commit(topic, plan)
         return plan[0], plan[1]
 
     # ---- inbound ---------------------------------------------------------------------
@@ -199,11 +213,11 @@ class Connection:
             connected = self.state is _CONNECTED
             append = events.append
             for packet in packets:
-                if connected and type(packet) is Publish:
+                if connected and type(packet) is _PUBLISH_CLASS:
                     # Hot path: PUBLISH is allowed in CONNECTED for both roles.
                     append(self._receive_publish(packet))
                     continue
-                if connected and type(packet) is Puback:  # (so is PUBACK)
+                if connected and type(packet) is _PUBACK_CLASS:  # (so is PUBACK)
                     self.session.puback(packet.packet_id)
                     append(packet)
                     continue
@@ -230,46 +244,27 @@ class Connection:
     def _receive(self, packet: Packet) -> Event:
         ptype = packet.TYPE
         if ptype not in INBOUND[self.role, self.state]:
-            if ptype is PacketType.CONNECT:
+            if ptype is _CONNECT:
                 raise protocol_error("a second CONNECT [MQTT-3.1.0-2]")
             raise protocol_error(f"{ptype.name} is not allowed from the peer in {self.state.name}")
-        if isinstance(packet, Publish):
+        if type(packet) is _PUBLISH_CLASS:
             return self._receive_publish(packet)
-        if isinstance(packet, Puback):
+        if type(packet) is _PUBACK_CLASS:
             self.session.puback(packet.packet_id)
-        elif isinstance(packet, Pubrec):
-            entry = self.session.outbound.get(packet.packet_id)
-            if entry is not None and entry.stage is Stage.AWAIT_PUBREC:
-                if packet.reason_code.is_error:
-                    del self.session.outbound[packet.packet_id]
-                else:
-                    self.session.outbound[packet.packet_id] = entry.at_stage(Stage.AWAIT_PUBCOMP)
-        elif isinstance(packet, Pubcomp):
-            entry = self.session.outbound.get(packet.packet_id)
-            if entry is not None and entry.stage is Stage.AWAIT_PUBCOMP:
-                del self.session.outbound[packet.packet_id]
-        elif isinstance(packet, Suback | Unsuback):
-            self._pending_acks.discard(packet.packet_id)
-        elif isinstance(packet, Subscribe):
-            self._receive_subscribe(packet)
-        elif isinstance(packet, Connect):
+        elif type(packet) is _CONNECT_CLASS:
             self._receive_connect(packet)
-        elif isinstance(packet, Connack):
+        elif type(packet) is _DISCONNECT_CLASS:
+            self._receive_disconnect(packet)
+        elif type(packet) is _PUBREC_CLASS:
+            self.session.pubrec(packet.packet_id, packet.reason_code.is_error)
+        elif type(packet) is _PUBCOMP_CLASS:
+            self.session.pubcomp(packet.packet_id)
+        elif type(packet) is _SUBSCRIBE_CLASS:
+            self._receive_subscribe(packet)
+        elif type(packet) is _SUBACK_CLASS or type(packet) is _UNSUBACK_CLASS:
+            self._pending_acks.discard(packet.packet_id)
+        elif type(packet) is _CONNACK_CLASS:
             self._receive_connack(packet)
-        elif isinstance(packet, Disconnect):
-            if (
-                self.role is Role.SERVER
-                and self._session_expiry == 0
-                and packet.properties.session_expiry_interval
-            ):
-                raise protocol_error(
-                    "DISCONNECT sets a Session Expiry Interval after CONNECT set 0 (§3.14.2.2.2)"
-                )
-            if self.role is Role.CLIENT and packet.properties.session_expiry_interval is not None:
-                raise protocol_error(
-                    "server DISCONNECT with Session Expiry Interval [MQTT-3.14.2-2]"
-                )
-            self.state = _CLOSED
         return packet
 
     def _receive_connect(self, packet: Connect) -> None:
@@ -294,11 +289,7 @@ class Connection:
             )
         self.keep_alive = packet.keep_alive
         self._session_expiry = props.session_expiry_interval or 0
-        if props.receive_maximum is not None:
-            self.peer_receive_maximum = props.receive_maximum
-        if props.maximum_packet_size is not None:
-            self.peer_maximum_packet_size = props.maximum_packet_size
-        self.peer_topic_alias_maximum = props.topic_alias_maximum or 0
+        self._take_peer_limits(props)
         self.state = ConnectionState.CONNECTING
 
     def _receive_connack(self, packet: Connack) -> None:
@@ -306,14 +297,27 @@ class Connection:
             self.state = _CLOSED
             return
         props = packet.properties
+        self._take_peer_limits(props)
+        if props.server_keep_alive is not None:
+            self.keep_alive = props.server_keep_alive
+        self.state = ConnectionState.CONNECTED
+
+    def _take_peer_limits(self, props: Properties) -> None:  # (from CONNECT or CONNACK)
         if props.receive_maximum is not None:
             self.peer_receive_maximum = props.receive_maximum
         if props.maximum_packet_size is not None:
             self.peer_maximum_packet_size = props.maximum_packet_size
         self.peer_topic_alias_maximum = props.topic_alias_maximum or 0
-        if props.server_keep_alive is not None:
-            self.keep_alive = props.server_keep_alive
-        self.state = ConnectionState.CONNECTED
+
+    def _receive_disconnect(self, packet: Disconnect) -> None:
+        expiry = packet.properties.session_expiry_interval
+        if self.role is _SERVER and self._session_expiry == 0 and expiry:
+            raise protocol_error(
+                "DISCONNECT sets a Session Expiry Interval after CONNECT set 0 (§3.14.2.2.2)"
+            )
+        if self.role is _CLIENT and expiry is not None:
+            raise protocol_error("server DISCONNECT with Session Expiry Interval [MQTT-3.14.2-2]")
+        self.state = _CLOSED
 
     def _receive_subscribe(self, packet: Subscribe) -> None:
         for sub in packet.subscriptions:
@@ -374,11 +378,11 @@ class Connection:
         LocalProtocolError if the protocol forbids sending it now, PacketTooLargeError if
         it exceeds the peer's Maximum Packet Size (nothing changes then)."""
         self._check_outbound(packet.TYPE)
-        if isinstance(packet, Connect):
+        if type(packet) is _CONNECT_CLASS:
             self.version = packet.protocol_version
             self._decoder.version = packet.protocol_version
         version = self._version()
-        if isinstance(packet, Publish):
+        if type(packet) is _PUBLISH_CLASS:
             return self._send_publish(packet, version)
         data = encode(packet, version)
         props = getattr(packet, "properties", None)
@@ -465,7 +469,7 @@ class Connection:
         if len(data) > self.peer_maximum_packet_size:
             raise PacketTooLargeError(len(data), self.peer_maximum_packet_size)
         if plan is not None:
-            self._commit_alias(message.publish.topic, plan)
+            self._aliases.commit(message.publish.topic, plan)
         if qos:
             assert packet_id is not None  # _check_window
             self.session.outbound[packet_id] = Inflight(
@@ -542,41 +546,34 @@ class Connection:
             self._aliases = TopicAliases()
         return self._aliases.plan(topic, peer_maximum)
 
-    def _commit_alias(self, topic: bytes, plan: AliasPlan) -> None:
-        self._aliases.commit(topic, plan)
-
     def _sent(self, packet: Packet, version: ProtocolVersion) -> None:
-        if isinstance(packet, Puback):
+        if type(packet) is _PUBACK_CLASS:
             self._inbound_qos1.discard(packet.packet_id)
-        elif isinstance(packet, Pubrec):
+        elif type(packet) is _CONNACK_CLASS:
+            self._sent_connack(packet)
+        elif type(packet) is _PUBREC_CLASS:
             if packet.reason_code.is_error:
                 self.session.inbound_qos2.discard(packet.packet_id)
-        elif isinstance(packet, Pubcomp):
+        elif type(packet) is _PUBCOMP_CLASS:
             self.session.inbound_qos2.discard(packet.packet_id)
-        elif isinstance(packet, Pubrel):
+        elif type(packet) is _PUBREL_CLASS:
             entry = self.session.outbound.get(packet.packet_id)
             if entry is not None and entry.stage is not Stage.AWAIT_PUBCOMP:
                 raise LocalProtocolError(f"PUBREL {packet.packet_id} before its PUBREC")
-        elif isinstance(packet, Subscribe | Unsubscribe):
+        elif type(packet) is _SUBSCRIBE_CLASS or type(packet) is _UNSUBSCRIBE_CLASS:
             if packet.packet_id in self._pending_acks or packet.packet_id in self.session.outbound:
                 raise LocalProtocolError(f"packet identifier {packet.packet_id} is in use")
             self._pending_acks.add(packet.packet_id)
-        elif isinstance(packet, Connack):
-            self._sent_connack(packet)
-        elif isinstance(packet, Connect):
+        elif type(packet) is _CONNECT_CLASS:
             self._sent_connect(packet)
-        elif isinstance(packet, Disconnect):
+        elif type(packet) is _DISCONNECT_CLASS:
             if self.role is Role.SERVER and version is not _V5:
                 raise LocalProtocolError("a 3.1.x server closes the connection, no DISCONNECT")
             self.state = _CLOSED
 
     def _sent_connect(self, packet: Connect) -> None:
-        props = packet.properties
         self.keep_alive = packet.keep_alive
-        self.receive_maximum = props.receive_maximum or 0xFFFF
-        self.topic_alias_maximum = props.topic_alias_maximum or 0
-        if props.maximum_packet_size is not None:
-            self.max_packet_size = props.maximum_packet_size
+        self._declare_limits(packet.properties)
         self.state = ConnectionState.CONNECTING
 
     def _sent_connack(self, packet: Connack) -> None:
@@ -588,13 +585,16 @@ class Connection:
         if self.version is not _V5:
             return  # 3.1.x CONNACK carries no properties: none of them was declared
         props = packet.properties
-        self.receive_maximum = props.receive_maximum or 0xFFFF
-        self.topic_alias_maximum = props.topic_alias_maximum or 0
-        if props.maximum_packet_size is not None:
-            self.max_packet_size = props.maximum_packet_size
+        self._declare_limits(props)
         if props.maximum_qos is not None:
             self.maximum_qos = props.maximum_qos
         if props.retain_available is not None:
             self.retain_available = bool(props.retain_available)
         if props.server_keep_alive is not None:
             self.keep_alive = props.server_keep_alive
+
+    def _declare_limits(self, props: Properties) -> None:  # (in our CONNECT or CONNACK)
+        self.receive_maximum = props.receive_maximum or 0xFFFF
+        self.topic_alias_maximum = props.topic_alias_maximum or 0
+        if props.maximum_packet_size is not None:
+            self.max_packet_size = props.maximum_packet_size

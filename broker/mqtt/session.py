@@ -77,7 +77,10 @@ class Inflight:
         return f"Inflight({self.packet_id}, qos={self.qos}, {self.stage.name})"
 
 
-_AWAIT_PUBACK: Final = Stage.AWAIT_PUBACK  # (Final: a C static when compiled)
+# (Final: C statics when compiled)
+_AWAIT_PUBACK: Final = Stage.AWAIT_PUBACK
+_AWAIT_PUBREC: Final = Stage.AWAIT_PUBREC
+_AWAIT_PUBCOMP: Final = Stage.AWAIT_PUBCOMP
 
 
 @dataclass(slots=True)
@@ -104,6 +107,22 @@ class SessionState:
         """A PUBACK arrived: the QoS 1 exchange ``packet_id`` is complete, if it waited for it."""
         entry = self.outbound.get(packet_id)
         if entry is not None and entry.stage is _AWAIT_PUBACK:
+            del self.outbound[packet_id]
+
+    def pubrec(self, packet_id: int, refused: bool) -> None:
+        """A PUBREC arrived: the QoS 2 exchange ``packet_id`` waits for PUBCOMP now, or ends
+        when the receiver ``refused`` the message (an error reason code)."""
+        entry = self.outbound.get(packet_id)
+        if entry is not None and entry.stage is _AWAIT_PUBREC:
+            if refused:
+                del self.outbound[packet_id]
+            else:
+                self.outbound[packet_id] = entry.at_stage(_AWAIT_PUBCOMP)
+
+    def pubcomp(self, packet_id: int) -> None:
+        """A PUBCOMP arrived: the QoS 2 exchange ``packet_id`` is complete, if it waited."""
+        entry = self.outbound.get(packet_id)
+        if entry is not None and entry.stage is _AWAIT_PUBCOMP:
             del self.outbound[packet_id]
 
     def restore_inbound_qos2(self, packet_id: int) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Final
 
 from broker.mqtt.packet_types import PacketType
 from broker.mqtt.packets import Packet, Publish
@@ -59,7 +60,7 @@ _SERVER, _CLIENT = Role.SERVER, Role.CLIENT
 _NOTHING: frozenset[PacketType] = frozenset()
 
 #: (role, state) -> packet types the peer may send us.
-INBOUND: dict[tuple[Role, ConnectionState], frozenset[PacketType]] = {
+INBOUND: Final[dict[tuple[Role, ConnectionState], frozenset[PacketType]]] = {
     (_SERVER, _S.AWAIT_CONNECT): frozenset({_P.CONNECT}),
     (_SERVER, _S.CONNECTING): frozenset({_P.AUTH}),
     (_SERVER, _S.CONNECTED): frozenset(
@@ -77,7 +78,7 @@ INBOUND: dict[tuple[Role, ConnectionState], frozenset[PacketType]] = {
 }
 
 #: (role, state) -> packet types we may send.
-OUTBOUND: dict[tuple[Role, ConnectionState], frozenset[PacketType]] = {
+OUTBOUND: Final[dict[tuple[Role, ConnectionState], frozenset[PacketType]]] = {
     (_SERVER, _S.AWAIT_CONNECT): _NOTHING,
     (_SERVER, _S.CONNECTING): frozenset({_P.CONNACK, _P.AUTH}),
     (_SERVER, _S.CONNECTED): frozenset(

@@ -81,6 +81,15 @@ _PINGRESP: Final = b"\xd0\x00"
 _CONNECTED: Final = ConnectionState.CONNECTED
 # Read per packet: Final, so that compiled (hotpath) each is a C static.
 _PUBLISH_CLASS: Final = Publish
+_PUBACK_CLASS: Final = Puback
+_PUBCOMP_CLASS: Final = Pubcomp
+_PUBREC_CLASS: Final = Pubrec
+_PUBREL_CLASS: Final = Pubrel
+_SUBSCRIBE_CLASS: Final = Subscribe
+_UNSUBSCRIBE_CLASS: Final = Unsubscribe
+_PINGREQ_CLASS: Final = Pingreq
+_DISCONNECT_CLASS: Final = Disconnect
+_DUPLICATE_CLASS: Final = DuplicatePublish
 _EMPTY: Final = EMPTY_PROPERTIES
 # The codec machine's session state until the CONNECT is accepted (the handshake puts the
 # session's own in): shared, as nothing is written to it before (the machine takes nothing
@@ -94,8 +103,6 @@ _GRANTED: Final = (ReasonCode.GRANTED_QOS_0, ReasonCode.GRANTED_QOS_1, ReasonCod
 
 class ClientConnection:
     """See module docstring."""
-
-    inbound: Inbound
 
     __slots__ = (
         "_parked_fd",
@@ -151,18 +158,13 @@ class ClientConnection:
         self.heard = 0.0  # when the last complete packet arrived (keep alive counts from it)
         self.out = Output(self, self.transport)
         self.handshake: Handshake | None = Handshake(self, self.out)
-        # self.inbound is made when the connection's task starts: a client parked since
-        # its CONNECT (most of a connect storm) never needs one.
+        self.inbound = Inbound(self, self.out)
 
     # == lifecycle ================================================================================
 
     async def run(self) -> None:
         hs = self.handshake
         self.handshake = None  # the task holds it while it needs it
-        try:
-            self.inbound  # noqa: B018 - kept when the connection parked again
-        except AttributeError:
-            self.inbound = Inbound(self, self.out)
         try:
             if hs is not None and hs.early_error is not None:
                 raise hs.early_error  # a bug in connect_now: reported below
@@ -329,10 +331,6 @@ class ClientConnection:
             self.heard = now
             return PINGED
         self.broker.stats.bytes_received += len(data)
-        try:
-            self.inbound  # noqa: B018 - made on first need
-        except AttributeError:
-            self.inbound = Inbound(self, self.out)
         self._serving = True
         try:
             if self._feed(data):
@@ -554,24 +552,24 @@ class ClientConnection:
     def _handle(self, event: Packet | DuplicatePublish) -> None:
         inbound = self.inbound
         # Exact types (the packet classes are final), which mypy narrows without a cast().
-        if type(event) is Publish:
+        if type(event) is _PUBLISH_CLASS:
             inbound.on_publish(event)
-        elif type(event) is Puback or type(event) is Pubcomp:
+        elif type(event) is _PUBACK_CLASS or type(event) is _PUBCOMP_CLASS:
             inbound.copy_acknowledged(event.packet_id)
-        elif isinstance(event, Pubrec):
-            inbound.on_pubrec(event)
-        elif isinstance(event, Pubrel):
-            inbound.on_pubrel(event)
-        elif isinstance(event, DuplicatePublish):
-            inbound.duplicate_publish(event)
-        elif isinstance(event, Subscribe):
-            inbound.on_subscribe(event)
-        elif isinstance(event, Unsubscribe):
-            inbound.on_unsubscribe(event)
-        elif isinstance(event, Pingreq):
-            self.out.send(Pingresp())  # [MQTT-3.12.4-1]
-        elif isinstance(event, Disconnect):
+        elif type(event) is _DISCONNECT_CLASS:
             inbound.on_disconnect(event)
+        elif type(event) is _SUBSCRIBE_CLASS:
+            inbound.on_subscribe(event)
+        elif type(event) is _PUBREC_CLASS:
+            inbound.on_pubrec(event)
+        elif type(event) is _PUBREL_CLASS:
+            inbound.on_pubrel(event)
+        elif type(event) is _DUPLICATE_CLASS:
+            inbound.duplicate_publish(event)
+        elif type(event) is _UNSUBSCRIBE_CLASS:
+            inbound.on_unsubscribe(event)
+        elif type(event) is _PINGREQ_CLASS:
+            self.out.send(Pingresp())  # [MQTT-3.12.4-1]
         elif isinstance(event, Auth):
             # No Authentication Method was accepted, so AUTH is a Protocol Error [MQTT-4.12.0-7].
             self.disconnect(ReasonCode.PROTOCOL_ERROR, "AUTH without an authentication method")
