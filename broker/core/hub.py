@@ -106,9 +106,11 @@ class Hub:
         if session.subscriptions:  # (it also empties the route cache)
             self.router.unsubscribe_all(session.num)
         self.sessions.forget(session)
-        dropped = [*session.outgoing.values(), *session.queue]
-        session.outgoing.clear()
-        session.queue.clear()
+        dropped: Sequence[Outgoing] = ()
+        if session.outgoing or session.queue:  # (most sessions end with neither)
+            dropped = [*session.outgoing.values(), *session.queue]
+            session.outgoing.clear()
+            session.queue.clear()
         session.retained_backlog = session.retained_seen = None
         self.queues.session_ended(session)
         self.persist.session_ended(session, dropped)

@@ -62,10 +62,10 @@ from broker.mqtt.states import (
 __all__ = ["Connection", "ConnectionState", "DuplicatePublish", "Event", "Role"]
 
 _V5: Final = ProtocolVersion.MQTT_5
-# Shared by every connection until it uses an alias: resolving a PUBLISH without one and
-# planning with a peer maximum of 0 read nothing and write nothing.
+# Shared until a connection uses an alias: without one nothing is read or written.
 _NO_ALIASES: Final = TopicAliases()
-_SERVER, _CLIENT = Role.SERVER, Role.CLIENT
+_SERVER: Final = Role.SERVER
+_CLIENT: Final = Role.CLIENT
 _CONNECTED: Final = ConnectionState.CONNECTED
 _CLOSED: Final = ConnectionState.CLOSED
 _PUBACK: Final = PacketType.PUBACK

@@ -60,6 +60,9 @@ _EMPTY: Final = EMPTY_PROPERTIES
 _SUCCESS: Final = ReasonCode.SUCCESS
 _NO_MATCHING: Final = ReasonCode.NO_MATCHING_SUBSCRIBERS
 _GRANTED: Final = (ReasonCode.GRANTED_QOS_0, ReasonCode.GRANTED_QOS_1, ReasonCode.GRANTED_QOS_2)
+_NORMAL: Final = ReasonCode.NORMAL_DISCONNECTION
+_WITH_WILL: Final = ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
+_NORMAL_GOODBYE: Final = "DISCONNECT from the client (0x00)"  # (made once: most are 0x00)
 
 
 class Inbound:
@@ -557,10 +560,15 @@ class Inbound:
     def on_disconnect(self, p: Disconnect) -> None:
         session = self.conn.session
         assert session is not None
-        self.conn.peer_gone = True  # it said goodbye: nothing more comes, no need to linger
-        self.conn.close_reason = f"DISCONNECT from the client (0x{int(p.reason_code):02x})"
+        conn = self.conn
+        conn.peer_gone = True  # it said goodbye: nothing more comes, no need to linger
+        code = p.reason_code
+        if code is _NORMAL:
+            conn.close_reason = _NORMAL_GOODBYE
+        else:
+            conn.close_reason = f"DISCONNECT from the client (0x{int(code):02x})"
         # 0x04: the client asks for its will [MQTT-3.14.4-3 otherwise discards it].
-        self.conn.send_will = p.reason_code == ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
+        conn.send_will = code == _WITH_WILL
         expiry = p.properties.session_expiry_interval
         if expiry is not None:
             cap = self.conn.broker.config.mqtt.max_session_expiry_interval
