@@ -567,7 +567,7 @@ class Connection:
         elif type(packet) is _CONNECT_CLASS:
             self._sent_connect(packet)
         elif type(packet) is _DISCONNECT_CLASS:
-            if self.role is Role.SERVER and version is not _V5:
+            if self.role is _SERVER and version is not _V5:
                 raise LocalProtocolError("a 3.1.x server closes the connection, no DISCONNECT")
             self.state = _CLOSED
 
