@@ -62,8 +62,7 @@ from broker.mqtt.states import (
 __all__ = ["Connection", "ConnectionState", "DuplicatePublish", "Event", "Role"]
 
 _V5: Final = ProtocolVersion.MQTT_5
-# Shared until a connection uses an alias: without one nothing is read or written.
-_NO_ALIASES: Final = TopicAliases()
+_NO_ALIASES: Final = TopicAliases()  # shared until a connection uses an alias
 _SERVER: Final = Role.SERVER
 _CLIENT: Final = Role.CLIENT
 _CONNECTED: Final = ConnectionState.CONNECTED
@@ -71,6 +70,7 @@ _CLOSED: Final = ConnectionState.CLOSED
 _PUBACK: Final = PacketType.PUBACK
 _PUBLISH: Final = PacketType.PUBLISH
 _CONNECT: Final = PacketType.CONNECT
+_SUCCESS: Final = ReasonCode.SUCCESS
 # The packet classes (final: dispatch is on the exact type), as C statics when compiled.
 _PUBLISH_CLASS: Final = Publish
 _PUBACK_CLASS: Final = Puback
@@ -577,7 +577,7 @@ class Connection:
         self.state = ConnectionState.CONNECTING
 
     def _sent_connack(self, packet: Connack) -> None:
-        if packet.reason_code.is_error:
+        if packet.reason_code is not _SUCCESS and packet.reason_code.is_error:
             self.state = _CLOSED
             return
         self.state = ConnectionState.CONNECTED

@@ -57,13 +57,29 @@ __all__ = ["EncodedPublish", "encode", "plain_qos0", "plain_qos0_prefix"]
 _V5: Final = ProtocolVersion.MQTT_5
 _USER_ID: Final = encode_varint(int(PropertyId.USER_PROPERTY))
 _BYTE: Final[tuple[bytes, ...]] = tuple(bytes((i,)) for i in range(256))
+_PUBLISH_CLASS: Final = Publish  # (C statics when compiled)
+_CONNACK_CLASS: Final = Connack
+
+
+# The last CONNACK encoded, whether for MQTT 5, and its bytes: the broker sends most
+# clients the same Connack object (found by identity; the pair is replaced whole).
+_last_connack_bytes: list[tuple[Connack | None, bool, bytes]] = [(None, False, b"")]
 
 
 def encode(packet: Packet, version: ProtocolVersion) -> bytes:
     """The exact bytes of ``packet`` on a connection speaking ``version``."""
-    if type(packet) is Publish:
-        return _encode_publish(packet, version is _V5)
-    first, body = _ENCODERS[type(packet)](packet, version is _V5)
+    v5 = version is _V5
+    if type(packet) is _PUBLISH_CLASS:
+        return _encode_publish(packet, v5)
+    if type(packet) is _CONNACK_CLASS:
+        last = _last_connack_bytes[0]
+        if last[0] is packet and last[1] is v5:
+            return last[2]
+        first, body = _connack(packet, v5)
+        data = b"".join((_BYTE[first], encode_varint(len(body)), body))
+        _last_connack_bytes[0] = (packet, v5, data)
+        return data
+    first, body = _ENCODERS[type(packet)](packet, v5)
     return b"".join((_BYTE[first], encode_varint(len(body)), body))
 
 

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from broker.mqtt.codec import Decoder, encode
 from broker.mqtt.packet_types import PacketType, ProtocolVersion
-from broker.mqtt.packets import Connect, Packet, Publish
+from broker.mqtt.packets import Connack, Connect, Packet, Publish
+from broker.mqtt.properties import Properties
+from broker.mqtt.reason_codes import ReasonCode
 
 from .mqtt_strategies import VERSIONS, any_packet, packets_of, type_version_pairs
 
@@ -146,3 +148,22 @@ def test_repeated_topic_in_one_chunk_is_validated_once_and_decoded_each_time() -
     packets = [Publish(b"same/topic", bytes([i])) for i in range(3)]
     wire = b"".join(encode(p, version) for p in packets)
     assert Decoder(version).feed(wire) == packets
+
+
+def test_the_same_connack_object_encodes_once_per_protocol_family() -> None:
+    """The broker sends most clients one Connack object: its bytes are kept by identity,
+    per MQTT 5 or 3.1.x; another object is encoded afresh."""
+    props = Properties(receive_maximum=100, topic_alias_maximum=8)
+    connack = Connack(False, ReasonCode.SUCCESS, props)
+    v5 = encode(connack, ProtocolVersion.MQTT_5)
+    assert encode(connack, ProtocolVersion.MQTT_5) is v5  # kept
+    v311 = encode(connack, ProtocolVersion.MQTT_3_1_1)
+    assert v311 == b"\x20\x02\x00\x00"  # no properties in 3.1.x
+    assert encode(connack, ProtocolVersion.MQTT_3_1) == v311
+    assert encode(connack, ProtocolVersion.MQTT_5) == v5
+    present = Connack(True, ReasonCode.SUCCESS, props)
+    assert encode(present, ProtocolVersion.MQTT_5) == b"\x20" + v5[1:2] + b"\x01" + v5[3:]
+    for version in VERSIONS:
+        assert Decoder(version).feed(encode(connack, version)) == [
+            connack if version is ProtocolVersion.MQTT_5 else Connack(False, ReasonCode.SUCCESS)
+        ]
