@@ -63,6 +63,7 @@ __all__ = ["Connection", "ConnectionState", "DuplicatePublish", "Event", "Role"]
 
 _V5: Final = ProtocolVersion.MQTT_5
 _NO_ALIASES: Final = TopicAliases()  # shared until a connection uses an alias
+_NO_IDS: Final[set[int]] = set()  # shared, never added to (discard and `in` read it)
 _SERVER: Final = Role.SERVER
 _CLIENT: Final = Role.CLIENT
 _CONNECTED: Final = ConnectionState.CONNECTED
@@ -121,9 +122,10 @@ class Connection:
         self.peer_topic_alias_maximum = 0
         # Per-connection state.
         self._session_expiry = 0
-        self._inbound_qos1: set[int] = set()
+        self._inbound_qos1 = _NO_IDS  # made on first use (an empty set is 216 bytes)
         self._aliases = _NO_ALIASES  # made on first use: most clients use none
-        self._pending_acks: set[int] = set()  # our SUBSCRIBE/UNSUBSCRIBE ids (client role)
+        # Our SUBSCRIBE/UNSUBSCRIBE ids: a server sends none (the outbound table).
+        self._pending_acks = set() if role is Role.CLIENT else _NO_IDS
         self._next_id = 1
 
     # ---- limits and counters -------------------------------------------------------
@@ -346,6 +348,8 @@ class Connection:
             packet_id: int = packet.packet_id  # type: ignore[assignment]
             if packet_id not in self._inbound_qos1:
                 self._count_inbound()
+                if self._inbound_qos1 is _NO_IDS:
+                    self._inbound_qos1 = set()
                 self._inbound_qos1.add(packet_id)
         elif qos == 2:
             packet_id = packet.packet_id  # type: ignore[assignment]
@@ -381,7 +385,8 @@ class Connection:
         if type(packet) is _CONNECT_CLASS:
             self.version = packet.protocol_version
             self._decoder.version = packet.protocol_version
-        version = self._version()
+        version = self.version  # known in every state the outbound table lets send in
+        assert version is not None, "no protocol version before CONNECT"
         if type(packet) is _PUBLISH_CLASS:
             return self._send_publish(packet, version)
         data = encode(packet, version)
@@ -489,12 +494,6 @@ class Connection:
             )
         return data
 
-    def _version(self) -> ProtocolVersion:
-        # Every caller checks the outbound table first, and no state that allows a send
-        # exists before the version is known (CONNECT received, or CONNECT being sent).
-        assert self.version is not None, "no protocol version before CONNECT"
-        return self.version
-
     def _check_outbound(self, ptype: PacketType) -> None:
         if ptype not in OUTBOUND[self.role, self.state]:
             raise LocalProtocolError(f"cannot send {ptype.name} in {self.state.name}")
@@ -516,11 +515,6 @@ class Connection:
                 f"the peer's Receive Maximum {self.peer_receive_maximum} is reached"
             )
 
-    def _record_inflight(self, message: Publish) -> None:
-        packet_id: int = message.packet_id  # type: ignore[assignment]
-        stage = Stage.AWAIT_PUBACK if message.qos == 1 else Stage.AWAIT_PUBREC
-        self.session.outbound[packet_id] = Inflight(packet_id, message, message.qos, stage)
-
     def _send_publish(self, packet: Publish, version: ProtocolVersion) -> bytes:
         self._check_window(packet.qos, packet.packet_id, packet.dup)
         alias = packet.properties.topic_alias
@@ -533,7 +527,9 @@ class Connection:
         if len(data) > self.peer_maximum_packet_size:
             raise PacketTooLargeError(len(data), self.peer_maximum_packet_size)
         if packet.qos:
-            self._record_inflight(packet)
+            pid: int = packet.packet_id  # type: ignore[assignment]
+            stage = Stage.AWAIT_PUBACK if packet.qos == 1 else Stage.AWAIT_PUBREC
+            self.session.outbound[pid] = Inflight(pid, packet, packet.qos, stage)
         return data
 
     @property

@@ -276,6 +276,25 @@ def test_qos1_inbound_flow_and_receive_maximum_mqtt_3_3_4_7() -> None:
     assert error.answer is Answer.DISCONNECT
 
 
+def test_inbound_qos1_ids_are_each_connections_own() -> None:
+    """A server connection's QoS 1 ids (and its pending SUBSCRIBE ids, which a server never
+    has) start as one shared empty set that is never added to: the first id makes its own."""
+    server, client = pair()
+    other, other_client = pair()
+    fresh, _ = pair()
+    deliver(client, server, Publish(b"t", b"x", 1, packet_id=1))
+    assert server.inbound_inflight_count == 1
+    assert other.inbound_inflight_count == fresh.inbound_inflight_count == 0
+    deliver(other_client, other, Publish(b"t", b"x", 1, packet_id=2))
+    client.receive_data(server.send_puback(1))
+    assert (server.inbound_inflight_count, other.inbound_inflight_count) == (0, 1)
+    assert fresh.inbound_inflight_count == 0
+    assert deliver(client, server, Publish(b"t", b"y", 1, packet_id=1))  # new again
+    with pytest.raises(LocalProtocolError):
+        server.send(Subscribe(1, (Subscription(b"t", 0),)))  # nothing pending to record
+    assert fresh.next_packet_id() == 1
+
+
 @pytest.mark.parametrize("version", [V5, V311, V31])
 def test_send_puback_is_send_of_a_success_puback(version: ProtocolVersion) -> None:
     server, client = pair(version)
