@@ -268,6 +268,8 @@ class ClientConnection:
         reference counting frees them all (else ~14 objects of cyclic garbage per
         connection, kept until a full collection). What may still run for it (a queued
         step, a commit's callback) holds a part, which still sees it closed."""
+        if self._released:
+            return
         self._released = True
         self.handshake = None
         del self.inbound

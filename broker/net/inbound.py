@@ -558,9 +558,9 @@ class Inbound:
         self.out.step(wait, lambda: self.out.send(Unsuback(pid, tuple(codes))))
 
     def on_disconnect(self, p: Disconnect) -> None:
-        session = self.conn.session
-        assert session is not None
         conn = self.conn
+        session = conn.session
+        assert session is not None
         conn.peer_gone = True  # it said goodbye: nothing more comes, no need to linger
         code = p.reason_code
         if code is _NORMAL:
@@ -571,11 +571,11 @@ class Inbound:
         conn.send_will = code == _WITH_WILL
         expiry = p.properties.session_expiry_interval
         if expiry is not None:
-            cap = self.conn.broker.config.mqtt.max_session_expiry_interval
+            cap = conn.broker.config.mqtt.max_session_expiry_interval
             was_persistent = session.persistent
             session.expiry_interval = min(expiry, cap)
             if session.persistent:
-                self.conn.broker.persist.save_session(session)
+                conn.broker.persist.save_session(session)
             elif was_persistent:
-                self.conn.broker.persist.session_ended(session, ())
+                conn.broker.persist.session_ended(session, ())
         self.out.close_soon()
