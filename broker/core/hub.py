@@ -89,6 +89,11 @@ class Hub:
             if session.conn is None:
                 self.sessions.start_expiry(session)
 
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """A reload's configuration: what is read from here on, and the queue limits."""
+        self.config = config
+        self.queues.set_limits(config.sessions)
+
     def fire_all_wills(self) -> None:
         """The broker is going away: a pending will cannot wait for its delay."""
         for session in self.sessions:
@@ -209,11 +214,11 @@ class Hub:
         current = self.retained
         now = self.now()
         # Half the session's own limits at most, so live copies still fit beside them.
-        limits = self.config.sessions
+        queues = self.queues
         most = RETAINED_REFILL
-        if limits.max_queued_messages:
-            most = min(most, max(1, limits.max_queued_messages // 2))
-        most_bytes = limits.max_queued_bytes // 2 if limits.max_queued_bytes else 0
+        if queues.max_messages:
+            most = min(most, max(1, queues.max_messages // 2))
+        most_bytes = queues.max_bytes // 2
         while backlog and len(queue) < most:
             if most_bytes and session.queued_bytes >= most_bytes and queue:
                 break

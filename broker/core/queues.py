@@ -73,8 +73,18 @@ class SessionQueues:
 
     def __init__(self, persist: QueueStore, limits: SessionConfig) -> None:
         self.persist = persist
-        self.limits = limits
         self.dropped = 0  # copies dropped because their session's queue was full
+        self.max_messages = 0
+        self.max_bytes = 0
+        self.drop_oldest = True
+        self.set_limits(limits)
+
+    def set_limits(self, limits: SessionConfig) -> None:
+        """Take ``[sessions]`` limits (at start and at every reload) as plain values: a
+        pydantic field read costs several plain reads, and ``enqueue`` runs per copy."""
+        self.max_messages = int(limits.max_queued_messages)
+        self.max_bytes = int(limits.max_queued_bytes)
+        self.drop_oldest = limits.overflow == "drop_oldest"
 
     # -- queueing ------------------------------------------------------------------------
 
@@ -82,15 +92,15 @@ class SessionQueues:
         """Queue a copy within the session's limits (the overflow policy picks the
         victim); False when the copy itself was dropped. Per recipient: no allocation
         beyond the copy's place in the queue."""
-        limits = self.limits
         size = len(og.message.payload)
         queue = session.queue
         backlog = session.backlog
-        most = limits.max_queued_messages
+        most = self.max_messages
+        most_bytes = self.max_bytes
         if (
             most
             and len(queue) + session.paging + (len(backlog) if backlog is not None else 0) >= most
-        ) or (limits.max_queued_bytes and session.queued_bytes + size > limits.max_queued_bytes):
+        ) or (most_bytes and session.queued_bytes + size > most_bytes):
             if not self._overflow(session, og):
                 return False
             backlog = session.backlog
@@ -124,19 +134,18 @@ class SessionQueues:
     def _overflow(self, session: Session, og: Outgoing) -> bool:
         """The queue is full: drop the oldest copy (True: ``og`` may be queued) or ``og``."""
         if session.overflow_dropped == 0:
-            limits = self.limits
             log.warning(
                 "the queue of client %r is full (max_queued_messages %d, max_queued_bytes %d):"
                 " dropping the %s copies until it has room",
                 session.client_id,
-                limits.max_queued_messages,
-                limits.max_queued_bytes,
-                "newest" if limits.overflow == "drop_newest" else "oldest",
+                self.max_messages,
+                self.max_bytes,
+                "oldest" if self.drop_oldest else "newest",
             )
         session.overflow_dropped += 1
         self.dropped += 1
         persist = self.persist
-        if self.limits.overflow == "drop_oldest":
+        if self.drop_oldest:
             if session.queue:
                 old = session.queue.popleft()
                 session.queued_bytes -= len(old.message.payload)

@@ -66,6 +66,8 @@ _NO_ALIASES: Final = TopicAliases()  # shared until a connection uses an alias
 _NO_IDS: Final[set[int]] = set()  # shared, never added to (discard and `in` read it)
 _SERVER: Final = Role.SERVER
 _CLIENT: Final = Role.CLIENT
+_AWAIT_CONNECT: Final = ConnectionState.AWAIT_CONNECT
+_CONNECTING: Final = ConnectionState.CONNECTING
 _CONNECTED: Final = ConnectionState.CONNECTED
 _CLOSED: Final = ConnectionState.CLOSED
 _PUBACK: Final = PacketType.PUBACK
@@ -97,17 +99,15 @@ class Connection:
 
     def __init__(
         self,
-        role: Role = Role.SERVER,
+        role: Role = _SERVER,
         *,
         session: SessionState | None = None,
         max_packet_size: int = MAX_PACKET_SIZE,
     ) -> None:
         self.role = role
-        self.state = ConnectionState.AWAIT_CONNECT
+        self.state = _AWAIT_CONNECT
         self.session = session if session is not None else SessionState()
-        self._decoder = Decoder(
-            max_packet_size=max_packet_size, gate_after_connect=role is Role.SERVER
-        )
+        self._decoder = Decoder(max_packet_size=max_packet_size, gate_after_connect=role is _SERVER)
         self.version: ProtocolVersion | None = None
         #: effective keep alive in seconds (CONNECT's, or the CONNACK's Server Keep Alive)
         self.keep_alive = 0
@@ -125,7 +125,7 @@ class Connection:
         self._inbound_qos1 = _NO_IDS  # made on first use (an empty set is 216 bytes)
         self._aliases = _NO_ALIASES  # made on first use: most clients use none
         # Our SUBSCRIBE/UNSUBSCRIBE ids: a server sends none (the outbound table).
-        self._pending_acks = set() if role is Role.CLIENT else _NO_IDS
+        self._pending_acks = set() if role is _CLIENT else _NO_IDS
         self._next_id = 1
 
     # ---- limits and counters -------------------------------------------------------
@@ -237,9 +237,9 @@ class Connection:
         if exc.version is None:
             exc.version = self.version
         if exc.answer is Answer.DISCONNECT:
-            if self.state is ConnectionState.AWAIT_CONNECT:
+            if self.state is _AWAIT_CONNECT:
                 exc.answer = Answer.CLOSE
-            elif self.state is ConnectionState.CONNECTING and self.role is Role.SERVER:
+            elif self.state is _CONNECTING and self.role is _SERVER:
                 exc.answer = Answer.CONNACK
         self.state = _CLOSED
 
@@ -292,7 +292,7 @@ class Connection:
         self.keep_alive = packet.keep_alive
         self._session_expiry = props.session_expiry_interval or 0
         self._take_peer_limits(props)
-        self.state = ConnectionState.CONNECTING
+        self.state = _CONNECTING
 
     def _receive_connack(self, packet: Connack) -> None:
         if packet.reason_code.is_error:
@@ -302,7 +302,7 @@ class Connection:
         self._take_peer_limits(props)
         if props.server_keep_alive is not None:
             self.keep_alive = props.server_keep_alive
-        self.state = ConnectionState.CONNECTED
+        self.state = _CONNECTED
 
     def _take_peer_limits(self, props: Properties) -> None:  # (from CONNECT or CONNACK)
         if props.receive_maximum is not None:
@@ -368,7 +368,7 @@ class Connection:
             )
 
     def _resolve_alias(self, packet: Publish) -> Publish:
-        if packet.properties.subscription_identifiers and self.role is Role.SERVER:
+        if packet.properties.subscription_identifiers and self.role is _SERVER:
             raise protocol_error(
                 "PUBLISH from a client with a Subscription Identifier [MQTT-3.3.4-6]"
             )
@@ -570,13 +570,13 @@ class Connection:
     def _sent_connect(self, packet: Connect) -> None:
         self.keep_alive = packet.keep_alive
         self._declare_limits(packet.properties)
-        self.state = ConnectionState.CONNECTING
+        self.state = _CONNECTING
 
     def _sent_connack(self, packet: Connack) -> None:
         if packet.reason_code is not _SUCCESS and packet.reason_code.is_error:
             self.state = _CLOSED
             return
-        self.state = ConnectionState.CONNECTED
+        self.state = _CONNECTED
         self._decoder.gate = None
         if self.version is not _V5:
             return  # 3.1.x CONNACK carries no properties: none of them was declared

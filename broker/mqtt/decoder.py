@@ -73,6 +73,8 @@ MAX_PACKET_SIZE: Final = 1 + 4 + 268_435_455
 
 _V5: Final = ProtocolVersion.MQTT_5
 _PUBLISH: Final = PacketType.PUBLISH
+_CONNECT_TYPE: Final[int] = int(PacketType.CONNECT)  # compared with a first byte's type
+_AUTH_TYPE: Final[int] = int(PacketType.AUTH)
 _SUCCESS: Final = ReasonCode.SUCCESS
 # Read per packet: Final, so that compiled (hotpath) each is a C static, not a dict lookup.
 _EMPTY: Final = EMPTY_PROPERTIES
@@ -217,7 +219,7 @@ class Decoder:
         valid_topics: set[bytes] = set()
         while pos + 1 < n:
             first = data[pos]
-            if version is None and first >> 4 != PacketType.CONNECT:
+            if version is None and first >> 4 != _CONNECT_TYPE:
                 # Decided from the first byte: a non-MQTT peer (say, an HTTP request) is
                 # refused at once instead of waiting for the body it seems to announce.
                 raise MQTTProtocolError(
@@ -329,14 +331,14 @@ class Decoder:
 
     def _decode_other(self, ptype: int, flags: int, data: bytes, pos: int, end: int) -> Packet:
         version = self.version
-        if ptype == PacketType.CONNECT:
+        if ptype == _CONNECT_TYPE:
             packet = plain_connect(flags, data, pos, end) or decode_connect(
                 flags, Reader(data, pos, end)
             )
             self._connected(packet)
             return packet
         assert version is not None  # _decode refuses anything but CONNECT before it
-        if ptype == 0 or (ptype == PacketType.AUTH and version is not _V5):
+        if ptype == 0 or (ptype == _AUTH_TYPE and version is not _V5):
             raise malformed(f"reserved packet type {ptype}")
         expected = 0x02 if ptype in _FLAGS_0010 else 0x00
         if flags != expected:

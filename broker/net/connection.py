@@ -79,6 +79,7 @@ _V5: Final = ProtocolVersion.MQTT_5
 _PINGREQ: Final = b"\xc0\x00"  # a whole PINGREQ (the same in every protocol version)
 _PINGRESP: Final = b"\xd0\x00"
 _CONNECTED: Final = ConnectionState.CONNECTED
+_SERVER: Final = Role.SERVER
 # Read per packet: Final, so that compiled (hotpath) each is a C static.
 _PUBLISH_CLASS: Final = Publish
 _PUBACK_CLASS: Final = Puback
@@ -146,7 +147,7 @@ class ClientConnection:
         self.over_limit = False  # accepted past max_connections: its CONNECT is refused
         self.transport = Transport(transport)
         self.proto = Connection(
-            Role.SERVER, session=_NOT_CONNECTED, max_packet_size=broker.settings.max_packet_size
+            _SERVER, session=_NOT_CONNECTED, max_packet_size=broker.settings.max_packet_size
         )
         self.session: Session | None = None
         self.version = _V5

@@ -523,17 +523,17 @@ class Inbound:
         n = len(messages)
         if n > RETAINED_AT_ONCE:
             return False
-        limits = self.conn.broker.config.sessions
+        broker = self.conn.broker
+        queues = broker.hub.queues
         session = self.conn.session
         assert session is not None
-        if self.out.qos0_pending + n > limits.max_outbound_queue:
+        if self.out.qos0_pending + n > broker.settings.max_outbound_queue:
             return False
-        if limits.max_queued_messages and session.queued + n > limits.max_queued_messages:
+        if queues.max_messages and session.queued + n > queues.max_messages:
             return False
         return (
-            not limits.max_queued_bytes
-            or session.queued_bytes + sum(len(m.payload) for m in messages)
-            <= limits.max_queued_bytes
+            not queues.max_bytes
+            or session.queued_bytes + sum(len(m.payload) for m in messages) <= queues.max_bytes
         )
 
     def on_unsubscribe(self, p: Unsubscribe) -> None:

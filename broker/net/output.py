@@ -211,7 +211,7 @@ class Output:
         """A QoS 0 copy: bytes built once per shape and shared by recipients."""
         if self.conn.closing or self.proto.state is _CLOSED:
             return
-        if self.qos0_pending >= self.host.config.sessions.max_outbound_queue:
+        if self.qos0_pending >= self.host.settings.max_outbound_queue:
             self.host.stats.publish_dropped += 1
             return  # slow consumer: QoS 0 is dropped rather than buffered without bound
         enc = msg.encoded_for(self.conn.version, now)
@@ -241,7 +241,7 @@ class Output:
         if self.conn.closing or self.proto.state is _CLOSED:
             return
         host = self.host
-        if self.qos0_pending >= host.config.sessions.max_outbound_queue:
+        if self.qos0_pending >= host.settings.max_outbound_queue:
             host.stats.publish_dropped += 1
             return  # as send_qos0: a slow consumer's QoS 0 is dropped
         if len(data) > self.proto.peer_maximum_packet_size:
@@ -385,7 +385,7 @@ class Output:
         """So many steps wait that the reader should stop reading (it awaits
         :meth:`uncongested`): a client that floods requests whose commits lag."""
         steps = self._steps
-        return steps is not None and len(steps) >= self.host.config.mqtt.receive_maximum + 256
+        return steps is not None and len(steps) >= self.host.settings.receive_maximum + 256
 
     async def uncongested(self) -> None:
         while self.congested() and not self.conn.closing:

@@ -108,6 +108,10 @@ class Broker:
         # Open connections per listener with a max_connections of its own (only those are
         # counted: hashing the listener's settings costs a connect storm ≈ 1 µs a time).
         self._per_listener: dict[ListenerSpec, int] = {}
+        # The last listener's own max_connections, read once per listener object (a
+        # pydantic field read costs a connect about 1,000 instructions each time).
+        self._cap_of: ListenerSpec | None = None
+        self._cap = 0
         self._all_closed = trio.Event()
         # Connections that got output while a reader handles one input chunk; the reader
         # sends it at the end of the chunk (see Output.wake).
@@ -190,9 +194,11 @@ class Broker:
         a trio stream: TLS, WebSocket, tests), accepted by ``listener``."""
         assert self._nursery is not None
         conn = ClientConnection(self, transport, listener)
-        over = self._over_limit(listener)
+        cap = 0 if listener is None else self._listener_cap(listener)
+        over = self._over_limit(listener, cap)
         self.connections.add(conn)
-        if listener is not None and listener.max_connections:
+        if cap:
+            assert listener is not None
             self._per_listener[listener] = self._per_listener.get(listener, 0) + 1
         if over:
             conn.over_limit = True  # its task reads the CONNECT and refuses it (0x97)
@@ -200,13 +206,21 @@ class Broker:
         elif not conn.connect_now():  # True: connected and parked, no task until needed
             self._nursery.start_soon(conn.run)
 
-    def _over_limit(self, listener: ListenerSpec | None) -> bool:
-        """``[limits] max_connections`` (the broker) or the listener's own, reached."""
+    def _listener_cap(self, listener: ListenerSpec) -> int:
+        """The listener's own ``max_connections`` (0: only the broker's limit)."""
+        if listener is not self._cap_of:
+            self._cap = int(listener.max_connections)
+            self._cap_of = listener
+        return self._cap
+
+    def _over_limit(self, listener: ListenerSpec | None, cap: int) -> bool:
+        """``[limits] max_connections`` (the broker) or the listener's own (``cap``), reached."""
         most = self.settings.max_connections
         if most and len(self.connections) >= most:
             return True
-        if listener is not None and listener.max_connections:
-            return self._per_listener.get(listener, 0) >= listener.max_connections
+        if cap:
+            assert listener is not None
+            return self._per_listener.get(listener, 0) >= cap
         return False
 
     def _start_parked(self, conn: Parkable) -> None:
@@ -235,7 +249,7 @@ class Broker:
 
     def connection_ended(self, conn: ClientConnection) -> None:
         listener = conn.listener
-        if listener is not None and listener.max_connections and conn in self.connections:
+        if listener is not None and self._listener_cap(listener) and conn in self.connections:
             self._per_listener[listener] -= 1
         self.connections.discard(conn)
         if not self.connections:
@@ -266,7 +280,7 @@ class Broker:
             self.spawn(self._swap_bridge, new.bridge)
         self.config = new
         self.settings = Settings(new)
-        self.hub.config = new
+        self.hub.reconfigure(new)
         self.connack_properties = None  # built from the configuration: built again
         return kept
 

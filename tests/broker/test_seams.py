@@ -14,7 +14,18 @@ from broker.config import load_config
 from broker.core.message import AppMessage
 from broker.core.sessions import Session
 from broker.mqtt.packet_types import ProtocolVersion
-from broker.mqtt.packets import Connack, Connect, Disconnect, Puback, Publish, Will
+from broker.mqtt.packets import (
+    Connack,
+    Connect,
+    Disconnect,
+    Puback,
+    Publish,
+    Suback,
+    Subscribe,
+    Subscription,
+    Will,
+)
+from broker.mqtt.properties import Properties
 from broker.mqtt.reason_codes import ReasonCode
 from broker.net.runtime import Broker
 from broker.security.auth import PeerInfo
@@ -141,6 +152,41 @@ def test_a_new_configuration_applies_to_what_comes_next(tmp_path: pathlib.Path) 
         assert sorted(broker.apply_config(moved)) == ["listener", "storage"]
         assert broker.config.storage.data_dir == new.storage.data_dir
         await before.send(Disconnect())
+
+    run_with_broker(tmp_path, body)
+
+
+def test_a_reload_applies_the_queue_limits(tmp_path: pathlib.Path) -> None:
+    """``[sessions]`` limits read per queued copy follow a reload: a lower
+    ``max_queued_messages`` drops the oldest copies beyond it for an offline session."""
+
+    async def body(broker: Broker, clock: trio.testing.MockClock) -> None:
+        keep = Properties(session_expiry_interval=3600)
+        sub = await MemClient.connect(broker, "q-reload", properties=keep)
+        await sub.send(Subscribe(1, (Subscription(b"q/r", 1),)))
+        assert isinstance(await sub.next(), Suback)
+        await sub.send(Disconnect())
+        new = make_config(
+            tmp_path / "data", sessions={"max_queued_messages": 2, "max_outbound_queue": 99}
+        )
+        assert broker.apply_config(new) == []
+        assert broker.settings.max_outbound_queue == 99
+        pub = await MemClient.connect(broker, "q-pub")
+        for i in range(5):
+            await pub.send(Publish(b"q/r", b"%d" % i, qos=1, packet_id=i + 1))
+            assert isinstance(await pub.next(), Puback)
+        back = await MemClient.connect(broker, "q-reload", clean_start=False, properties=keep)
+        got = []
+        for _ in range(2):
+            p = await back.next()
+            assert isinstance(p, Publish)
+            got.append(p.payload)
+            assert p.packet_id is not None
+            await back.send(Puback(p.packet_id))
+        assert got == [b"3", b"4"]
+        assert broker.hub.queues.dropped == 3
+        await back.send(Disconnect())
+        await pub.send(Disconnect())
 
     run_with_broker(tmp_path, body)
 
