@@ -210,7 +210,7 @@ class Hub:
         backlog, seen = session.retained_backlog, session.retained_seen
         if backlog is None or seen is None:
             return
-        queue = session.queue
+        queue = session.own_queue()
         current = self.retained
         now = self.now()
         # Half the session's own limits at most, so live copies still fit beside them.

@@ -127,7 +127,7 @@ class SessionQueues:
             )
             session.backlog_bytes += size
         else:
-            queue.append(og)
+            session.own_queue().append(og)
         session.queued_bytes += size
         return True
 
@@ -247,7 +247,7 @@ class SessionQueues:
         """A page is read (``found``: its copies still stored, by pending seq): they join
         the RAM queue in order. True when the next page should be read now."""
         session.paging = 0
-        queue = session.queue
+        queue = session.own_queue()
         session.backlog_bytes -= size
         for item in items:
             if isinstance(item, OnDisk):

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from broker.core.message import AppMessage, Outgoing
+from broker.core.noqueue import NO_QUEUE
 from broker.mqtt.session import SessionState
 
 if TYPE_CHECKING:
@@ -136,7 +137,8 @@ class Session:
         self.expiry_interval = 0
         self.protocol_version = 5
         self.subscriptions: dict[bytes, SubscriptionRecord] = {}
-        self.queue: deque[Outgoing] = deque()  # copies not yet sent (send order)
+        # Copies not yet sent (send order); shared and empty until own_queue().
+        self.queue: deque[Outgoing] = NO_QUEUE
         self.queued_bytes = 0  # payload bytes of every queued copy: queue, paging, backlog
         # Copies waiting on disk behind ``queue`` (None: none), their bytes (with those of
         # a page being read), and how many copies a page being read holds (0: none).
@@ -161,6 +163,14 @@ class Session:
         # The ACL's decisions for this client (None: no ACL, or not connected since the
         # broker started; then its connection's copies are checked when sent).
         self.access: Access | None = None
+
+    def own_queue(self) -> deque[Outgoing]:
+        """``queue``, made the session's own first if it is still the shared empty one:
+        what a copy is appended to."""
+        queue = self.queue
+        if queue is NO_QUEUE:
+            queue = self.queue = deque()
+        return queue
 
     @property
     def persistent(self) -> bool:
