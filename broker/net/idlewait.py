@@ -82,6 +82,11 @@ class IdleWait:
     def __init__(self, runner: Any, trio_epoll_fd: int, epoll_fd: int) -> None:
         # Every part of the runner read first: a missing one raises before trio counts.
         self._next_deadline: Callable[[], float] = runner.deadlines.next_deadline
+        # Its heap of (deadline, id, cancel scope), read as next_deadline does: that is
+        # a Python method, and a wait reads the next deadline every time.
+        self._heap: list[tuple[float, int, Any]] = runner.deadlines._heap
+        if not isinstance(self._heap, list):
+            raise TypeError("trio's deadlines are not a heap list")
         # Callbacks queued by other threads: trio's entry queue, read as its size() does.
         self._calls: deque[Any] = runner.entry_queue.queue
         self._idempotent_calls: dict[Any, None] = runner.entry_queue.idempotent_queue
@@ -120,7 +125,7 @@ class IdleWait:
         own descriptors, a deadline."""
         if self._steps.pending or self._calls or self._idempotent_calls:
             return False
-        timeout = min(self._next_deadline() - self._now(), MAX_WAIT_SECONDS)
+        timeout = min(self._deadline() - self._now(), MAX_WAIT_SECONDS)
         if timeout <= 0:
             return False
         self.waits += 1
@@ -140,12 +145,23 @@ class IdleWait:
         if self._steps.pending or self._calls or self._idempotent_calls:
             return seconds
         now = self._now()
-        if self._next_deadline() - now < seconds:
+        if self._deadline() - now < seconds:
             return seconds
         if self._trio_poll.poll(math.ceil(seconds * 1000)):
             return max(now + seconds - self._now(), 0.0)
         self.pauses += 1
         return None
+
+    def _deadline(self) -> float:
+        """Trio's next deadline: its heap's first entry when that is current (the common
+        case, read here), else trio's own method (which drops the stale entries)."""
+        heap = self._heap
+        if not heap:
+            return math.inf
+        deadline, _, scope = heap[0]
+        if deadline == scope._registered_deadline:
+            return deadline
+        return self._next_deadline()
 
     def close(self) -> None:
         """The watcher ends: trio stops counting for it."""

@@ -9,7 +9,9 @@ well under it and well over what a loaded machine adds.
 
 from __future__ import annotations
 
+import math
 import pathlib
+import select
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -328,3 +330,31 @@ def test_pingreqs_gather_in_place_and_trio_work_is_on_time(tmp_path: pathlib.Pat
         pinger.sock.close()
 
     _run(tmp_path, body)
+
+
+def test_the_next_deadline_is_trios_with_stale_heap_entries() -> None:
+    """The wait's bound, read from trio's deadline heap, is what trio's own method gives:
+    with no deadline, with a current one first, and with a stale one first (a cancel
+    scope whose deadline moved later leaves its earlier entry behind)."""
+
+    async def main() -> None:
+        with select.epoll() as parked:
+            idle = IdleWait.open(parked.fileno())
+            assert idle is not None
+            try:
+                now = trio.current_time()
+                with trio.CancelScope(deadline=now + 100) as far:
+                    assert idle._deadline() == now + 100
+                    with trio.CancelScope(deadline=now + 10) as near:
+                        assert idle._deadline() == now + 10
+                        near.deadline = now + 50  # the entry at +10 is stale now
+                        assert idle._deadline() == now + 50
+                        await trio.lowlevel.checkpoint()
+                    assert idle._deadline() == now + 100
+                    far.deadline = math.inf
+                    assert idle._deadline() == math.inf
+                    await trio.lowlevel.checkpoint()
+            finally:
+                idle.close()
+
+    trio.run(main)
