@@ -82,10 +82,11 @@ class IdleWait:
     def __init__(self, runner: Any, trio_epoll_fd: int, epoll_fd: int) -> None:
         # Every part of the runner read first: a missing one raises before trio counts.
         self._next_deadline: Callable[[], float] = runner.deadlines.next_deadline
-        # Its heap of (deadline, id, cancel scope), read as next_deadline does: that is
-        # a Python method, and a wait reads the next deadline every time.
-        self._heap: list[tuple[float, int, Any]] = runner.deadlines._heap
-        if not isinstance(self._heap, list):
+        # Its heap of (deadline, id, cancel scope), read as next_deadline does (that is a
+        # Python method, and a wait reads the next deadline every time). Read anew each
+        # time: trio replaces the list when it prunes stale entries.
+        self._deadlines: Any = runner.deadlines
+        if not isinstance(self._deadlines._heap, list):
             raise TypeError("trio's deadlines are not a heap list")
         # Callbacks queued by other threads: trio's entry queue, read as its size() does.
         self._calls: deque[Any] = runner.entry_queue.queue
@@ -155,7 +156,7 @@ class IdleWait:
     def _deadline(self) -> float:
         """Trio's next deadline: its heap's first entry when that is current (the common
         case, read here), else trio's own method (which drops the stale entries)."""
-        heap = self._heap
+        heap: list[tuple[float, int, Any]] = self._deadlines._heap
         if not heap:
             return math.inf
         deadline, _, scope = heap[0]

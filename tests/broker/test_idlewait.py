@@ -354,6 +354,15 @@ def test_the_next_deadline_is_trios_with_stale_heap_entries() -> None:
                     far.deadline = math.inf
                     assert idle._deadline() == math.inf
                     await trio.lowlevel.checkpoint()
+                # Enough stale entries that trio prunes its heap (it makes a new list).
+                with trio.CancelScope(deadline=now + 100) as moved:
+                    for i in range(3_001):  # (the last one: back to +100)
+                        moved.deadline = now + 100 + i % 2
+                    await trio.lowlevel.checkpoint()  # trio's loop runs: it prunes
+                    assert idle._deadline() == now + 100
+                    with trio.CancelScope(deadline=now + 5):  # (in the new list)
+                        assert idle._deadline() == now + 5
+                        await trio.lowlevel.checkpoint()
             finally:
                 idle.close()
 
