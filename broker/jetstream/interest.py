@@ -115,6 +115,8 @@ class Interest:
     # -- the watcher ----------------------------------------------------------------------------
 
     def subscriptions_changed(self, client: int) -> None:
+        if not self.push and client not in self.pulls:
+            return  # nothing to check (every session end of a broker without consumers)
         ops: list[Op] = []
         entries = self.pulls.get(client)
         if entries:
