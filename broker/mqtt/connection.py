@@ -356,7 +356,7 @@ class Connection:
             if packet_id in self.session.inbound_qos2:
                 return DuplicatePublish(packet)
             self._count_inbound()
-            self.session.inbound_qos2.add(packet_id)
+            self.session.add_inbound_qos2(packet_id)
         return packet
 
     def _count_inbound(self) -> None:

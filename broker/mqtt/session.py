@@ -81,6 +81,9 @@ class Inflight:
 _AWAIT_PUBACK: Final = Stage.AWAIT_PUBACK
 _AWAIT_PUBREC: Final = Stage.AWAIT_PUBREC
 _AWAIT_PUBCOMP: Final = Stage.AWAIT_PUBCOMP
+# Every session's inbound QoS 2 ids until its first one (an empty set is 216 bytes, and
+# most clients never publish at QoS 2): shared, never added to (read and discard only).
+_NO_IDS: Final[set[int]] = set()
 
 
 @dataclass(slots=True)
@@ -93,7 +96,14 @@ class SessionState:
         self, outbound: dict[int, Inflight] | None = None, inbound_qos2: set[int] | None = None
     ) -> None:
         self.outbound = {} if outbound is None else outbound
-        self.inbound_qos2 = set() if inbound_qos2 is None else inbound_qos2
+        self.inbound_qos2 = _NO_IDS if inbound_qos2 is None else inbound_qos2
+
+    def add_inbound_qos2(self, packet_id: int) -> None:
+        """An inbound QoS 2 PUBLISH now awaits its PUBREL (the set made on first use)."""
+        ids = self.inbound_qos2
+        if ids is _NO_IDS:
+            ids = self.inbound_qos2 = set()
+        ids.add(packet_id)
 
     def restore_outbound(self, packet_id: int, message: Publish, qos: int, stage: Stage) -> None:
         """Put back one outbound in-flight message (restored from storage), in send order."""
@@ -129,7 +139,7 @@ class SessionState:
         """Put back one inbound QoS 2 packet id awaiting PUBREL."""
         if not 1 <= packet_id <= 0xFFFF:
             raise LocalProtocolError(f"packet identifier {packet_id} out of range")
-        self.inbound_qos2.add(packet_id)
+        self.add_inbound_qos2(packet_id)
 
     def pending_retransmissions(self) -> list[Publish | Pubrel]:
         """What to resend, in order, on a resumed session: unacknowledged PUBLISH packets

@@ -170,7 +170,7 @@ async def load_into(persist: Persistence, broker: Hub) -> None:
         if target is None:
             orphans.append(store.DeleteMsg(QOS2IN, stored.seq))
             continue
-        target.state.inbound_qos2.add(int(stored.subject.rsplit(".", 1)[1]))
+        target.state.add_inbound_qos2(int(stored.subject.rsplit(".", 1)[1]))
     client.fire_deletes(orphans)
 
 

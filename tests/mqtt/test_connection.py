@@ -344,6 +344,23 @@ def test_qos2_inbound_flow_with_duplicate_publish() -> None:
     assert pubcomp_for(Pubrel(8), False) == Pubcomp(8, RC.PACKET_IDENTIFIER_NOT_FOUND)
 
 
+def test_sessions_share_no_inbound_qos2_id() -> None:
+    """The inbound QoS 2 ids start as one shared empty set, never added to: a session's
+    first id gets it a set of its own, which no other session sees."""
+    quiet, busy = SessionState(), SessionState()
+    assert quiet.inbound_qos2 is busy.inbound_qos2  # shared until the first id
+    server, client = pair()
+    server.session = busy
+    deliver(client, server, Publish(b"t", b"x", 2, packet_id=3))
+    assert busy.inbound_qos2 == {3}
+    assert quiet.inbound_qos2 == set()
+    assert SessionState().inbound_qos2 == set()
+    restored = SessionState()
+    restored.restore_inbound_qos2(4)
+    assert restored.inbound_qos2 == {4}
+    assert quiet.inbound_qos2 == set()
+
+
 def test_qos2_pubrec_error_releases_the_id() -> None:
     server, client = pair()
     deliver(client, server, Publish(b"t", b"x", 2, packet_id=9))
