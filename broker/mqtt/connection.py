@@ -49,7 +49,7 @@ from broker.mqtt.packets import (
 )
 from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 from broker.mqtt.reason_codes import ReasonCode
-from broker.mqtt.session import Inflight, SessionState, Stage
+from broker.mqtt.session import NO_IDS, Inflight, SessionState, Stage
 from broker.mqtt.states import (
     INBOUND,
     OUTBOUND,
@@ -63,7 +63,7 @@ __all__ = ["Connection", "ConnectionState", "DuplicatePublish", "Event", "Role"]
 
 _V5: Final = ProtocolVersion.MQTT_5
 _NO_ALIASES: Final = TopicAliases()  # shared until a connection uses an alias
-_NO_IDS: Final[set[int]] = set()  # shared, never added to (discard and `in` read it)
+_NO_IDS: Final = NO_IDS  # (session.NO_IDS: a C static when compiled)
 _SERVER: Final = Role.SERVER
 _CLIENT: Final = Role.CLIENT
 _AWAIT_CONNECT: Final = ConnectionState.AWAIT_CONNECT

@@ -81,9 +81,10 @@ class Inflight:
 _AWAIT_PUBACK: Final = Stage.AWAIT_PUBACK
 _AWAIT_PUBREC: Final = Stage.AWAIT_PUBREC
 _AWAIT_PUBCOMP: Final = Stage.AWAIT_PUBCOMP
-# Every session's inbound QoS 2 ids until its first one (an empty set is 216 bytes, and
-# most clients never publish at QoS 2): shared, never added to (read and discard only).
-_NO_IDS: Final[set[int]] = set()
+# The empty set of packet ids that sessions and connections share until they need one of
+# their own (an empty set is 216 bytes; most clients never publish at QoS 2): never added
+# to, only read and discarded from. Here: a session's inbound QoS 2 ids until its first.
+NO_IDS: Final[set[int]] = set()
 
 
 @dataclass(slots=True)
@@ -96,12 +97,12 @@ class SessionState:
         self, outbound: dict[int, Inflight] | None = None, inbound_qos2: set[int] | None = None
     ) -> None:
         self.outbound = {} if outbound is None else outbound
-        self.inbound_qos2 = _NO_IDS if inbound_qos2 is None else inbound_qos2
+        self.inbound_qos2 = NO_IDS if inbound_qos2 is None else inbound_qos2
 
     def add_inbound_qos2(self, packet_id: int) -> None:
         """An inbound QoS 2 PUBLISH now awaits its PUBREL (the set made on first use)."""
         ids = self.inbound_qos2
-        if ids is _NO_IDS:
+        if ids is NO_IDS:
             ids = self.inbound_qos2 = set()
         ids.add(packet_id)
 
