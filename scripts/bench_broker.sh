@@ -13,7 +13,8 @@
 # off / on, below), jetmq-quietlog (log.connections = false), and jetmq-old: the same scenarios
 # against another checkout's jetmq (OLD=<checkout with its own .venv>, e.g. a worktree of the
 # commit before a change): `OLD=/tmp/jetmq-old BENCH_GROUPS="jetmq-old jetmq"` A/Bs a change. Results: JSON per group in $OUT and a
-# comparison table on stdout (mqttbench --compare). Nothing generated here is committed.
+# comparison table on stdout (mqttbench --compare), then each run's broker CPU with the CPU
+# the hypervisor stole meanwhile (scripts/bench_host.py). Nothing generated here is committed.
 # ROUNDS=N: the groups take turns N times (one run per scenario each) and the table is the
 # per-round ratio of the last group to the first (scripts/bench_ab.py), e.g.
 #   OLD=/tmp/jetmq-old ROUNDS=3 BENCH_GROUPS="jetmq-old jetmq" scripts/bench_broker.sh
@@ -133,6 +134,7 @@ if [ -n "${ROUNDS:-}" ]; then
     done
   done
   python3 "$ROOT/scripts/bench_ab.py" "$first" "$last" "$OUT"
+  python3 "$ROOT/scripts/bench_host.py" "$OUT"
   run_idle
   echo "results in $OUT"
   exit 0
@@ -200,5 +202,6 @@ for g in $BENCH_GROUPS; do
 done
 echo
 python3 "$MQB" --compare "${jsons[@]}"
+python3 "$ROOT/scripts/bench_host.py" "$OUT"
 run_idle
 echo "results in $OUT"
