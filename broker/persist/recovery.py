@@ -30,6 +30,7 @@ from broker.persist.records import (
     RMSGS,
     SESS,
     SUBS,
+    SYS_TOPIC_PREFIX,
     dump_record,
     props_from_json,
     session_token,
@@ -63,9 +64,16 @@ async def load_into(persist: Persistence, broker: Hub) -> None:
     now = trio.current_time()
     index = broker.retained
 
+    stale_sys: list[store.DeleteMsg] = []
+
     def retained(head: store.MsgHead) -> None:  # the index only: SUBSCRIBEs read them
         topic_json = head.header("Mqtt-Topic")
         if topic_json is None or not head.size:
+            return
+        topic = json.loads(topic_json).encode("utf-8")
+        if topic.startswith(SYS_TOPIC_PREFIX):
+            # Stored by an earlier version: $SYS is in memory only now, published anew.
+            stale_sys.append(store.DeleteMsg(RMSGS, head.seq))
             return
         props = head.header("Mqtt-Props")
         expires_at = None
@@ -75,9 +83,10 @@ async def load_into(persist: Persistence, broker: Hub) -> None:
             if age >= interval:
                 return
             expires_at = now + interval - age
-        index.load(json.loads(topic_json).encode("utf-8"), head.seq, expires_at)
+        index.load(topic, head.seq, expires_at)
 
     await _scan(st, RMSGS, retained)
+    client.fire_deletes(stale_sys)
     by_token: dict[str, Session] = {}
     moved: list[store.Op] = []  # records of the older layout, rewritten
     for stored in sess_msgs:

@@ -35,6 +35,7 @@ from broker.persist.records import (
     RMSGS,
     SESS,
     SUBS,
+    SYS_TOPIC_PREFIX,
     dump_record,
     message_block,
     message_from_stored,
@@ -217,7 +218,11 @@ class Persistence:
                 if session is not None and session.persistent:
                     found.append((index, d, session))
             targets = found
-        retain = msg.retain and broker.config.mqtt.retain_available
+        retain = (
+            msg.retain
+            and broker.config.mqtt.retain_available
+            and not (msg.origin == 0 and msg.topic.startswith(SYS_TOPIC_PREFIX))
+        )
         if not (targets or extra or retain):
             return EMPTY_PLAN  # the common case: nothing made for it
         ops: list[store.Op] = list(extra)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import queue
 import re
@@ -11,6 +12,12 @@ import time
 
 import pytest
 
+import store
+from broker import __version__
+from broker.core.message import AppMessage
+from broker.mqtt.packets import Publish
+from broker.persist import records
+from broker.persist.records import RMSGS
 from tests.broker.pahoclient import Paho
 from tests.ops.harness import ops_broker, ops_config
 
@@ -141,3 +148,73 @@ def test_interval_zero_turns_sys_off(tmp_path: pathlib.Path) -> None:
         c.subscribe("x", qos=1)  # a few passes of the event loop
         c.disconnect()
         assert broker.call(lambda: len(broker.ops.broker.hub.retained)) == 0  # type: ignore[union-attr]
+
+
+def _retained_topics(data: pathlib.Path) -> set[str]:
+    """The topics of the retained messages in the data dir's store."""
+    with store.Store.open(data) as st:
+        return {json.loads(m.header("Mqtt-Topic") or "null") for m in st.iter_msgs(RMSGS)}
+
+
+@pytest.mark.timeout(60)
+def test_sys_figures_are_retained_in_memory_only(tmp_path: pathlib.Path) -> None:
+    """$SYS is regenerated at every start and superseded every interval: a commit (and its
+    fsync) per interval of an idle broker for nothing. A client's retained message beside
+    it is stored as ever."""
+    data = tmp_path / "data"
+    with ops_broker(ops_config(data, sys={"interval": 1})) as broker:
+        pub = Paho(broker.port, "keeper")
+        pub.connect()
+        pub.publish("keep/me", b"kept", qos=1, retain=True)
+        sub = Paho(broker.port, "sys-reader")
+        sub.connect()
+        sub.subscribe("$SYS/broker/#", qos=0)
+        seen = _values_until(
+            sub,
+            {
+                "$SYS/broker/version": f"jetmq version {re.escape(__version__)}",
+                "$SYS/broker/uptime": r"[1-9]\d* seconds",
+            },
+        )
+        assert seen["$SYS/broker/version"][1] is True  # retained, from memory
+        pub.disconnect()
+        sub.disconnect()
+    assert _retained_topics(data) == {"keep/me"}
+
+
+@pytest.mark.timeout(60)
+def test_sys_records_of_an_earlier_version_are_dropped_at_start(tmp_path: pathlib.Path) -> None:
+    """An earlier version stored $SYS figures as retained records: at start they are
+    deleted, and a subscriber gets the new run's figures only."""
+    data = tmp_path / "data"
+    with ops_broker(ops_config(data, sys={"interval": 0})):
+        pass  # the broker's streams
+    old = AppMessage(Publish(b"$SYS/broker/version", b"jetmq version 0.0.1", 0, True), None, 0)
+    stale = AppMessage(Publish(b"$SYS/broker/gone", b"stale", 0, True), None, 0)
+    with store.Store.open(data) as st:
+        st.submit(
+            [
+                store.Publish(
+                    f"$MQTT.rmsgs.{records.token(m.topic)}",
+                    m.payload,
+                    records.message_block(m),
+                    RMSGS,
+                )
+                for m in (old, stale)
+            ]
+        ).result(timeout=10)
+    assert _retained_topics(data) == {"$SYS/broker/version", "$SYS/broker/gone"}
+    with ops_broker(ops_config(data, sys={"interval": 1})) as broker:
+        sub = Paho(broker.port, "sys-reader")
+        sub.connect()
+        sub.subscribe("$SYS/broker/#", qos=0)
+        seen = _values_until(
+            sub,
+            {
+                "$SYS/broker/version": f"jetmq version {re.escape(__version__)}",
+                "$SYS/broker/uptime": r"\d+ seconds",
+            },
+        )
+        assert "$SYS/broker/gone" not in seen  # (retained ones come with the SUBACK)
+        sub.disconnect()
+    assert _retained_topics(data) == set()
