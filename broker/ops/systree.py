@@ -4,10 +4,9 @@ where mosquitto has one, every ``[sys] interval`` seconds (0: off).
 As mosquitto does, a topic is published only when its value changed since the last
 publication (``uptime`` changes every time). They are retained in memory only (never
 stored: ``broker.persist.state``), all published anew at start. The messages go through
-``Hub.publish_now`` with origin 0 (the
-broker): clients cannot publish under ``$SYS`` (``broker.core.systopics``), and filters
-starting with a wildcard do not match it [MQTT-4.7.2-1], so only subscribers that ask for
-``$SYS/...`` get them.
+``Hub.publish_now`` with origin 0 (the broker): clients cannot publish under ``$SYS``
+(``broker.core.systopics``), and filters starting with a wildcard do not match it
+[MQTT-4.7.2-1], so only subscribers that ask for ``$SYS/...`` get them.
 
 Values are text, as mosquitto sends them ("12", "jetmq version 0.1.0", "30 seconds";
 loads with two decimals).

@@ -50,10 +50,10 @@ from broker.mqtt.properties import EMPTY_PROPERTIES, Properties
 
 SESS = "$MQTT_sess"
 RMSGS = "$MQTT_rmsgs"
-# The broker's own $SYS figures (origin 0) are retained in memory only, never in RMSGS:
-# regenerated at every start (``broker.ops.systree`` publishes them all at once) and
-# superseded each interval, storing them would only put a commit, with its fsync, into
-# every interval of an idle broker.
+# The broker's own $SYS figures (origin 0) are retained in memory only, never in RMSGS.
+# They are published anew at every start (``broker.ops.systree``) and superseded each
+# interval: storing them would only put a commit, with its fsync, into every interval of
+# an idle broker.
 SYS_TOPIC_PREFIX = b"$SYS/"
 MSGS = "$MQTT_msgs"
 PEND = "$MQTT_pend"
