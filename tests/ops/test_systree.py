@@ -156,6 +156,24 @@ def _retained_topics(data: pathlib.Path) -> set[str]:
         return {json.loads(m.header("Mqtt-Topic") or "null") for m in st.iter_msgs(RMSGS)}
 
 
+def _read_sys(port: int, uptime: str) -> dict[str, tuple[str, bool]]:
+    """What a new subscriber to ``$SYS/broker/#`` sees until this run's version and an
+    uptime matching ``uptime`` have come."""
+    sub = Paho(port, "sys-reader")
+    sub.connect()
+    sub.subscribe("$SYS/broker/#", qos=0)
+    try:
+        return _values_until(
+            sub,
+            {
+                "$SYS/broker/version": f"jetmq version {re.escape(__version__)}",
+                "$SYS/broker/uptime": uptime,
+            },
+        )
+    finally:
+        sub.disconnect()
+
+
 @pytest.mark.timeout(60)
 def test_sys_figures_are_retained_in_memory_only(tmp_path: pathlib.Path) -> None:
     """$SYS is regenerated at every start and superseded every interval: a commit (and its
@@ -166,19 +184,9 @@ def test_sys_figures_are_retained_in_memory_only(tmp_path: pathlib.Path) -> None
         pub = Paho(broker.port, "keeper")
         pub.connect()
         pub.publish("keep/me", b"kept", qos=1, retain=True)
-        sub = Paho(broker.port, "sys-reader")
-        sub.connect()
-        sub.subscribe("$SYS/broker/#", qos=0)
-        seen = _values_until(
-            sub,
-            {
-                "$SYS/broker/version": f"jetmq version {re.escape(__version__)}",
-                "$SYS/broker/uptime": r"[1-9]\d* seconds",
-            },
-        )
+        seen = _read_sys(broker.port, uptime=r"[1-9]\d* seconds")
         assert seen["$SYS/broker/version"][1] is True  # retained, from memory
         pub.disconnect()
-        sub.disconnect()
     assert _retained_topics(data) == {"keep/me"}
 
 
@@ -205,16 +213,6 @@ def test_sys_records_of_an_earlier_version_are_dropped_at_start(tmp_path: pathli
         ).result(timeout=10)
     assert _retained_topics(data) == {"$SYS/broker/version", "$SYS/broker/gone"}
     with ops_broker(ops_config(data, sys={"interval": 1})) as broker:
-        sub = Paho(broker.port, "sys-reader")
-        sub.connect()
-        sub.subscribe("$SYS/broker/#", qos=0)
-        seen = _values_until(
-            sub,
-            {
-                "$SYS/broker/version": f"jetmq version {re.escape(__version__)}",
-                "$SYS/broker/uptime": r"\d+ seconds",
-            },
-        )
+        seen = _read_sys(broker.port, uptime=r"\d+ seconds")
         assert "$SYS/broker/gone" not in seen  # (retained ones come with the SUBACK)
-        sub.disconnect()
     assert _retained_topics(data) == set()
