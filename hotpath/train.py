@@ -163,10 +163,14 @@ def _round_trips(port: int, n: int, qos: int, v5: bool, tag: bytes) -> None:
     """One message at a time, as a device at a low rate sends (the paced latency path)."""
     with Client(port, b"train-s-" + tag, v5) as sub, Client(port, b"train-p-" + tag, v5) as pub:
         sub.subscribe(b"train/" + tag, qos)
-        _one_at_a_time(sub, pub, n, qos, b"train/" + tag)
+        one_at_a_time(sub, pub, n, qos, b"train/" + tag)
 
 
-def _one_at_a_time(sub: Client, pub: Client, n: int, qos: int, topic: bytes) -> None:
+def one_at_a_time(
+    sub: Client, pub: Client, n: int, qos: int, topic: bytes, pause: float = 0.0
+) -> None:
+    """``n`` messages from ``pub`` to ``sub`` (subscribed to ``topic``), each acknowledged
+    both ways before the next; ``pause`` seconds between them."""
     v5 = pub.v5
     for i in range(n):
         pid = i % 60000 + 1
@@ -181,6 +185,8 @@ def _one_at_a_time(sub: Client, pub: Client, n: int, qos: int, topic: bytes) -> 
             pub.expect(7)
         if got[2] != b"x" * 100:
             raise TrainingError("a payload came back changed")
+        if pause:
+            time.sleep(pause)
 
 
 def _batches(port: int, batches: int, size: int, persistent: bool, tag: bytes) -> None:
