@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -208,6 +208,40 @@ def _batches(port: int, batches: int, size: int, persistent: bool, tag: bytes) -
                 pub.expect(4)
 
 
+def _windows(port: int, rounds: int, pairs: int, window: int, qos: int) -> None:
+    """Several publishers, each with ``window`` messages in flight to its own subscriber
+    (the throughput path: many PUBLISHes and acknowledgements per read, several sockets
+    per wake-up); the subscribers acknowledge a window in one write."""
+    topics = [b"train/w/%d" % i for i in range(pairs)]
+    with ExitStack() as clients:
+        subs = [clients.enter_context(Client(port, b"train-ws-%d" % i)) for i in range(pairs)]
+        pubs = [clients.enter_context(Client(port, b"train-wp-%d" % i)) for i in range(pairs)]
+        for sub, topic in zip(subs, topics, strict=True):
+            sub.subscribe(topic, qos)
+        for r in range(rounds):
+            for pub, topic in zip(pubs, topics, strict=True):
+                pub.send(
+                    b"".join(
+                        publish(topic, b"w" * 32, qos, (r * window + i) % 60000 + 1)
+                        for i in range(window)
+                    )
+                )
+            for sub in subs:
+                acks = []
+                for _ in range(window):
+                    kind, flags, body = sub.read()
+                    if kind != 3:
+                        raise TrainingError(f"expected a PUBLISH, got packet type {kind}")
+                    if flags >> 1 & 3:
+                        at = 2 + int.from_bytes(body[:2], "big")
+                        acks.append(b"\x40\x02" + body[at : at + 2])
+                sub.send(b"".join(acks))
+            if qos:
+                for pub in pubs:
+                    for _ in range(window):
+                        pub.expect(4)
+
+
 def _connects(port: int, n: int) -> None:
     for i in range(n):
         with Client(port, b"train-c-%d" % i, v5=i % 2 == 0):
@@ -215,14 +249,18 @@ def _connects(port: int, n: int) -> None:
 
 
 def drive(port: int, scale: int = 1) -> None:
-    """Every step once, ``scale`` times the default counts."""
+    """Every step once, ``scale`` times the default counts. The counts weigh the paths:
+    gcc optimises what ran little for size, so the throughput paths (windows, batches) get
+    as many messages as the low-rate one (one at a time)."""
     _round_trips(port, 1500 * scale, 1, True, b"q1")
     _round_trips(port, 500 * scale, 0, True, b"q0")
     _round_trips(port, 300 * scale, 1, False, b"v4")
     _round_trips(port, 200 * scale, 2, True, b"q2")
-    _batches(port, 20 * scale, 100, False, b"plain")
-    _batches(port, 20 * scale, 100, True, b"stored")
-    _connects(port, 300 * scale)
+    _windows(port, 60 * scale, 4, 64, 1)
+    _windows(port, 30 * scale, 4, 64, 0)
+    _batches(port, 60 * scale, 100, False, b"plain")
+    _batches(port, 40 * scale, 100, True, b"stored")
+    _connects(port, 500 * scale)
 
 
 @contextmanager
