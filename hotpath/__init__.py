@@ -67,6 +67,11 @@ GROUP = "hotpath.lib"  # mypyc's group: its shared library is hotpath/lib__mypyc
 ROOT = Path(__file__).resolve().parent.parent
 STAMP = Path(__file__).with_name("native.stamp")  # written by the build; not in git
 ENV = "JETMQ_NATIVE"  # "0": run interpreted even when the build is current
+# A profile-guided build's instrumented step stamps its build so (after the digest); only
+# the training run, which sets TRAINING_ENV to "1", uses it. An interrupted build can
+# leave it behind: nothing else ever runs it.
+INSTRUMENTED = "instrumented"
+TRAINING_ENV = "JETMQ_TRAINING"
 
 
 def source_path(module: str) -> Path:
@@ -122,8 +127,13 @@ def build_state() -> str:
         stamp = STAMP.read_text().strip()
     except OSError:
         return "interpreted (no build stamp: scripts/build_native.py)"
-    if stamp != source_digest():
+    digest, _, kind = stamp.partition(" ")
+    if digest != source_digest():
         return "interpreted (sources changed since the build: scripts/build_native.py)"
+    if kind == INSTRUMENTED and os.environ.get(TRAINING_ENV) != "1":
+        return "interpreted (an instrumented build, left by an interrupted build: scripts/build_native.py)"
+    if kind not in ("", INSTRUMENTED):
+        return "interpreted (an unknown build stamp: scripts/build_native.py)"
     return "compiled"
 
 

@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from hotpath import TRAINING_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 10.0  # seconds: any one reply
 START_TIMEOUT = 60.0  # seconds: the broker listening
@@ -271,6 +273,7 @@ def broker(python: str = sys.executable) -> Iterator[int]:
         # (not JETMQ_NATIVE: the build's own process sets it, the broker must run compiled)
         env = {k: v for k, v in os.environ.items() if k != "JETMQ_NATIVE"}
         env["PYTHONPATH"] = str(ROOT)
+        env[TRAINING_ENV] = "1"  # an instrumented build runs (it does for nothing else)
         with subprocess.Popen(
             [python, "-m", "broker.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
             cwd=data,

@@ -13,7 +13,7 @@ interpreted, as it does with ``JETMQ_NATIVE=0``.
 
 With gcc the build is profile-guided, as CPython's own release builds are: an instrumented
 build, a broker on it driven through its per-message and per-connect paths on loopback
-(``hotpath.train``, about 20 s), then the build that uses the profile. gcc lays the code
+(``hotpath.train``, a few seconds), then the build that uses the profile. gcc lays the code
 that ran out together (``.text.hot``) and the rest aside, and arranges branches and
 inlining by what ran. Should the instrumented build or the training fail, a plain build
 follows (and says why); with another compiler the build is plain.
@@ -58,9 +58,10 @@ PGO_USE = (
 )
 
 
-def build(work: str, cflags: str = "") -> None:
+def build(work: str, cflags: str = "", kind: str = "") -> None:
     """One build into the tree, its objects in ``work``, with ``cflags`` added to the
-    compiler's and the linker's flags; then the stamp."""
+    compiler's and the linker's flags; then the stamp (``kind`` after the digest:
+    ``hotpath.INSTRUMENTED`` for the build only the training run uses)."""
     from setuptools import setup  # type: ignore[import-untyped]
 
     from hotpath.build import extensions
@@ -84,7 +85,7 @@ def build(work: str, cflags: str = "") -> None:
     missing = [module for module in hotpath.MODULES if not hotpath.built(module)]
     if missing:
         raise RuntimeError(f"no extension module built for {', '.join(missing)}")
-    hotpath.STAMP.write_text(digest + "\n")
+    hotpath.STAMP.write_text(f"{digest} {kind}".strip() + "\n")
 
 
 def is_gcc() -> bool:
@@ -105,14 +106,14 @@ def build_guided(work: str) -> str | None:
     profile = os.path.join(work, "profile")
     objects = os.path.join(work, "objects")
     try:
-        build(objects, PGO_GENERATE.format(profile=profile))
+        build(objects, PGO_GENERATE.format(profile=profile), hotpath.INSTRUMENTED)
         with train.broker() as port:
             train.drive(port)
-    except Exception as exc:  # the instrumented build or its run: say what, build plain
+        if not any(Path(profile).rglob("*.gcda")):
+            return "the training run wrote no profile"
+        build(objects, PGO_USE.format(profile=profile))
+    except Exception as exc:  # any step: say what; the caller builds plain
         return f"{type(exc).__name__}: {exc}"
-    if not any(Path(profile).rglob("*.gcda")):
-        return "the training run wrote no profile"
-    build(objects, PGO_USE.format(profile=profile))
     return None
 
 
@@ -142,8 +143,10 @@ def main() -> int:
                     print(f"build_native: no profile-guided build ({why}): a plain build")
             if why is not None:
                 build(os.path.join(work, "plain"))
-    except Exception as exc:  # mypyc or the compiler: say what, and leave no half build
+    except BaseException as exc:  # mypyc, the compiler, Ctrl-C: leave no half build
         clean()
+        if not isinstance(exc, Exception):
+            raise
         print(f"build_native: failed ({exc}); the broker runs interpreted", file=sys.stderr)
         return 1
     print(

@@ -108,6 +108,26 @@ def test_a_build_missing_a_module_is_not_used(tmp_path: Path) -> None:
     assert usable == "False"
 
 
+@needs_build
+@pytest.mark.timeout(120)
+def test_an_instrumented_build_runs_only_for_the_training(tmp_path: Path) -> None:
+    """The profile-guided build's first step stamps its build "instrumented": a build
+    interrupted after it leaves that behind, and only the training run (JETMQ_TRAINING=1)
+    may use it; anything else runs interpreted, and jetmq serve warns."""
+    _copy_built_tree(tmp_path)
+    stamp = tmp_path / "hotpath" / hotpath.STAMP.name
+    stamp.write_text(f"{hotpath.source_digest()} {hotpath.INSTRUMENTED}\n")
+    state, decoder, _, _, usable = _probe(tmp_path)
+    assert state == (
+        "interpreted (an instrumented build, left by an interrupted build: scripts/build_native.py)"
+    )
+    assert decoder.endswith("decoder.py")
+    assert usable == "False"
+    state, decoder, _, _, _ = _probe(tmp_path, **{hotpath.TRAINING_ENV: "1"})
+    assert state == "compiled"
+    assert decoder.endswith(".so")
+
+
 @pytest.mark.timeout(120)
 def test_a_tree_without_a_build_runs_interpreted_as_it_is(tmp_path: Path) -> None:
     """As a wheel installs it (no mypyc build): interpreted, logged at info, not warned."""
