@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -280,7 +281,7 @@ def broker(python: str = sys.executable) -> Iterator[int]:
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            text=True,
+            bufsize=0,
         ) as proc:
             try:
                 yield _port_of(proc)
@@ -296,15 +297,24 @@ def broker(python: str = sys.executable) -> Iterator[int]:
             raise TrainingError(f"the broker exited with status {proc.returncode}")
 
 
-def _port_of(proc: subprocess.Popen[str]) -> int:
+def _port_of(proc: subprocess.Popen[bytes]) -> int:
+    """The port from the broker's "jetmq: listening on 127.0.0.1:PORT" line, waited for at
+    most START_TIMEOUT (a broker that hangs silent fails the run, it does not hang it)."""
     assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    seen = b""
     deadline = time.monotonic() + START_TIMEOUT
-    for line in proc.stdout:  # "jetmq: listening on 127.0.0.1:PORT"
-        found = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:  # the broker exited
+            break
+        seen += chunk
+        found = re.search(rb"listening on 127\.0\.0\.1:(\d+)", seen)
         if found:
             return int(found.group(1))
-        if time.monotonic() > deadline:
-            break
     raise TrainingError("the broker did not start listening")
 
 
