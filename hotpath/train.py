@@ -5,9 +5,9 @@ per connect, then stopped cleanly so the profile is written.
     python -m hotpath.train                  # against a broker of its own (the build's use)
     python -m hotpath.train --port 1883      # against one already listening
 
-The clients are plain sockets and hand-made packets (standard library only; the build
-runs before anything else is installed, and the client must not add its own use of the
-compiled codec to the profile). Each step checks what comes back, so a broker that
+The clients are plain sockets and hand-made packets: standard library only, as all of
+``hotpath`` is, and independent of the codec they exercise, so a codec bug fails the run
+instead of being mirrored by it. Each step checks what comes back, so a broker that
 misbehaves fails the run (``TrainingError``) instead of training on error paths.
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from hotpath import TRAINING_ENV
+from hotpath import ENV, TRAINING_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 10.0  # seconds: any one reply
@@ -136,8 +136,9 @@ class Client:
         if body[-1] != qos:
             raise TrainingError(f"SUBSCRIBE {topic!r} granted {body[-1]}")
 
-    def delivery(self) -> tuple[int, int, bytes]:
-        """A PUBLISH received, acknowledged as its QoS asks: (qos, packet id, payload)."""
+    def delivery(self, ack: bool = True) -> tuple[int, int, bytes]:
+        """A PUBLISH received, acknowledged as its QoS asks unless ``ack`` is false:
+        (qos, packet id, payload)."""
         kind, flags, body = self.read()
         if kind != 3:
             raise TrainingError(f"expected a PUBLISH, got packet type {kind}")
@@ -147,9 +148,9 @@ class Client:
         pos += 2 if qos else 0
         if self.v5:
             pos += 1 + body[pos]  # (short property lengths only: what the broker sends here)
-        if qos == 1:
+        if ack and qos == 1:
             self.send(b"\x40\x02" + pid.to_bytes(2, "big"))
-        elif qos == 2:
+        elif ack and qos == 2:
             self.send(b"\x50\x02" + pid.to_bytes(2, "big"))
             self.expect(6)
             self.send(b"\x70\x02" + pid.to_bytes(2, "big"))
@@ -230,15 +231,9 @@ def _windows(port: int, rounds: int, pairs: int, window: int, qos: int) -> None:
                     )
                 )
             for sub in subs:
-                acks = []
-                for _ in range(window):
-                    kind, flags, body = sub.read()
-                    if kind != 3:
-                        raise TrainingError(f"expected a PUBLISH, got packet type {kind}")
-                    if flags >> 1 & 3:
-                        at = 2 + int.from_bytes(body[:2], "big")
-                        acks.append(b"\x40\x02" + body[at : at + 2])
-                sub.send(b"".join(acks))
+                got = [sub.delivery(ack=False) for _ in range(window)]
+                if qos:
+                    sub.send(b"".join(b"\x40\x02" + pid.to_bytes(2, "big") for _, pid, _ in got))
             if qos:
                 for pub in pubs:
                     for _ in range(window):
@@ -253,8 +248,8 @@ def _connects(port: int, n: int) -> None:
 
 def drive(port: int, scale: int = 1) -> None:
     """Every step once, ``scale`` times the default counts. The counts weigh the paths:
-    gcc optimises what ran little for size, so the throughput paths (windows, batches) get
-    as many messages as the low-rate one (one at a time)."""
+    gcc inlines less where little ran, so the throughput paths (windows, batches) get as
+    many messages as the low-rate one (one at a time)."""
     _round_trips(port, 1500 * scale, 1, True, b"q1")
     _round_trips(port, 500 * scale, 0, True, b"q0")
     _round_trips(port, 300 * scale, 1, False, b"v4")
@@ -267,16 +262,25 @@ def drive(port: int, scale: int = 1) -> None:
 
 
 @contextmanager
-def broker(python: str = sys.executable) -> Iterator[int]:
+def broker() -> Iterator[int]:
     """A broker of this tree on a free loopback port, with its data in a temporary
     directory; stopped with SIGINT (a clean exit writes the profile) when done."""
     with tempfile.TemporaryDirectory(prefix="jetmq-train-") as data:
         # (not JETMQ_NATIVE: the build's own process sets it, the broker must run compiled)
-        env = {k: v for k, v in os.environ.items() if k != "JETMQ_NATIVE"}
+        env = {k: v for k, v in os.environ.items() if k != ENV}
         env["PYTHONPATH"] = str(ROOT)
         env[TRAINING_ENV] = "1"  # an instrumented build runs (it does for nothing else)
         with subprocess.Popen(
-            [python, "-m", "broker.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
+            [
+                sys.executable,
+                "-m",
+                "broker.cli",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                data,
+            ],
             cwd=data,
             env=env,
             stdout=subprocess.PIPE,
