@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import functools
 import pathlib
+import resource
 import socket
+import subprocess
+import sys
 
 import pytest
 import trio
@@ -15,9 +18,9 @@ from broker.mqtt.packet_types import ProtocolVersion
 from broker.mqtt.packets import Connect, Publish
 from broker.net.connection import _NOT_CONNECTED
 from broker.net.runtime import Broker
-from broker.net.server import serve
+from broker.net.server import FD_TABLE_SLOTS, serve
 from broker.net.transport import nodelay_on, prepare_socket
-from tests.broker.harness import make_config
+from tests.broker.harness import BrokerProcess, make_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -103,3 +106,44 @@ def test_the_shared_state_before_connack_stays_empty(tmp_path: pathlib.Path) -> 
     trio.run(main)
     assert _NOT_CONNECTED.outbound == {}
     assert _NOT_CONNECTED.inbound_qos2 == set()
+
+
+def _fd_table_size(pid: int | str) -> int:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("FDSize:"):
+            return int(line.split()[1])
+    raise AssertionError("no FDSize in /proc/PID/status")
+
+
+def test_the_served_broker_grows_its_descriptor_table_at_start(tmp_path: pathlib.Path) -> None:
+    # A table grown under load waits for an RCU grace period per doubling (threads share
+    # it): the first connects of a storm stalled. A plain process starts at 64 slots.
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    try:
+        assert broker.proc is not None
+        want = FD_TABLE_SLOTS if soft == resource.RLIM_INFINITY else min(soft, FD_TABLE_SLOTS)
+        assert _fd_table_size(broker.proc.pid) >= want
+    finally:
+        assert broker.terminate() == 0
+
+
+def test_growing_the_table_keeps_to_the_limit_and_touches_no_open_descriptor() -> None:
+    # In a child: a soft limit of 500, a descriptor already open at 499 (as one handed
+    # over could be): the table grows to 512 slots and 499 stays the file it was.
+    script = (
+        "import os, resource, sys\n"
+        "from broker.net.server import grow_fd_table\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (500, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "r, w = os.pipe()\n"
+        "os.dup2(w, 499)\n"
+        "print(grow_fd_table())\n"
+        "os.write(499, b'still the pipe')\n"
+        "print(os.read(r, 100).decode())\n"
+        "print([l for l in open('/proc/self/status') if l.startswith('FDSize')][0].split()[1])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=50, check=True
+    ).stdout.splitlines()
+    assert out == ["500", "still the pipe", "512"]
