@@ -44,11 +44,14 @@ from broker.net.output import NOT_STORED
 from broker.persist.client import StorageError, wait_future
 
 if TYPE_CHECKING:
+    from broker.core.hub import Hub
     from broker.core.ports import Plan
     from broker.core.router import Delivery
+    from broker.core.stats import Stats
     from broker.jetstream.headers import HeaderError
     from broker.net.link import Link
     from broker.net.output import Output
+    from broker.persist.state import Persistence
 
 log = logging.getLogger("jetmq.client")
 
@@ -68,11 +71,16 @@ _NORMAL_GOODBYE: Final = "DISCONNECT from the client (0x00)"  # (made once: most
 class Inbound:
     """Packet handling of one connected client (see module docstring)."""
 
-    __slots__ = ("conn", "out", "tokens", "tokens_at", "told_reserved")
+    __slots__ = ("conn", "hub", "out", "persist", "stats", "tokens", "tokens_at", "told_reserved")
 
     def __init__(self, conn: Link, out: Output) -> None:
         self.conn = conn
         self.out = out
+        # The broker's parts that never change, typed (native reads when compiled; the
+        # Host protocol's are generic attribute lookups): see Output.
+        self.hub: Hub = out.hub
+        self.persist: Persistence = out.persist
+        self.stats: Stats = out.stats
         self.told_reserved = False  # a 3.1.x publish to a reserved topic was logged
         # [limits] max_publish_rate: a token bucket holding one second's worth.
         self.tokens = -1.0  # not started
@@ -120,7 +128,7 @@ class Inbound:
         session = conn.session
         assert session is not None
         broker = conn.broker
-        stats = broker.stats
+        stats = self.stats
         stats.publish_received += 1
         stats.publish_bytes_received += len(p.payload)
         topic = p.topic
@@ -133,7 +141,7 @@ class Inbound:
         if rate and self._over_rate(rate):
             self._over_publish_rate(p)
             return
-        hub = broker.hub
+        hub = self.hub
         dollar = topic.startswith(b"$")
         if dollar:
             handler = hub.systopics.handler_for(topic)
@@ -161,7 +169,7 @@ class Inbound:
         )
         pid = p.packet_id
         extra: Sequence[store.Op] = (
-            broker.persist.qos2_received(session, pid) if qos == 2 and pid else ()
+            self.persist.qos2_received(session, pid) if qos == 2 and pid else ()
         )
         js = broker.jetstream
         captured = None  # the stream capture's operation (broker.jetstream.capture)
@@ -198,7 +206,7 @@ class Inbound:
         """The PUBLISH's step: deliver and acknowledge once its plan is committed. (Its
         own method: the closures' cells would otherwise slow every ``on_publish``.)"""
         broker = self.conn.broker
-        stats = broker.stats
+        stats = self.stats
         js = broker.jetstream
         session = self.conn.session
         assert session is not None
@@ -208,8 +216,8 @@ class Inbound:
         started = perf_counter() if p.qos and not plan.empty else 0.0
 
         def then() -> None:
-            broker.persist.after_commit(msg, plan)
-            broker.hub.apply_publish(msg, deliveries, plan)
+            self.persist.after_commit(msg, plan)
+            self.hub.apply_publish(msg, deliveries, plan)
             if started:
                 stats.publish_ack.observe(perf_counter() - started)
             elif p.qos:
@@ -219,7 +227,7 @@ class Inbound:
                 res = plan.result(n_extra - 1) if isinstance(captured, store.Publish) else captured
                 o = js.captured(p, res)
                 if p.qos == 2 and pid and o.code.is_error:  # the exchange ends here
-                    broker.persist.qos2_released(session, pid)
+                    self.persist.qos2_released(session, pid)
                 if p.qos:
                     self.out.send(self._ack(p, o.code, o.reason, o.user_properties))
             elif p.qos:
@@ -361,7 +369,7 @@ class Inbound:
         session = self.conn.session
         assert session is not None
         known = p.packet_id in session.state.inbound_qos2
-        fut = self.conn.broker.persist.qos2_released(session, p.packet_id) if known else None
+        fut = self.persist.qos2_released(session, p.packet_id) if known else None
         wait = None if fut is None else (lambda: wait_future(fut))
         self.out.step(wait, lambda: self.out.send(pubcomp_for(p, known)))
 
@@ -373,7 +381,7 @@ class Inbound:
         assert session is not None
         og = session.outgoing.pop(packet_id, None)
         if og is not None:
-            self.conn.broker.persist.copy_done(session, og)
+            self.persist.copy_done(session, og)
             if session.queue:
                 self.out.wake()  # the window has room for a queued copy
 
@@ -388,7 +396,7 @@ class Inbound:
         if og is None:
             self.out.send(Pubrel(pid, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
             return
-        persist = self.conn.broker.persist
+        persist = self.persist
         entries = [(og, pid, 2)]
         fut = persist.stage_copies(session, entries) if og.pend_seq else None
 
@@ -459,14 +467,14 @@ class Inbound:
                 sub_id,
                 make_handle(sub, qos, sub_id),
             )
-            is_new = broker.hub.subscribe(session, record)
+            is_new = self.hub.subscribe(session, record)
             codes.append(_GRANTED[qos])
             added.append(record)
             if share is None:
                 granted.append((record, flt, is_new))
-        fut = broker.persist.save_subscriptions(session, added) if session.stored else None
+        fut = self.persist.save_subscriptions(session, added) if session.stored else None
         wait: Callable[[], Awaitable[object]] | None = None
-        retained = broker.hub.last_retained_plan() if granted else None
+        retained = self.hub.last_retained_plan() if granted else None
         if retained is not None:
 
             async def wait() -> None:
@@ -491,7 +499,6 @@ class Inbound:
         self, session: Session, granted: list[tuple[SubscriptionRecord, bytes, bool]]
     ) -> None:
         """Retained messages for new subscriptions per Retain Handling [MQTT-3.3.1-9..11]."""
-        broker = self.conn.broker
         now = trio.current_time()
         for record, flt, is_new in granted:
             rh = record.retain_handling
@@ -500,9 +507,9 @@ class Inbound:
             ):
                 continue
             sub_ids = (record.sub_id,) if record.sub_id else ()
-            messages = broker.hub.retained_for(flt)
+            messages = self.hub.retained_for(flt)
             if session.retained_backlog is not None or not self._retained_fit(messages):
-                broker.hub.pace_retained(session, messages, record.qos, sub_ids)
+                self.hub.pace_retained(session, messages, record.qos, sub_ids)
                 self.out.wake()
                 continue
             access = session.access
@@ -513,7 +520,7 @@ class Inbound:
                 if qos == 0:
                     self.out.send_qos0(msg, True, sub_ids, now)
                 else:
-                    broker.hub.queue_copy(session, Outgoing(msg, qos, True, sub_ids))
+                    self.hub.queue_copy(session, Outgoing(msg, qos, True, sub_ids))
 
     def _retained_fit(self, messages: Sequence[AppMessage]) -> bool:
         """Whether ``messages`` can go out at once without a copy limit cutting them short
@@ -524,7 +531,7 @@ class Inbound:
         if n > RETAINED_AT_ONCE:
             return False
         broker = self.conn.broker
-        queues = broker.hub.queues
+        queues = self.hub.queues
         session = self.conn.session
         assert session is not None
         if self.out.qos0_pending + n > broker.settings.max_outbound_queue:
@@ -537,7 +544,6 @@ class Inbound:
         )
 
     def on_unsubscribe(self, p: Unsubscribe) -> None:
-        broker = self.conn.broker
         session = self.conn.session
         assert session is not None
         codes: list[ReasonCode] = []
@@ -548,11 +554,11 @@ class Inbound:
             except radix.TopicError:
                 codes.append(ReasonCode.TOPIC_FILTER_INVALID)
                 continue
-            found = broker.hub.unsubscribe(session, flt)
+            found = self.hub.unsubscribe(session, flt)
             codes.append(ReasonCode.SUCCESS if found else ReasonCode.NO_SUBSCRIPTION_EXISTED)
             if found:
                 removed.append(flt)
-        fut = broker.persist.remove_subscriptions(session, removed) if session.stored else None
+        fut = self.persist.remove_subscriptions(session, removed) if session.stored else None
         wait = None if fut is None else (lambda: wait_future(fut))
         pid = p.packet_id
         self.out.step(wait, lambda: self.out.send(Unsuback(pid, tuple(codes))))
@@ -575,7 +581,7 @@ class Inbound:
             was_persistent = session.persistent
             session.expiry_interval = min(expiry, cap)
             if session.persistent:
-                conn.broker.persist.save_session(session)
+                self.persist.save_session(session)
             elif was_persistent:
-                conn.broker.persist.session_ended(session, ())
+                self.persist.session_ended(session, ())
         self.out.close_soon()

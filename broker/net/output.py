@@ -26,8 +26,11 @@ from broker.net.transport import Transport
 from broker.persist.client import StorageError, wait_future
 
 if TYPE_CHECKING:
+    from broker.core.hub import Hub
     from broker.core.ports import Plan
+    from broker.core.stats import Stats
     from broker.net.link import Link
+    from broker.persist.state import Persistence
 
 log = logging.getLogger("jetmq.client")
 
@@ -57,9 +60,12 @@ class Output:
         "_wake",
         "conn",
         "host",
+        "hub",
         "out",
+        "persist",
         "proto",
         "qos0_pending",
+        "stats",
         "transport",
         "writer_done",
         "writer_scope",
@@ -67,7 +73,12 @@ class Output:
 
     def __init__(self, conn: Link, transport: Transport) -> None:
         self.conn = conn
-        self.host = conn.broker  # per-copy paths read the broker's batch and limits
+        host = self.host = conn.broker  # per-copy paths read the broker's batch and limits
+        # The broker's parts that never change, typed: a read of them is native (compiled),
+        # where one through the Host protocol is a generic attribute lookup.
+        self.hub: Hub = host.hub
+        self.persist: Persistence = host.persist
+        self.stats: Stats = host.stats
         self.proto = conn.proto  # the codec machine (created before its Output)
         self.transport = transport
         self.out: list[bytes] = []  # encoded packets not yet written
@@ -130,7 +141,7 @@ class Output:
             self.out.append(self.proto.send(packet))
         except PacketTooLargeError:
             return  # the client's Maximum Packet Size forbids it [MQTT-3.1.2-24]
-        self.host.stats.control_sent += 1
+        self.stats.control_sent += 1
         self.wake()
 
     def send_puback(self, packet_id: int) -> None:
@@ -139,7 +150,7 @@ class Output:
         if self.conn.closing or self.proto.state is _CLOSED:
             return
         self.out.append(self.proto.send_puback(packet_id))
-        self.host.stats.control_sent += 1
+        self.stats.control_sent += 1
         self.wake()
 
     def taken_over(self) -> None:
@@ -198,7 +209,7 @@ class Output:
         if sent < 0:
             self.close_soon()
             return
-        self.host.stats.bytes_sent += sent
+        self.stats.bytes_sent += sent
         if sent < len(data):
             self.out.append(data[sent:])
             self.kick()
@@ -212,7 +223,7 @@ class Output:
         if self.conn.closing or self.proto.state is _CLOSED:
             return
         if self.qos0_pending >= self.host.settings.max_outbound_queue:
-            self.host.stats.publish_dropped += 1
+            self.stats.publish_dropped += 1
             return  # slow consumer: QoS 0 is dropped rather than buffered without bound
         enc = msg.encoded_for(self.conn.version, now)
         if enc is None:
@@ -225,7 +236,7 @@ class Output:
             return
         self.out.append(data)
         self.qos0_pending += 1
-        self.host.stats.publish_sent += 1
+        self.stats.publish_sent += 1
         self.wake()
 
     def plain_qos0_version(self) -> ProtocolVersion | None:
@@ -265,9 +276,9 @@ class Output:
         proto = self.proto
         if proto.closed:
             return []  # a protocol error ended the exchange: the copies stay queued
-        persist = self.host.persist
+        persist = self.persist
         queue = session.queue
-        now = self.host.hub.now()
+        now = self.hub.now()
         ready: list[bytes] = []
         while queue and len(ready) < FILL_BATCH:
             og = queue[0]
@@ -304,11 +315,11 @@ class Output:
                     assert staged is not None
                     staged.append((og, pid, 0))
         if ready:
-            self.host.stats.publish_sent += len(ready)
+            self.stats.publish_sent += len(ready)
         if session.retained_backlog is not None:
-            self.host.hub.refill_retained(session)
+            self.hub.refill_retained(session)
         if session.backlog:  # copies waiting on disk: the next page is read in time
-            self.host.hub.queues.page_soon(session)
+            self.hub.queues.page_soon(session)
         return ready
 
     async def fill(self) -> None:
@@ -319,7 +330,7 @@ class Output:
         staged: list[tuple[Outgoing, int, int]] = []
         ready = self.take(staged)
         if staged:
-            persist = self.host.persist
+            persist = self.persist
             fut = persist.stage_copies(session, staged)
             assert fut is not None
             persist.stages_committed(staged, await wait_future(fut))
@@ -358,7 +369,7 @@ class Output:
                             self.conn.closing = True
                             self.conn.stop_reading()
                             return
-                        self.host.stats.bytes_sent += len(data)
+                        self.stats.bytes_sent += len(data)
                     if self.conn.closing and not self.out:
                         return
         finally:
