@@ -1,8 +1,7 @@
 """One network connection: its lifecycle, read loop and packet dispatch, composed of a
-:class:`~broker.net.transport.Transport` (the bytes), a
-:class:`~broker.net.handshake.Handshake` (CONNECT to CONNACK), an
-:class:`~broker.net.inbound.Inbound` (what it does with each packet) and an
-:class:`~broker.net.output.Output` (what it sends).
+:class:`~broker.net.transport.Transport` (the bytes), a :class:`~broker.net.handshake.Handshake`
+(CONNECT to CONNACK), an :class:`~broker.net.inbound.Inbound` (what it does with each packet)
+and an :class:`~broker.net.output.Output` (what it sends).
 
 A plain-TCP connection is served without a task of its own while it is parked (see
 ``broker.net.parking``): the watcher hands it each chunk (``serve``). Otherwise (TLS,
@@ -94,8 +93,7 @@ _DISCONNECT_CLASS: Final = Disconnect
 _DUPLICATE_CLASS: Final = DuplicatePublish
 _EMPTY: Final = EMPTY_PROPERTIES
 # The codec machine's session state until the CONNECT is accepted (the handshake puts the
-# session's own in): shared, as nothing is written to it before (the machine takes nothing
-# that would before CONNACK is sent).
+# session's own in): shared, as the machine takes nothing that writes it before CONNACK.
 _NOT_CONNECTED: Final = SessionState()
 
 
@@ -131,8 +129,7 @@ class ClientConnection:
         "username",
         "version",
     )
-    # Dropped when the connection is over (``_release``); compiled, a native class needs
-    # the attributes it may delete named.
+    # Dropped when the connection is over (``_release``): a native class names what it deletes.
     __deletable__ = ("inbound", "out")
 
     def __init__(
