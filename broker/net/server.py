@@ -315,10 +315,11 @@ def grow_fd_table(slots: int = FD_TABLE_SLOTS) -> int:
 
     Linux starts a process with a table of 64 descriptors and doubles it when one more is
     needed; in a process with more than one thread (the store's writer, trio's workers)
-    each doubling waits for an RCU grace period, milliseconds on a VM. A connect storm
-    on a fresh broker went through six of them in its first 2,000 connects: 16,300 conn/s
-    with a p99 of 20 ms, against 23,100 and 7 ms with the table grown here (mqttbench's
-    storm, 2026-11-28). The table never shrinks; 65,536 slots cost the kernel 512 KiB.
+    each doubling waits for an RCU grace period, milliseconds on a VM. A fresh broker's
+    table (256 slots once it listens) doubled three times in a storm's first 2,000
+    connects: ``scripts/bench_broker.sh storm`` gave 16,979 conn/s with a connect p99 of
+    21.5 ms before, 31,560 and 4.6 ms with the table grown here (docs/benchmarks.md,
+    2026-11-28). The table never shrinks; 65,536 slots cost the kernel 512 KiB.
     ``F_DUPFD`` takes the lowest free descriptor at or above the one asked for, so no open
     descriptor (one handed over by systemd, say) is touched."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
